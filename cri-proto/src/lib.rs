@@ -1,0 +1,18 @@
+//! The CRI v1 API (`runtime.v1`) and picolet's unix-socket plumbing.
+//!
+//! A dumb leaf crate: the generated CRI types, clients and servers come from
+//! the crates.io crate `k8s-cri` and are re-exported as [`v1`]; picolet's own
+//! management API (what CRI has no verb for, like importing an archive) is in
+//! [`picolet`]. [`connect`] dials a unix socket; [`serve`] binds one with mode
+//! 0600 and serves a tonic router on it until a shutdown future resolves.
+
+mod socket;
+
+pub use k8s_cri::v1;
+pub use socket::{SocketError, connect, listen};
+
+/// picolet's own management API (`picolet.v1`).
+#[allow(clippy::doc_lazy_continuation, missing_docs)]
+pub mod picolet {
+    tonic::include_proto!("picolet.v1");
+}

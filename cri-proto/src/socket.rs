@@ -1,0 +1,91 @@
+//! Connect to and listen on CRI unix sockets.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Errors from socket set-up; each names the socket path.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("cannot connect to {path}: {source}")]
+    Connect {
+        path: PathBuf,
+        source: tonic::transport::Error,
+    },
+    #[error("cannot listen on {path}: {source}")]
+    Listen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Opens a gRPC channel to a unix socket, e.g. `/run/picolet/picolet.sock` or
+/// containerd's `/run/containerd/containerd.sock`. Accepts a `unix://` prefix.
+pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, SocketError> {
+    let path = strip_scheme(path.as_ref());
+    let dial = path.clone();
+    // The URI is required by tonic but unused: the connector ignores it.
+    let endpoint = Endpoint::from_static("http://[::]:50051");
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let dial = dial.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(dial).await?)) }
+        }))
+        .await
+        .map_err(|source| SocketError::Connect { path, source })
+}
+
+/// Binds a unix socket with mode 0600, replacing a stale socket file left by
+/// a crashed server. Creates the parent directory (0700) if needed.
+pub fn listen(path: impl AsRef<Path>) -> Result<UnixListenerStream, SocketError> {
+    let path = strip_scheme(path.as_ref());
+    let err = |source| SocketError::Listen {
+        path: path.clone(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(err)?;
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    let listener = UnixListener::bind(&path).map_err(err)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(UnixListenerStream::new(listener))
+}
+
+fn strip_scheme(path: &Path) -> PathBuf {
+    let s = path.to_string_lossy();
+    match s.strip_prefix("unix://") {
+        Some(rest) => PathBuf::from(rest),
+        None => path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_scheme_is_stripped() {
+        assert_eq!(strip_scheme(Path::new("unix:///run/x.sock")), PathBuf::from("/run/x.sock"));
+        assert_eq!(strip_scheme(Path::new("/run/x.sock")), PathBuf::from("/run/x.sock"));
+    }
+
+    #[tokio::test]
+    async fn listen_sets_mode_0600_and_replaces_stale_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("sub/cri.sock");
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, b"stale").expect("write stale");
+        let _listener = listen(&path).expect("listen");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}

@@ -1,0 +1,67 @@
+//! picolet's configuration: the on-disk layout defaults every part agrees on.
+//!
+//! Today this crate holds the default paths of DESIGN.md §4. The config file
+//! (a KubeletConfiguration subset plus picolet's own section, with field-path
+//! validation errors) arrives with the agent issue; until then no subcommand
+//! accepts `--config`, so nothing pretends to read one.
+
+use std::path::PathBuf;
+
+/// Default data root (`--root`).
+pub const DEFAULT_ROOT: &str = "/var/lib/picolet";
+/// Default runtime directory (`--run-dir`).
+pub const DEFAULT_RUN_DIR: &str = "/run/picolet";
+/// Default CRI socket (`--socket`, `--cri-socket`).
+pub const DEFAULT_SOCKET: &str = "/run/picolet/picolet.sock";
+/// Default image preload folder (`--images-dir`).
+pub const DEFAULT_IMAGES_DIR: &str = "/var/lib/picolet/images";
+
+/// Where the shim keeps its state, derived from `--root`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimPaths {
+    /// Data root, e.g. `/var/lib/picolet`.
+    pub root: PathBuf,
+    /// Runtime dir (tmpfs), e.g. `/run/picolet`.
+    pub run_dir: PathBuf,
+    /// CRI socket.
+    pub socket: PathBuf,
+    /// Preload folder: every archive here is imported.
+    pub images_dir: PathBuf,
+}
+
+impl Default for ShimPaths {
+    fn default() -> Self {
+        Self {
+            root: PathBuf::from(DEFAULT_ROOT),
+            run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            images_dir: PathBuf::from(DEFAULT_IMAGES_DIR),
+        }
+    }
+}
+
+impl ShimPaths {
+    /// The shim's private state directory, `<root>/shim`.
+    pub fn shim_dir(&self) -> PathBuf {
+        self.root.join("shim")
+    }
+
+    /// The image store, `<root>/shim/images`.
+    pub fn image_store(&self) -> PathBuf {
+        self.shim_dir().join("images")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_lives_under_the_shim_dir() {
+        let p = ShimPaths {
+            root: PathBuf::from("/x"),
+            ..ShimPaths::default()
+        };
+        assert_eq!(p.image_store(), PathBuf::from("/x/shim/images"));
+    }
+}

@@ -1,0 +1,196 @@
+//! Content-addressed blob store: `blobs/sha256/<hex>`.
+//!
+//! A blob is streamed into a private temp file under `ingest/`, hashed while
+//! written, fsynced, checked against the expected digest and only then renamed
+//! into place. Readers therefore never see a partial or corrupt blob, and two
+//! writers of the same blob each write their own temp file; the second rename
+//! replaces identical content.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::digest::{Digest, HashingReader};
+use crate::error::{Error, Result};
+use crate::fsutil;
+
+/// The blob directory of a store.
+#[derive(Debug, Clone)]
+pub struct Blobs {
+    root: PathBuf,
+    ingest: PathBuf,
+}
+
+impl Blobs {
+    /// Uses `<store>/blobs` and `<store>/ingest`, creating them.
+    pub fn open(store: &Path) -> Result<Self> {
+        let root = store.join("blobs").join("sha256");
+        let ingest = store.join("ingest");
+        for d in [&root, &ingest] {
+            fs::create_dir_all(d).map_err(Error::io("create", d))?;
+        }
+        Ok(Self { root, ingest })
+    }
+
+    /// Where a blob lives (whether or not it exists).
+    pub fn path(&self, digest: &Digest) -> PathBuf {
+        self.root.join(digest.hex())
+    }
+
+    pub fn contains(&self, digest: &Digest) -> bool {
+        self.path(digest).is_file()
+    }
+
+    /// Opens a stored blob.
+    pub fn open_blob(&self, digest: &Digest) -> Result<File> {
+        let p = self.path(digest);
+        File::open(&p).map_err(Error::io("open blob", p))
+    }
+
+    /// Reads a whole (small) blob, e.g. a manifest or config.
+    pub fn read(&self, digest: &Digest) -> Result<Vec<u8>> {
+        let p = self.path(digest);
+        fs::read(&p).map_err(Error::io("read blob", p))
+    }
+
+    /// Streams `reader` into the store. With `expected`, the content must hash
+    /// to it (and be `size` bytes when given); otherwise it is stored under the
+    /// digest it hashes to. Returns the digest and size.
+    pub fn ingest(
+        &self,
+        reader: impl Read,
+        expected: Option<&Digest>,
+        size: Option<u64>,
+    ) -> Result<(Digest, u64)> {
+        let mut tmp = tempfile_in(&self.ingest)?;
+        let mut hashing = HashingReader::new(reader);
+        let copied = io::copy(&mut hashing, &mut tmp.file);
+        copied.map_err(Error::io("write blob", &tmp.path))?;
+        let (digest, n) = hashing.finish();
+        if let Some(expected) = expected {
+            if &digest != expected {
+                return Err(Error::DigestMismatch {
+                    expected: expected.to_string(),
+                    actual: digest.to_string(),
+                    size: n,
+                });
+            }
+        }
+        if let Some(size) = size {
+            if size != n {
+                return Err(Error::SizeMismatch {
+                    digest: digest.to_string(),
+                    expected: size,
+                    actual: n,
+                });
+            }
+        }
+        tmp.file.flush().map_err(Error::io("write blob", &tmp.path))?;
+        tmp.file.sync_all().map_err(Error::io("fsync blob", &tmp.path))?;
+        let dest = self.path(&digest);
+        fs::rename(&tmp.path, &dest).map_err(Error::io("commit blob", &dest))?;
+        tmp.committed = true;
+        fsutil::sync_dir(&self.root)?;
+        Ok((digest, n))
+    }
+
+    /// Every stored blob.
+    pub fn list(&self) -> Result<Vec<Digest>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.root).map_err(Error::io("list", &self.root))? {
+            let e = e.map_err(Error::io("list", &self.root))?;
+            if let Some(d) = e
+                .file_name()
+                .to_str()
+                .and_then(|n| Digest::parse(&format!("sha256:{n}")).ok())
+            {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes a blob; a missing blob is not an error.
+    pub fn remove(&self, digest: &Digest) -> Result<()> {
+        fsutil::remove_file_if_exists(&self.path(digest))
+    }
+
+    /// Removes temp files left by writers that died (call when no writer runs).
+    pub fn clean_ingest(&self) -> Result<()> {
+        fsutil::empty_dir(&self.ingest)
+    }
+}
+
+/// A temp file that is removed on drop unless committed.
+struct TempFile {
+    file: File,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn tempfile_in(dir: &Path) -> Result<TempFile> {
+    let path = dir.join(fsutil::unique_name("blob"));
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(Error::io("create", &path))?;
+    Ok(TempFile {
+        file,
+        path,
+        committed: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verified_ingest_and_wrong_digest_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let blobs = Blobs::open(dir.path()).expect("open");
+        let good = Digest::of(b"abc");
+        let (d, n) = blobs.ingest(&b"abc"[..], Some(&good), Some(3)).expect("ingest");
+        assert_eq!((d.clone(), n), (good.clone(), 3));
+        assert_eq!(blobs.read(&good).expect("read"), b"abc");
+
+        let err = blobs
+            .ingest(&b"abd"[..], Some(&Digest::of(b"zzz")), None)
+            .expect_err("mismatch");
+        assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
+        assert_eq!(blobs.list().expect("list"), vec![good]);
+        assert_eq!(fs::read_dir(dir.path().join("ingest")).expect("ls").count(), 0);
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_blob() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let blobs = Blobs::open(dir.path()).expect("open");
+        let data = vec![7u8; 1 << 20];
+        let want = Digest::of(&data);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| blobs.ingest(&data[..], Some(&want), None).expect("ingest"));
+            }
+        });
+        assert_eq!(blobs.read(&want).expect("read"), data);
+        assert_eq!(blobs.list().expect("list").len(), 1);
+    }
+
+    #[test]
+    fn size_mismatch_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let blobs = Blobs::open(dir.path()).expect("open");
+        let err = blobs.ingest(&b"abc"[..], None, Some(4)).expect_err("size");
+        assert!(matches!(err, Error::SizeMismatch { expected: 4, actual: 3, .. }), "{err}");
+    }
+}

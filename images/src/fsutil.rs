@@ -1,0 +1,64 @@
+//! Small filesystem helpers for crash-safe writes.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// A name no other writer in this or another process will pick.
+pub(crate) fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}-{:016x}", std::process::id(), rand::random::<u64>())
+}
+
+/// Writes `data` to `path` atomically: temp file in the same dir, fsync,
+/// rename, fsync of the directory.
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}", unique_name("tmp")));
+    let res = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res.map_err(Error::io("write", path))?;
+    sync_dir(dir)
+}
+
+/// fsyncs a directory so a rename inside it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io("fsync dir", dir))
+}
+
+pub(crate) fn remove_file_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn remove_dir_all_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Removes everything inside `dir`, keeping `dir`.
+pub(crate) fn empty_dir(dir: &Path) -> Result<()> {
+    for e in fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let p = e.map_err(Error::io("list", dir))?.path();
+        if p.is_dir() && !p.is_symlink() {
+            remove_dir_all_if_exists(&p)?;
+        } else {
+            remove_file_if_exists(&p)?;
+        }
+    }
+    Ok(())
+}

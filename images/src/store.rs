@@ -1,0 +1,398 @@
+//! The image store: images (by ID = config digest) with their tags and repo
+//! digests, on top of [`Blobs`] and [`Snapshots`].
+//!
+//! Metadata is one JSON file, `images.json`, rewritten atomically on every
+//! change, so an image is either fully there or not at all: an import writes
+//! blobs and snapshots first and the record last. Writers (import, remove,
+//! GC) are serialised by one lock; readers see the last committed state.
+//! What a crashed writer left (temp files, half-unpacked layers, unreferenced
+//! blobs) is removed by [`ImageStore::open`].
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+
+use oci_spec::image::ImageConfiguration;
+use serde::{Deserialize, Serialize};
+
+use crate::blobs::Blobs;
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::import::Importer;
+use crate::platform::Platform;
+use crate::reference::Reference;
+use crate::snapshots::Snapshots;
+use crate::source::{Progress, Source};
+use crate::unpack::UnpackOptions;
+
+const METADATA_FILE: &str = "images.json";
+
+/// One layer of an image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerRecord {
+    /// Blob digest (compressed, as in the manifest).
+    pub digest: Digest,
+    pub size: u64,
+    pub media_type: String,
+    /// Digest of the uncompressed tar: names the snapshot.
+    pub diff_id: Digest,
+}
+
+/// A stored image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRecord {
+    /// Config digest: the image ID.
+    pub id: Digest,
+    pub manifest: Digest,
+    pub manifest_size: u64,
+    pub config_size: u64,
+    /// Normalised `name:tag` references.
+    pub repo_tags: Vec<String>,
+    /// `name@manifest-digest` references.
+    pub repo_digests: Vec<String>,
+    /// Bottom layer first.
+    pub layers: Vec<LayerRecord>,
+    /// Seconds since the epoch.
+    pub imported_at: u64,
+}
+
+impl ImageRecord {
+    /// Bytes of content: manifest, config and compressed layers (as containerd counts).
+    pub fn size(&self) -> u64 {
+        self.manifest_size + self.config_size + self.layers.iter().map(|l| l.size).sum::<u64>()
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Metadata {
+    version: u32,
+    images: Vec<ImageRecord>,
+}
+
+/// Options for [`ImageStore::open_with`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Platform chosen from multi-arch indexes; the host's by default.
+    pub platform: Platform,
+    pub unpack: UnpackOptions,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            platform: Platform::host(),
+            unpack: UnpackOptions::default(),
+        }
+    }
+}
+
+/// Bytes and inodes the store uses on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub bytes: u64,
+    pub inodes: u64,
+}
+
+/// The image store. Thread-safe; share it in an `Arc`.
+#[derive(Debug)]
+pub struct ImageStore {
+    root: PathBuf,
+    blobs: Blobs,
+    snapshots: Snapshots,
+    platform: Platform,
+    images: RwLock<Vec<ImageRecord>>,
+    /// Serialises writers.
+    write: Mutex<()>,
+    /// In-use counts by image ID (containers using the image).
+    pins: Mutex<HashMap<Digest, usize>>,
+}
+
+impl ImageStore {
+    /// Opens (creating) a store at `root` with default options.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens a store, loads its metadata and removes what crashed writers left.
+    /// Must not run while another process writes the same store.
+    pub fn open_with(root: impl AsRef<Path>, opts: StoreOptions) -> Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        fs::create_dir_all(&root).map_err(Error::io("create", &root))?;
+        let meta_path = root.join(METADATA_FILE);
+        let meta: Metadata = match fs::read(&meta_path) {
+            Ok(raw) => serde_json::from_slice(&raw).map_err(|source| Error::Metadata {
+                path: meta_path.clone(),
+                source,
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Metadata::default(),
+            Err(e) => return Err(Error::io("read", &meta_path)(e)),
+        };
+        let store = Self {
+            blobs: Blobs::open(&root)?,
+            snapshots: Snapshots::open(&root, opts.unpack)?,
+            root,
+            platform: opts.platform,
+            images: RwLock::new(meta.images),
+            write: Mutex::new(()),
+            pins: Mutex::new(HashMap::new()),
+        };
+        store.blobs.clean_ingest()?;
+        store.snapshots.clean_tmp()?;
+        store.gc()?;
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Imports every image of an OCI layout directory or image archive.
+    /// Tags an image brings move to it from any image that had them.
+    pub fn import(&self, path: &Path, progress: Progress<'_>) -> Result<Vec<ImageRecord>> {
+        let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let result = (|| {
+            let source = Source::open(path, &self.blobs, progress)?;
+            let importer = Importer {
+                source: &source,
+                blobs: &self.blobs,
+                snapshots: &self.snapshots,
+                platform: &self.platform,
+            };
+            let new = importer.run()?;
+            self.commit(|images| {
+                for rec in &new {
+                    merge(images, rec.clone());
+                }
+            })?;
+            Ok(new)
+        })();
+        if result.is_err() {
+            // Drop blobs and snapshots the failed import stored.
+            self.gc_locked()?;
+        }
+        result
+    }
+
+    /// All images.
+    pub fn list(&self) -> Vec<ImageRecord> {
+        self.images.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Finds an image by ID (`sha256:<hex>` or `<hex>`), tag (`busybox`,
+    /// `docker.io/library/busybox:1`) or repo digest (`name@sha256:...`).
+    pub fn get(&self, reference: &str) -> Option<ImageRecord> {
+        let images = self.images.read().unwrap_or_else(|p| p.into_inner());
+        find(&images, reference).map(|i| images[i].clone())
+    }
+
+    /// The image's config (for entrypoint, env, user, ...).
+    pub fn config(&self, image: &ImageRecord) -> Result<ImageConfiguration> {
+        let raw = self.blobs.read(&image.id)?;
+        serde_json::from_slice(&raw).map_err(|source| Error::Metadata {
+            path: self.blobs.path(&image.id),
+            source,
+        })
+    }
+
+    /// Raw config JSON.
+    pub fn config_json(&self, image: &ImageRecord) -> Result<Vec<u8>> {
+        self.blobs.read(&image.id)
+    }
+
+    /// Snapshot directories of an image's layers, top-most first (overlayfs
+    /// `lowerdir` order).
+    pub fn layer_dirs(&self, image: &ImageRecord) -> Vec<PathBuf> {
+        image.layers.iter().rev().map(|l| self.snapshots.path(&l.diff_id)).collect()
+    }
+
+    /// Removes an image with all its tags, then frees blobs and snapshots no
+    /// other image references. Fails with [`Error::InUse`] while pinned.
+    /// Returns `Ok(false)` when there was no such image (idempotent).
+    pub fn remove(&self, reference: &str) -> Result<bool> {
+        let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(id) = self.get(reference).map(|r| r.id) else {
+            return Ok(false);
+        };
+        if self.pins.lock().unwrap_or_else(|p| p.into_inner()).get(&id).is_some_and(|n| *n > 0) {
+            return Err(Error::InUse { image: id.to_string() });
+        }
+        self.commit(|images| images.retain(|i| i.id != id))?;
+        self.gc_locked()?;
+        Ok(true)
+    }
+
+    /// Marks an image as used by a container: it cannot be removed until unpinned.
+    pub fn pin(&self, id: &Digest) {
+        *self.pins.lock().unwrap_or_else(|p| p.into_inner()).entry(id.clone()).or_default() += 1;
+    }
+
+    pub fn unpin(&self, id: &Digest) {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = pins.get_mut(id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                pins.remove(id);
+            }
+        }
+    }
+
+    /// Frees every blob and snapshot no image references.
+    pub fn gc(&self) -> Result<()> {
+        let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        self.gc_locked()
+    }
+
+    fn gc_locked(&self) -> Result<()> {
+        let images = self.list();
+        let mut blobs: HashSet<&Digest> = HashSet::new();
+        let mut snaps: HashSet<&Digest> = HashSet::new();
+        for i in &images {
+            blobs.insert(&i.id);
+            blobs.insert(&i.manifest);
+            for l in &i.layers {
+                blobs.insert(&l.digest);
+                snaps.insert(&l.diff_id);
+            }
+        }
+        for d in self.blobs.list()? {
+            if !blobs.contains(&d) {
+                self.blobs.remove(&d)?;
+            }
+        }
+        for d in self.snapshots.list()? {
+            if !snaps.contains(&d) {
+                tracing::debug!(diff_id = %d, "removing unreferenced snapshot");
+                self.snapshots.remove(&d)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Disk bytes (allocated blocks) and inodes under the store, hard links counted once.
+    pub fn usage(&self) -> Result<Usage> {
+        let mut seen = HashSet::new();
+        let mut usage = Usage { bytes: 0, inodes: 0 };
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("list", &dir)(e)),
+            };
+            for e in entries.flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                if seen.insert((m.dev(), m.ino())) {
+                    usage.bytes += m.blocks() * 512;
+                    usage.inodes += 1;
+                }
+                if m.is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+        Ok(usage)
+    }
+
+    /// Applies `change` to the image list and persists it atomically.
+    fn commit(&self, change: impl FnOnce(&mut Vec<ImageRecord>)) -> Result<()> {
+        let mut next = self.list();
+        change(&mut next);
+        let meta = Metadata {
+            version: 1,
+            images: next,
+        };
+        let raw = serde_json::to_vec_pretty(&meta).map_err(|source| Error::Metadata {
+            path: self.root.join(METADATA_FILE),
+            source,
+        })?;
+        fsutil::write_atomic(&self.root.join(METADATA_FILE), &raw)?;
+        *self.images.write().unwrap_or_else(|p| p.into_inner()) = meta.images;
+        Ok(())
+    }
+}
+
+/// Adds or updates `rec`, moving its tags away from other images.
+fn merge(images: &mut Vec<ImageRecord>, rec: ImageRecord) {
+    for other in images.iter_mut().filter(|i| i.id != rec.id) {
+        other.repo_tags.retain(|t| !rec.repo_tags.contains(t));
+    }
+    match images.iter_mut().find(|i| i.id == rec.id) {
+        Some(existing) => {
+            for t in rec.repo_tags {
+                if !existing.repo_tags.contains(&t) {
+                    existing.repo_tags.push(t);
+                }
+            }
+            for d in rec.repo_digests {
+                if !existing.repo_digests.contains(&d) {
+                    existing.repo_digests.push(d);
+                }
+            }
+            existing.repo_tags.sort();
+            existing.repo_digests.sort();
+        }
+        None => images.push(rec),
+    }
+}
+
+fn find(images: &[ImageRecord], reference: &str) -> Option<usize> {
+    let as_id = if reference.len() == 64 && !reference.contains(':') {
+        format!("sha256:{reference}")
+    } else {
+        reference.to_string()
+    };
+    if let Some(i) = images.iter().position(|i| i.id.as_str() == as_id) {
+        return Some(i);
+    }
+    let r = Reference::parse(reference).ok()?;
+    match &r.digest {
+        Some(d) => {
+            let want = r.with_digest(d);
+            images.iter().position(|i| i.repo_digests.contains(&want))
+        }
+        None => {
+            let want = r.to_string();
+            images.iter().position(|i| i.repo_tags.contains(&want))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &[u8], tags: &[&str]) -> ImageRecord {
+        ImageRecord {
+            id: Digest::of(id),
+            manifest: Digest::of(&[id, b"m"].concat()),
+            manifest_size: 1,
+            config_size: 1,
+            repo_tags: tags.iter().map(|t| t.to_string()).collect(),
+            repo_digests: vec![],
+            layers: vec![],
+            imported_at: 0,
+        }
+    }
+
+    #[test]
+    fn merge_moves_tags() {
+        let mut images = vec![rec(b"a", &["docker.io/library/x:latest", "docker.io/library/x:1"])];
+        merge(&mut images, rec(b"b", &["docker.io/library/x:latest"]));
+        assert_eq!(images[0].repo_tags, vec!["docker.io/library/x:1"]);
+        assert_eq!(images[1].repo_tags, vec!["docker.io/library/x:latest"]);
+    }
+
+    #[test]
+    fn find_by_id_hex_tag_and_short_name() {
+        let images = vec![rec(b"a", &["docker.io/library/busybox:latest"])];
+        let id = images[0].id.clone();
+        assert_eq!(find(&images, id.as_str()), Some(0));
+        assert_eq!(find(&images, id.hex()), Some(0));
+        assert_eq!(find(&images, "busybox"), Some(0));
+        assert_eq!(find(&images, "busybox:latest"), Some(0));
+        assert_eq!(find(&images, "busybox:2"), None);
+    }
+}
