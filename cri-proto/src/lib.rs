@@ -10,6 +10,8 @@ mod socket;
 
 pub use k8s_cri::v1;
 pub use socket::{SocketError, connect, listen};
+/// The client channel type [`connect`] returns.
+pub use tonic::transport::Channel;
 
 /// picolet's own management API (`picolet.v1`).
 #[allow(clippy::doc_lazy_continuation, missing_docs)]

@@ -74,8 +74,14 @@ mod tests {
 
     #[test]
     fn unix_scheme_is_stripped() {
-        assert_eq!(strip_scheme(Path::new("unix:///run/x.sock")), PathBuf::from("/run/x.sock"));
-        assert_eq!(strip_scheme(Path::new("/run/x.sock")), PathBuf::from("/run/x.sock"));
+        assert_eq!(
+            strip_scheme(Path::new("unix:///run/x.sock")),
+            PathBuf::from("/run/x.sock")
+        );
+        assert_eq!(
+            strip_scheme(Path::new("/run/x.sock")),
+            PathBuf::from("/run/x.sock")
+        );
     }
 
     #[tokio::test]

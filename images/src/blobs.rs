@@ -67,26 +67,30 @@ impl Blobs {
         let copied = io::copy(&mut hashing, &mut tmp.file);
         copied.map_err(Error::io("write blob", &tmp.path))?;
         let (digest, n) = hashing.finish();
-        if let Some(expected) = expected {
-            if &digest != expected {
-                return Err(Error::DigestMismatch {
-                    expected: expected.to_string(),
-                    actual: digest.to_string(),
-                    size: n,
-                });
-            }
+        if let Some(expected) = expected
+            && &digest != expected
+        {
+            return Err(Error::DigestMismatch {
+                expected: expected.to_string(),
+                actual: digest.to_string(),
+                size: n,
+            });
         }
-        if let Some(size) = size {
-            if size != n {
-                return Err(Error::SizeMismatch {
-                    digest: digest.to_string(),
-                    expected: size,
-                    actual: n,
-                });
-            }
+        if let Some(size) = size
+            && size != n
+        {
+            return Err(Error::SizeMismatch {
+                digest: digest.to_string(),
+                expected: size,
+                actual: n,
+            });
         }
-        tmp.file.flush().map_err(Error::io("write blob", &tmp.path))?;
-        tmp.file.sync_all().map_err(Error::io("fsync blob", &tmp.path))?;
+        tmp.file
+            .flush()
+            .map_err(Error::io("write blob", &tmp.path))?;
+        tmp.file
+            .sync_all()
+            .map_err(Error::io("fsync blob", &tmp.path))?;
         let dest = self.path(&digest);
         fs::rename(&tmp.path, &dest).map_err(Error::io("commit blob", &dest))?;
         tmp.committed = true;
@@ -159,7 +163,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let blobs = Blobs::open(dir.path()).expect("open");
         let good = Digest::of(b"abc");
-        let (d, n) = blobs.ingest(&b"abc"[..], Some(&good), Some(3)).expect("ingest");
+        let (d, n) = blobs
+            .ingest(&b"abc"[..], Some(&good), Some(3))
+            .expect("ingest");
         assert_eq!((d.clone(), n), (good.clone(), 3));
         assert_eq!(blobs.read(&good).expect("read"), b"abc");
 
@@ -168,7 +174,10 @@ mod tests {
             .expect_err("mismatch");
         assert!(matches!(err, Error::DigestMismatch { .. }), "{err}");
         assert_eq!(blobs.list().expect("list"), vec![good]);
-        assert_eq!(fs::read_dir(dir.path().join("ingest")).expect("ls").count(), 0);
+        assert_eq!(
+            fs::read_dir(dir.path().join("ingest")).expect("ls").count(),
+            0
+        );
     }
 
     #[test]
@@ -191,6 +200,16 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let blobs = Blobs::open(dir.path()).expect("open");
         let err = blobs.ingest(&b"abc"[..], None, Some(4)).expect_err("size");
-        assert!(matches!(err, Error::SizeMismatch { expected: 4, actual: 3, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                Error::SizeMismatch {
+                    expected: 4,
+                    actual: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -20,7 +20,11 @@ impl Digest {
         let hex = s
             .strip_prefix("sha256:")
             .ok_or_else(|| Error::BadDigest(s.to_string()))?;
-        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(Error::BadDigest(s.to_string()));
         }
         Ok(Self(s.to_string()))

@@ -59,7 +59,10 @@ pub enum Error {
 
 impl Error {
     /// Wraps an I/O error with the operation and path.
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Error::Io { op, path, source }
     }

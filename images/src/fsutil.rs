@@ -8,7 +8,11 @@ use crate::error::{Error, Result};
 
 /// A name no other writer in this or another process will pick.
 pub(crate) fn unique_name(prefix: &str) -> String {
-    format!("{prefix}-{}-{:016x}", std::process::id(), rand::random::<u64>())
+    format!(
+        "{prefix}-{}-{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    )
 }
 
 /// Writes `data` to `path` atomically: temp file in the same dir, fsync,

@@ -66,7 +66,9 @@ impl Importer<'_> {
         } else if let Some(manifest) = self.source.metadata.get("manifest.json") {
             self.docker_candidates(manifest)?
         } else {
-            return Err(self.bad("neither index.json (OCI) nor manifest.json (docker-archive) found"));
+            return Err(
+                self.bad("neither index.json (OCI) nor manifest.json (docker-archive) found")
+            );
         };
         if candidates.is_empty() {
             return Err(self.bad("holds no image"));
@@ -82,11 +84,12 @@ impl Importer<'_> {
         for desc in index.manifests() {
             let names = names_from_annotations(desc);
             // A manifest listed directly with a platform for another host.
-            if let Some(p) = desc.platform() {
-                if is_manifest(desc) && self.platform.score(p).is_none() {
-                    skipped_platform = true;
-                    continue;
-                }
+            if let Some(p) = desc.platform()
+                && is_manifest(desc)
+                && self.platform.score(p).is_none()
+            {
+                skipped_platform = true;
+                continue;
             }
             let manifest = self.resolve(desc, 0)?;
             out.push(Candidate { manifest, names });
@@ -116,7 +119,12 @@ impl Importer<'_> {
         let best = index
             .manifests()
             .iter()
-            .filter_map(|m| m.platform().as_ref().and_then(|p| self.platform.score(p)).map(|s| (s, m)))
+            .filter_map(|m| {
+                m.platform()
+                    .as_ref()
+                    .and_then(|p| self.platform.score(p))
+                    .map(|s| (s, m))
+            })
             .max_by_key(|(s, _)| *s)
             .map(|(_, m)| m)
             .ok_or_else(|| Error::NoPlatform {
@@ -147,13 +155,20 @@ impl Importer<'_> {
                 let head = {
                     let mut f = self.blobs.open_blob(&digest)?;
                     let mut buf = [0u8; 4];
-                    let n = std::io::Read::read(&mut f, &mut buf).map_err(Error::io("read", self.blobs.path(&digest)))?;
+                    let n = std::io::Read::read(&mut f, &mut buf)
+                        .map_err(Error::io("read", self.blobs.path(&digest)))?;
                     buf[..n].to_vec()
                 };
                 let media_type = match crate::unpack::Compression::detect(&head) {
-                    crate::unpack::Compression::None => "application/vnd.docker.image.rootfs.diff.tar",
-                    crate::unpack::Compression::Gzip => "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                    crate::unpack::Compression::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
+                    crate::unpack::Compression::None => {
+                        "application/vnd.docker.image.rootfs.diff.tar"
+                    }
+                    crate::unpack::Compression::Gzip => {
+                        "application/vnd.docker.image.rootfs.diff.tar.gzip"
+                    }
+                    crate::unpack::Compression::Zstd => {
+                        "application/vnd.oci.image.layer.v1.tar+zstd"
+                    }
                 };
                 layers.push(serde_json::json!({"mediaType": media_type, "size": size, "digest": digest.as_str()}));
             }
@@ -180,7 +195,10 @@ impl Importer<'_> {
                 .map(|t| Reference::parse(t))
                 .collect::<Result<Vec<_>>>()
                 .map_err(|err| self.bad(format!("manifest.json entry {i}: {err}")))?;
-            out.push(Candidate { manifest: digest, names });
+            out.push(Candidate {
+                manifest: digest,
+                names,
+            });
         }
         Ok(out)
     }
@@ -265,10 +283,16 @@ impl Importer<'_> {
                 diff_id,
             });
         }
-        let mut repo_tags: Vec<String> = c.names.iter().filter(|n| n.tag.is_some()).map(|n| n.to_string()).collect();
+        let mut repo_tags: Vec<String> = c
+            .names
+            .iter()
+            .filter(|n| n.tag.is_some())
+            .map(|n| n.to_string())
+            .collect();
         repo_tags.sort();
         repo_tags.dedup();
-        let mut repo_digests: Vec<String> = c.names.iter().map(|n| n.with_digest(&c.manifest)).collect();
+        let mut repo_digests: Vec<String> =
+            c.names.iter().map(|n| n.with_digest(&c.manifest)).collect();
         repo_digests.sort();
         repo_digests.dedup();
         Ok(ImageRecord {
@@ -296,7 +320,9 @@ fn names_from_annotations(desc: &Descriptor) -> Vec<Reference> {
     let Some(ann) = desc.annotations() else {
         return Vec::new();
     };
-    let full = ann.get(NAME_ANNOTATION).and_then(|n| Reference::parse(n).ok());
+    let full = ann
+        .get(NAME_ANNOTATION)
+        .and_then(|n| Reference::parse(n).ok());
     let ref_name = ann
         .get(REF_NAME_ANNOTATION)
         .filter(|n| n.contains(':') || n.contains('/'))

@@ -114,7 +114,10 @@ mod tests {
 
     #[test]
     fn parse_round_trips() {
-        assert_eq!(Platform::parse("linux/arm64/v8").expect("ok").to_string(), "linux/arm64/v8");
+        assert_eq!(
+            Platform::parse("linux/arm64/v8").expect("ok").to_string(),
+            "linux/arm64/v8"
+        );
         assert!(Platform::parse("linux").is_none());
     }
 }

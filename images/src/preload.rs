@@ -46,7 +46,10 @@ pub struct Preloader {
 
 /// Whether a file name is an archive the preloader picks up.
 pub fn is_archive(name: &str) -> bool {
-    !name.starts_with('.') && [".tar", ".tar.gz", ".tgz", ".tar.zst"].iter().any(|s| name.ends_with(s))
+    !name.starts_with('.')
+        && [".tar", ".tar.gz", ".tgz", ".tar.zst"]
+            .iter()
+            .any(|s| name.ends_with(s))
 }
 
 impl Preloader {
@@ -109,14 +112,24 @@ impl Preloader {
             error: None,
         };
         let mut state = self.load_state();
-        if state.get(&key).is_some_and(|s| Seen { error: None, ..s.clone() } == now) {
+        if state.get(&key).is_some_and(|s| {
+            Seen {
+                error: None,
+                ..s.clone()
+            } == now
+        }) {
             return Ok(Outcome::Unchanged);
         }
         let outcome = match self.store.import(path, &|_, _| {}) {
             Ok(images) => {
                 let names: Vec<String> = images
                     .iter()
-                    .map(|i| i.repo_tags.first().cloned().unwrap_or_else(|| i.id.to_string()))
+                    .map(|i| {
+                        i.repo_tags
+                            .first()
+                            .cloned()
+                            .unwrap_or_else(|| i.id.to_string())
+                    })
                     .collect();
                 tracing::info!(archive = %path.display(), images = ?names, "preloaded");
                 state.insert(key, now);
@@ -125,7 +138,13 @@ impl Preloader {
             Err(e) => {
                 let msg = e.to_string();
                 tracing::error!(archive = %path.display(), error = %msg, "cannot import preload archive");
-                state.insert(key, Seen { error: Some(msg.clone()), ..now });
+                state.insert(
+                    key,
+                    Seen {
+                        error: Some(msg.clone()),
+                        ..now
+                    },
+                );
                 Outcome::Failed(msg)
             }
         };

@@ -32,7 +32,10 @@ impl Reference {
             return Err(bad("empty or too long"));
         }
         let (rest, digest) = match input.split_once('@') {
-            Some((r, d)) => (r, Some(Digest::parse(d).map_err(|_| bad("invalid digest"))?)),
+            Some((r, d)) => (
+                r,
+                Some(Digest::parse(d).map_err(|_| bad("invalid digest"))?),
+            ),
             None => (input, None),
         };
         // A tag is a ':' after the last '/'.
@@ -41,10 +44,10 @@ impl Reference {
             Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
             None => (rest, None),
         };
-        if let Some(tag) = tag {
-            if !valid_tag(tag) {
-                return Err(bad("invalid tag"));
-            }
+        if let Some(tag) = tag
+            && !valid_tag(tag)
+        {
+            return Err(bad("invalid tag"));
         }
         let (domain, path) = match name.split_once('/') {
             Some((first, rest))
@@ -114,7 +117,8 @@ fn valid_tag(t: &str) -> bool {
     !b.is_empty()
         && b.len() <= 128
         && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(c))
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_.-".contains(c))
 }
 
 fn valid_domain(d: &str) -> bool {
@@ -173,16 +177,31 @@ mod tests {
         let cases = [
             ("busybox", "docker.io/library/busybox:latest".to_string()),
             ("busybox:1.36", "docker.io/library/busybox:1.36".to_string()),
-            ("library/busybox", "docker.io/library/busybox:latest".to_string()),
+            (
+                "library/busybox",
+                "docker.io/library/busybox:latest".to_string(),
+            ),
             ("user/app:v1", "docker.io/user/app:v1".to_string()),
-            ("index.docker.io/user/app", "docker.io/user/app:latest".to_string()),
+            (
+                "index.docker.io/user/app",
+                "docker.io/user/app:latest".to_string(),
+            ),
             ("localhost/x", "localhost/x:latest".to_string()),
             ("localhost:5000/x", "localhost:5000/x:latest".to_string()),
             ("localhost:5000/a/b:c", "localhost:5000/a/b:c".to_string()),
-            ("quay.io/a/b-c__d.e", "quay.io/a/b-c__d.e:latest".to_string()),
+            (
+                "quay.io/a/b-c__d.e",
+                "quay.io/a/b-c__d.e:latest".to_string(),
+            ),
             ("127.0.0.1:5000/x", "127.0.0.1:5000/x:latest".to_string()),
-            (&format!("busybox@{d}") as &str, format!("docker.io/library/busybox@{d}")),
-            (&format!("busybox:1@{d}") as &str, format!("docker.io/library/busybox:1@{d}")),
+            (
+                &format!("busybox@{d}") as &str,
+                format!("docker.io/library/busybox@{d}"),
+            ),
+            (
+                &format!("busybox:1@{d}") as &str,
+                format!("docker.io/library/busybox:1@{d}"),
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(norm(input), want, "input {input}");

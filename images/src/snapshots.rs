@@ -46,7 +46,8 @@ impl Snapshots {
         fs::set_permissions(&work, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(Error::io("chmod", &work))?;
         let result = (|| {
-            let (actual, _) = unpack_layer(blobs.open_blob(layer)?, &work, layer.as_str(), self.opts)?;
+            let (actual, _) =
+                unpack_layer(blobs.open_blob(layer)?, &work, layer.as_str(), self.opts)?;
             if &actual != diff_id {
                 return Err(Error::DigestMismatch {
                     expected: format!("{diff_id} (diff id of layer {layer})"),
@@ -75,7 +76,11 @@ impl Snapshots {
         let mut out = Vec::new();
         for e in fs::read_dir(&self.root).map_err(Error::io("list", &self.root))? {
             let e = e.map_err(Error::io("list", &self.root))?;
-            if let Some(d) = e.file_name().to_str().and_then(|n| Digest::parse(&format!("sha256:{n}")).ok()) {
+            if let Some(d) = e
+                .file_name()
+                .to_str()
+                .and_then(|n| Digest::parse(&format!("sha256:{n}")).ok())
+            {
                 out.push(d);
             }
         }
@@ -99,5 +104,9 @@ pub fn overlay_options(lowers: &[PathBuf], upper: &Path, work: &Path) -> String 
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(":");
-    format!("lowerdir={lower},upperdir={},workdir={}", upper.display(), work.display())
+    format!(
+        "lowerdir={lower},upperdir={},workdir={}",
+        upper.display(),
+        work.display()
+    )
 }

@@ -48,7 +48,10 @@ impl Source {
             for m in METADATA {
                 let p = path.join(m);
                 if p.is_file() {
-                    metadata.insert(m.to_string(), std::fs::read(&p).map_err(Error::io("read", &p))?);
+                    metadata.insert(
+                        m.to_string(),
+                        std::fs::read(&p).map_err(Error::io("read", &p))?,
+                    );
                 }
             }
             if !metadata.contains_key("index.json") {
@@ -101,9 +104,13 @@ impl Source {
             .map_err(|e| self.bad(format!("not a tar archive: {e}")))?;
         let mut seen = 0usize;
         for entry in entries {
-            let mut entry = entry.map_err(|e| self.bad(format!("truncated or corrupt archive: {e}")))?;
+            let mut entry =
+                entry.map_err(|e| self.bad(format!("truncated or corrupt archive: {e}")))?;
             seen += 1;
-            let raw = entry.path().map_err(|e| self.bad(format!("bad entry path: {e}")))?.into_owned();
+            let raw = entry
+                .path()
+                .map_err(|e| self.bad(format!("bad entry path: {e}")))?
+                .into_owned();
             let path = clean(&raw)
                 .map_err(|why| self.entry_err(&raw.display().to_string(), why))?
                 .to_string_lossy()
@@ -122,7 +129,8 @@ impl Source {
                     } else {
                         base.join(target)
                     };
-                    let resolved = normalise(&joined).ok_or_else(|| self.entry_err(&path, "link escapes the archive"))?;
+                    let resolved = normalise(&joined)
+                        .ok_or_else(|| self.entry_err(&path, "link escapes the archive"))?;
                     self.links.insert(path, resolved);
                     continue;
                 }
@@ -140,21 +148,29 @@ impl Source {
             }
             let expected = path
                 .strip_prefix("blobs/sha256/")
-                .map(|hex| Digest::parse(&format!("sha256:{hex}")).map_err(|_| self.entry_err(&path, "blob name is not a sha256 digest")))
+                .map(|hex| {
+                    Digest::parse(&format!("sha256:{hex}"))
+                        .map_err(|_| self.entry_err(&path, "blob name is not a sha256 digest"))
+                })
                 .transpose()?;
             let size = entry.header().size().ok();
             let stored = match &expected {
                 Some(d) if blobs.contains(d) => {
-                    io::copy(&mut entry, &mut io::sink()).map_err(|e| self.entry_err(&path, format!("read: {e}")))?;
+                    io::copy(&mut entry, &mut io::sink())
+                        .map_err(|e| self.entry_err(&path, format!("read: {e}")))?;
                     (d.clone(), size.unwrap_or(0))
                 }
-                _ => blobs.ingest(&mut entry, expected.as_ref(), None).map_err(|e| match e {
-                    Error::DigestMismatch { .. } | Error::SizeMismatch { .. } => self.entry_err(&path, e.to_string()),
-                    Error::Io { source, .. } if source.kind() != io::ErrorKind::StorageFull => {
-                        self.entry_err(&path, format!("truncated or unreadable: {source}"))
-                    }
-                    other => other,
-                })?,
+                _ => blobs
+                    .ingest(&mut entry, expected.as_ref(), None)
+                    .map_err(|e| match e {
+                        Error::DigestMismatch { .. } | Error::SizeMismatch { .. } => {
+                            self.entry_err(&path, e.to_string())
+                        }
+                        Error::Io { source, .. } if source.kind() != io::ErrorKind::StorageFull => {
+                            self.entry_err(&path, format!("truncated or unreadable: {source}"))
+                        }
+                        other => other,
+                    })?,
             };
             self.files.insert(path, stored);
         }
@@ -178,9 +194,12 @@ impl Source {
         if let Some(dir) = &self.dir {
             if !blobs.contains(digest) {
                 let p = dir.join("blobs/sha256").join(digest.hex());
-                let f = File::open(&p).map_err(|_| self.bad(format!("blob {digest} is missing")))?;
+                let f =
+                    File::open(&p).map_err(|_| self.bad(format!("blob {digest} is missing")))?;
                 blobs.ingest(f, Some(digest), None).map_err(|e| match e {
-                    Error::DigestMismatch { .. } => self.entry_err(&format!("blobs/sha256/{}", digest.hex()), e.to_string()),
+                    Error::DigestMismatch { .. } => {
+                        self.entry_err(&format!("blobs/sha256/{}", digest.hex()), e.to_string())
+                    }
                     other => other,
                 })?;
             }
@@ -194,7 +213,8 @@ impl Source {
 
     /// The blob a tarball path (e.g. `abc/layer.tar`) was stored as.
     pub fn file(&self, path: &str) -> Result<(Digest, u64)> {
-        let mut p = normalise(Path::new(path)).ok_or_else(|| self.entry_err(path, "path escapes the archive"))?;
+        let mut p = normalise(Path::new(path))
+            .ok_or_else(|| self.entry_err(path, "path escapes the archive"))?;
         for _ in 0..16 {
             if let Some(found) = self.files.get(&p) {
                 return Ok(found.clone());
@@ -220,7 +240,12 @@ fn normalise(p: &Path) -> Option<String> {
             _ => {}
         }
     }
-    Some(out.iter().map(|s| s.to_string_lossy()).collect::<Vec<_>>().join("/"))
+    Some(
+        out.iter()
+            .map(|s| s.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/"),
+    )
 }
 
 struct CountingReader<'a, R> {

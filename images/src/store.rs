@@ -169,16 +169,18 @@ impl ImageStore {
             })?;
             Ok(new)
         })();
-        if result.is_err() {
-            // Drop blobs and snapshots the failed import stored.
-            self.gc_locked()?;
-        }
+        // Drop what the archive brought but no image references (other
+        // platforms, replaced manifests) or what a failed import stored.
+        self.gc_locked()?;
         result
     }
 
     /// All images.
     pub fn list(&self) -> Vec<ImageRecord> {
-        self.images.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.images
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Finds an image by ID (`sha256:<hex>` or `<hex>`), tag (`busybox`,
@@ -205,7 +207,12 @@ impl ImageStore {
     /// Snapshot directories of an image's layers, top-most first (overlayfs
     /// `lowerdir` order).
     pub fn layer_dirs(&self, image: &ImageRecord) -> Vec<PathBuf> {
-        image.layers.iter().rev().map(|l| self.snapshots.path(&l.diff_id)).collect()
+        image
+            .layers
+            .iter()
+            .rev()
+            .map(|l| self.snapshots.path(&l.diff_id))
+            .collect()
     }
 
     /// Removes an image with all its tags, then frees blobs and snapshots no
@@ -216,8 +223,16 @@ impl ImageStore {
         let Some(id) = self.get(reference).map(|r| r.id) else {
             return Ok(false);
         };
-        if self.pins.lock().unwrap_or_else(|p| p.into_inner()).get(&id).is_some_and(|n| *n > 0) {
-            return Err(Error::InUse { image: id.to_string() });
+        if self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .is_some_and(|n| *n > 0)
+        {
+            return Err(Error::InUse {
+                image: id.to_string(),
+            });
         }
         self.commit(|images| images.retain(|i| i.id != id))?;
         self.gc_locked()?;
@@ -226,7 +241,12 @@ impl ImageStore {
 
     /// Marks an image as used by a container: it cannot be removed until unpinned.
     pub fn pin(&self, id: &Digest) {
-        *self.pins.lock().unwrap_or_else(|p| p.into_inner()).entry(id.clone()).or_default() += 1;
+        *self
+            .pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id.clone())
+            .or_default() += 1;
     }
 
     pub fn unpin(&self, id: &Digest) {
@@ -274,7 +294,10 @@ impl ImageStore {
     /// Disk bytes (allocated blocks) and inodes under the store, hard links counted once.
     pub fn usage(&self) -> Result<Usage> {
         let mut seen = HashSet::new();
-        let mut usage = Usage { bytes: 0, inodes: 0 };
+        let mut usage = Usage {
+            bytes: 0,
+            inodes: 0,
+        };
         let mut stack = vec![self.root.clone()];
         while let Some(dir) = stack.pop() {
             let entries = match fs::read_dir(&dir) {
@@ -321,6 +344,12 @@ fn merge(images: &mut Vec<ImageRecord>, rec: ImageRecord) {
     }
     match images.iter_mut().find(|i| i.id == rec.id) {
         Some(existing) => {
+            // The newest manifest and layer blobs win; names accumulate.
+            existing.manifest = rec.manifest;
+            existing.manifest_size = rec.manifest_size;
+            existing.config_size = rec.config_size;
+            existing.layers = rec.layers;
+            existing.imported_at = rec.imported_at;
             for t in rec.repo_tags {
                 if !existing.repo_tags.contains(&t) {
                     existing.repo_tags.push(t);
@@ -379,7 +408,10 @@ mod tests {
 
     #[test]
     fn merge_moves_tags() {
-        let mut images = vec![rec(b"a", &["docker.io/library/x:latest", "docker.io/library/x:1"])];
+        let mut images = vec![rec(
+            b"a",
+            &["docker.io/library/x:latest", "docker.io/library/x:1"],
+        )];
         merge(&mut images, rec(b"b", &["docker.io/library/x:latest"]));
         assert_eq!(images[0].repo_tags, vec!["docker.io/library/x:1"]);
         assert_eq!(images[1].repo_tags, vec!["docker.io/library/x:latest"]);

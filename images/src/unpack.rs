@@ -14,8 +14,8 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
-use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use nix::fcntl::AtFlags;
+use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 use nix::unistd::{Gid, Uid, fchownat};
 use tar::EntryType;
 
@@ -77,7 +77,12 @@ impl Default for UnpackOptions {
 /// Unpacks the compressed layer `blob` into the empty directory `dest`.
 /// Returns the diff ID (digest of the uncompressed tar) and its size.
 /// `layer` names the layer in errors.
-pub fn unpack_layer(blob: impl Read, dest: &Path, layer: &str, opts: UnpackOptions) -> Result<(Digest, u64)> {
+pub fn unpack_layer(
+    blob: impl Read,
+    dest: &Path,
+    layer: &str,
+    opts: UnpackOptions,
+) -> Result<(Digest, u64)> {
     let bad = |what: String| Error::BadArchive {
         source_name: format!("layer {layer}"),
         what,
@@ -205,11 +210,18 @@ impl<'a> Unpacker<'a> {
                     .map_err(self.io_err(&raw, "link name"))?
                     .ok_or_else(|| self.err(&raw, "hard link without target"))?
                     .into_owned();
-                let target_rel = clean(&target_raw).map_err(|why| self.err(&raw, format!("hard link target: {why}")))?;
+                let target_rel = clean(&target_raw)
+                    .map_err(|why| self.err(&raw, format!("hard link target: {why}")))?;
                 self.check_no_symlink_parents(&target_rel, &raw)?;
                 let target = self.root.join(&target_rel);
                 if !fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
-                    return Err(self.err(&raw, format!("hard link target {} is not in this layer", target_raw.display())));
+                    return Err(self.err(
+                        &raw,
+                        format!(
+                            "hard link target {} is not in this layer",
+                            target_raw.display()
+                        ),
+                    ));
                 }
                 self.remove_existing(&path, &raw)?;
                 fs::hard_link(&target, &path).map_err(self.io_err(&raw, "hard link"))?;
@@ -221,7 +233,11 @@ impl<'a> Unpacker<'a> {
                     other => {
                         let major = header.device_major().ok().flatten().unwrap_or(0);
                         let minor = header.device_minor().ok().flatten().unwrap_or(0);
-                        let flag = if other == EntryType::Char { SFlag::S_IFCHR } else { SFlag::S_IFBLK };
+                        let flag = if other == EntryType::Char {
+                            SFlag::S_IFCHR
+                        } else {
+                            SFlag::S_IFBLK
+                        };
                         (flag, makedev(major.into(), minor.into()))
                     }
                 };
@@ -235,35 +251,53 @@ impl<'a> Unpacker<'a> {
                     Err(e) => return Err(self.err(&raw, format!("mknod: {e}"))),
                 }
             }
-            EntryType::XGlobalHeader | EntryType::XHeader | EntryType::GNULongName | EntryType::GNULongLink => return Ok(()),
+            EntryType::XGlobalHeader
+            | EntryType::XHeader
+            | EntryType::GNULongName
+            | EntryType::GNULongLink => return Ok(()),
             other => return Err(self.err(&raw, format!("unsupported tar entry type {other:?}"))),
         }
 
         self.set_xattrs(entry, &path, &raw)?;
         if self.opts.privileged {
-            fchownat(None, &path, Some(Uid::from_raw(uid as u32)), Some(Gid::from_raw(gid as u32)), AtFlags::AT_SYMLINK_NOFOLLOW)
-                .map_err(|e| self.err(&raw, format!("chown: {e}")))?;
+            fchownat(
+                None,
+                &path,
+                Some(Uid::from_raw(uid as u32)),
+                Some(Gid::from_raw(gid as u32)),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| self.err(&raw, format!("chown: {e}")))?;
         }
         if kind != EntryType::Symlink && kind != EntryType::Directory {
-            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(self.io_err(&raw, "chmod"))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                .map_err(self.io_err(&raw, "chmod"))?;
         }
         if kind != EntryType::Directory {
             let t = filetime::FileTime::from_unix_time(mtime, 0);
-            filetime::set_symlink_file_times(&path, t, t).map_err(self.io_err(&raw, "set mtime"))?;
+            filetime::set_symlink_file_times(&path, t, t)
+                .map_err(self.io_err(&raw, "set mtime"))?;
         }
         Ok(())
     }
 
-    fn set_xattrs<R: Read>(&self, entry: &mut tar::Entry<'_, R>, path: &Path, raw: &Path) -> Result<()> {
-        let Ok(Some(exts)) = entry.pax_extensions() else { return Ok(()) };
+    fn set_xattrs<R: Read>(
+        &self,
+        entry: &mut tar::Entry<'_, R>,
+        path: &Path,
+        raw: &Path,
+    ) -> Result<()> {
+        let Ok(Some(exts)) = entry.pax_extensions() else {
+            return Ok(());
+        };
         for ext in exts {
             let Ok(ext) = ext else { continue };
             let Ok(key) = ext.key() else { continue };
-            if let Some(name) = key.strip_prefix("SCHILY.xattr.") {
-                if let Err(e) = xattr::set(path, name, ext.value_bytes()) {
-                    // Filesystems and privileges differ: keep going, as containerd does.
-                    tracing::debug!(entry = %raw.display(), xattr = name, error = %e, "xattr not set");
-                }
+            if let Some(name) = key.strip_prefix("SCHILY.xattr.")
+                && let Err(e) = xattr::set(path, name, ext.value_bytes())
+            {
+                // Filesystems and privileges differ: keep going, as containerd does.
+                tracing::debug!(entry = %raw.display(), xattr = name, error = %e, "xattr not set");
             }
         }
         Ok(())
@@ -278,7 +312,13 @@ impl<'a> Unpacker<'a> {
             match fs::symlink_metadata(&cur) {
                 Ok(m) if m.is_dir() => {}
                 Ok(m) if m.file_type().is_symlink() => {
-                    return Err(self.err(entry, format!("parent {} is a symlink: path escapes the layer root", cur.strip_prefix(self.root).unwrap_or(&cur).display())));
+                    return Err(self.err(
+                        entry,
+                        format!(
+                            "parent {} is a symlink: path escapes the layer root",
+                            cur.strip_prefix(self.root).unwrap_or(&cur).display()
+                        ),
+                    ));
                 }
                 Ok(_) => return Err(self.err(entry, "a parent is not a directory")),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -296,7 +336,10 @@ impl<'a> Unpacker<'a> {
             for c in parent.components() {
                 cur.push(c);
                 if fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
-                    return Err(self.err(entry, "hard link target goes through a symlink: path escapes the layer root"));
+                    return Err(self.err(
+                        entry,
+                        "hard link target goes through a symlink: path escapes the layer root",
+                    ));
                 }
             }
         }
@@ -305,7 +348,9 @@ impl<'a> Unpacker<'a> {
 
     fn remove_existing(&self, path: &Path, entry: &Path) -> Result<()> {
         match fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => fs::remove_dir_all(path).map_err(self.io_err(entry, "replace dir")),
+            Ok(m) if m.is_dir() => {
+                fs::remove_dir_all(path).map_err(self.io_err(entry, "replace dir"))
+            }
             Ok(_) => fs::remove_file(path).map_err(self.io_err(entry, "replace")),
             Err(_) => Ok(()),
         }
@@ -317,7 +362,8 @@ impl<'a> Unpacker<'a> {
         dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
         for (rel, (mode, mtime)) in dirs {
             let path = self.root.join(rel);
-            fs::set_permissions(&path, fs::Permissions::from_mode(*mode)).map_err(self.io_err(rel, "chmod dir"))?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(*mode))
+                .map_err(self.io_err(rel, "chmod dir"))?;
             let t = filetime::FileTime::from_unix_time(*mtime, 0);
             filetime::set_file_times(&path, t, t).map_err(self.io_err(rel, "set mtime"))?;
         }
@@ -387,10 +433,21 @@ mod tests {
         let (diff, size) = unpack_layer(&tar[..], dir.path(), "l1", unpriv()).expect("unpack");
         assert_eq!(diff, Digest::of(&tar));
         assert_eq!(size, tar.len() as u64);
-        assert_eq!(fs::read(dir.path().join("bin/ash")).expect("read"), b"#!elf");
-        assert_eq!(fs::read_link(dir.path().join("bin/sh")).expect("link"), PathBuf::from("busybox"));
+        assert_eq!(
+            fs::read(dir.path().join("bin/ash")).expect("read"),
+            b"#!elf"
+        );
+        assert_eq!(
+            fs::read_link(dir.path().join("bin/sh")).expect("link"),
+            PathBuf::from("busybox")
+        );
         use std::os::unix::fs::MetadataExt;
-        assert_eq!(fs::metadata(dir.path().join("bin/ash")).expect("stat").nlink(), 2);
+        assert_eq!(
+            fs::metadata(dir.path().join("bin/ash"))
+                .expect("stat")
+                .nlink(),
+            2
+        );
     }
 
     #[test]
@@ -399,7 +456,10 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         io::Write::write_all(&mut gz, &tar).expect("gz");
         let gz = gz.finish().expect("gz");
-        let zst = ruzstd::encoding::compress_to_vec(&tar[..], ruzstd::encoding::CompressionLevel::Fastest);
+        let zst = ruzstd::encoding::compress_to_vec(
+            &tar[..],
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
         for blob in [gz, zst] {
             let dir = tempfile::tempdir().expect("tempdir");
             let (diff, _) = unpack_layer(&blob[..], dir.path(), "l", unpriv()).expect("unpack");
@@ -419,16 +479,25 @@ mod tests {
         h.set_cksum();
         tar[..512].copy_from_slice(h.as_bytes());
         let dir = tempfile::tempdir().expect("tempdir");
-        let err = unpack_layer(&tar[..], &dir.path().join("root"), "l", unpriv()).expect_err("escape");
+        let err =
+            unpack_layer(&tar[..], &dir.path().join("root"), "l", unpriv()).expect_err("escape");
         let msg = err.to_string();
-        assert!(msg.contains("../../../tmp/evil") && msg.contains("escapes"), "{msg}");
+        assert!(
+            msg.contains("../../../tmp/evil") && msg.contains("escapes"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn write_through_symlink_is_rejected() {
         let outside = tempfile::tempdir().expect("tempdir");
         let tar = layer(|b| {
-            link(b, EntryType::Symlink, "evil", outside.path().to_str().expect("utf8"));
+            link(
+                b,
+                EntryType::Symlink,
+                "evil",
+                outside.path().to_str().expect("utf8"),
+            );
             file(b, "evil/pwned", b"x");
         });
         let dir = tempfile::tempdir().expect("tempdir");
@@ -458,7 +527,10 @@ mod tests {
 
     #[test]
     fn clean_paths() {
-        assert_eq!(clean(Path::new("/a/./b/")).expect("ok"), PathBuf::from("a/b"));
+        assert_eq!(
+            clean(Path::new("/a/./b/")).expect("ok"),
+            PathBuf::from("a/b")
+        );
         assert_eq!(clean(Path::new("./")).expect("ok"), PathBuf::new());
         assert!(clean(Path::new("a/../b")).is_err());
     }

@@ -1,1 +1,73 @@
-//! placeholder
+//! `picolet shim`: the CRI server.
+//!
+//! Serves, on one unix socket (mode 0600): CRI ImageService over the offline
+//! [`images`] store, CRI RuntimeService (Version and Status only for now;
+//! every other RPC returns UNIMPLEMENTED), and picolet's own `picolet.v1.Images`
+//! import API. At start it opens the store (cleaning what a crash left) and
+//! starts the preload-folder watcher on its own thread.
+
+mod error;
+mod image_service;
+mod import_service;
+mod runtime_service;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use cri_proto::picolet::images_server::ImagesServer;
+use cri_proto::v1::image_service_server::ImageServiceServer;
+use cri_proto::v1::runtime_service_server::RuntimeServiceServer;
+use edge_config::ShimPaths;
+use images::{ImageStore, Preloader};
+
+pub use error::Error;
+pub use image_service::ImageSvc;
+pub use runtime_service::{RUNTIME_API_VERSION, RUNTIME_NAME, RuntimeSvc};
+
+/// Why the shim could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    #[error("cannot open the image store: {0}")]
+    Store(#[from] images::Error),
+    #[error(transparent)]
+    Socket(#[from] cri_proto::SocketError),
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    #[error("start-up task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Runs the shim until `shutdown` resolves.
+pub async fn serve(
+    paths: ShimPaths,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ShimError> {
+    let store_dir = paths.image_store();
+    let store = tokio::task::spawn_blocking(move || ImageStore::open(store_dir)).await??;
+    let store = Arc::new(store);
+
+    let preloader = Preloader::new(store.clone(), paths.images_dir.clone());
+    std::thread::Builder::new()
+        .name("preload".into())
+        .spawn(move || {
+            if let Err(e) = preloader.watch() {
+                tracing::error!(error = %e, "preload folder watcher stopped");
+            }
+        })
+        .map_err(|e| images::Error::Io {
+            op: "spawn preload thread",
+            path: paths.images_dir.clone(),
+            source: e,
+        })?;
+
+    let incoming = cri_proto::listen(&paths.socket)?;
+    tracing::info!(socket = %paths.socket.display(), "serving CRI");
+    tonic::transport::Server::builder()
+        .add_service(RuntimeServiceServer::new(RuntimeSvc))
+        .add_service(ImageServiceServer::new(ImageSvc::new(store.clone())))
+        .add_service(ImagesServer::new(import_service::ImportSvc::new(store)))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    let _ = std::fs::remove_file(&paths.socket);
+    Ok(())
+}

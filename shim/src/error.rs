@@ -1,0 +1,73 @@
+//! The one mapping from the shim's errors to gRPC status codes.
+
+use images::Error as ImageError;
+use tonic::{Code, Status};
+
+/// Errors the shim's services return.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0} is not implemented by picolet yet")]
+    Unimplemented(&'static str),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        let code = match &e {
+            Error::Image(ie) => match ie {
+                ImageError::NotFound(_) => Code::NotFound,
+                ImageError::InUse { .. } => Code::FailedPrecondition,
+                ImageError::BadDigest(_)
+                | ImageError::BadReference { .. }
+                | ImageError::BadArchive { .. }
+                | ImageError::BadEntry { .. }
+                | ImageError::UnknownMediaType { .. }
+                | ImageError::NoPlatform { .. }
+                | ImageError::DigestMismatch { .. }
+                | ImageError::SizeMismatch { .. } => Code::InvalidArgument,
+                ImageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    Code::NotFound
+                }
+                ImageError::Io { .. } | ImageError::Metadata { .. } => Code::Internal,
+            },
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::NotFound(_) => Code::NotFound,
+            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Internal(_) => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+impl From<tokio::task::JoinError> for Error {
+    fn from(e: tokio::task::JoinError) -> Self {
+        Error::Internal(format!("worker task failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        let s: Status = Error::Image(ImageError::InUse { image: "x".into() }).into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        let s: Status = Error::Image(ImageError::BadReference {
+            reference: "A".into(),
+            why: "w".into(),
+        })
+        .into();
+        assert_eq!(s.code(), Code::InvalidArgument);
+        let s: Status = Error::Unimplemented("RunPodSandbox").into();
+        assert_eq!(s.code(), Code::Unimplemented);
+        assert!(s.message().contains("RunPodSandbox"));
+    }
+}

@@ -1,0 +1,219 @@
+//! CRI ImageService over the offline image store.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cri_proto::v1::{
+    FilesystemIdentifier, FilesystemUsage, Image, ImageFsInfoRequest, ImageFsInfoResponse,
+    ImageSpec, ImageStatusRequest, ImageStatusResponse, Int64Value, ListImagesRequest,
+    ListImagesResponse, PullImageRequest, PullImageResponse, RemoveImageRequest,
+    RemoveImageResponse, UInt64Value, image_service_server::ImageService,
+};
+use images::{ImageRecord, ImageStore};
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+
+/// Serves CRI ImageService from an [`ImageStore`].
+#[derive(Debug, Clone)]
+pub struct ImageSvc {
+    store: Arc<ImageStore>,
+}
+
+impl ImageSvc {
+    pub fn new(store: Arc<ImageStore>) -> Self {
+        Self { store }
+    }
+
+    fn to_cri(&self, rec: &ImageRecord) -> Image {
+        let user = self
+            .store
+            .config(rec)
+            .ok()
+            .and_then(|c| c.config().as_ref().and_then(|c| c.user().clone()))
+            .unwrap_or_default();
+        let (uid, username) = split_user(&user);
+        Image {
+            id: rec.id.to_string(),
+            repo_tags: rec.repo_tags.clone(),
+            repo_digests: rec.repo_digests.clone(),
+            size: rec.size(),
+            uid: uid.map(|value| Int64Value { value }),
+            username,
+            spec: Some(ImageSpec {
+                image: rec.id.to_string(),
+                ..Default::default()
+            }),
+            pinned: false,
+        }
+    }
+
+    fn do_status(&self, req: ImageStatusRequest) -> Result<ImageStatusResponse, Error> {
+        let reference = image_ref(req.image.as_ref())?;
+        let Some(rec) = self.store.get(reference) else {
+            // CRI: an absent image is a nil image, not an error.
+            return Ok(ImageStatusResponse::default());
+        };
+        let mut info = HashMap::new();
+        if req.verbose {
+            let config: serde_json::Value =
+                serde_json::from_slice(&self.store.config_json(&rec)?).unwrap_or_default();
+            let verbose = serde_json::json!({
+                "id": rec.id.as_str(),
+                "manifest": rec.manifest.as_str(),
+                "layers": rec.layers,
+                "imageSpec": config,
+            });
+            info.insert("info".to_string(), verbose.to_string());
+        }
+        Ok(ImageStatusResponse {
+            image: Some(self.to_cri(&rec)),
+            info,
+        })
+    }
+
+    fn do_pull(&self, req: PullImageRequest) -> Result<PullImageResponse, Error> {
+        let reference = image_ref(req.image.as_ref())?;
+        match self.store.get(reference) {
+            Some(rec) => Ok(PullImageResponse {
+                image_ref: rec.id.to_string(),
+            }),
+            None => Err(Error::NotFound(format!(
+                "image {reference:?} is not in the local store and pulling from a registry is not implemented yet: \
+                 import it with `picolet ctl import FILE` or put the archive in the preload folder"
+            ))),
+        }
+    }
+}
+
+/// `"1000:1000"` → uid 1000; `"nobody"` → username.
+fn split_user(user: &str) -> (Option<i64>, String) {
+    let name = user.split(':').next().unwrap_or("");
+    match name.parse::<i64>() {
+        Ok(uid) => (Some(uid), String::new()),
+        Err(_) => (None, name.to_string()),
+    }
+}
+
+/// The image named by a request: an ID (`sha256:<hex>` or `<hex>`) or a
+/// valid reference, else InvalidArgument naming the field.
+fn image_ref(spec: Option<&ImageSpec>) -> Result<&str, Error> {
+    let image = match spec {
+        Some(s) if !s.image.is_empty() => s.image.as_str(),
+        _ => {
+            return Err(Error::InvalidArgument(
+                "image.image: must name an image".into(),
+            ));
+        }
+    };
+    let hex = image.strip_prefix("sha256:").unwrap_or(image);
+    let is_id = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
+    if !is_id {
+        images::Reference::parse(image)
+            .map_err(|e| Error::InvalidArgument(format!("image.image: {e}")))?;
+    }
+    Ok(image)
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[tonic::async_trait]
+impl ImageService for ImageSvc {
+    async fn list_images(
+        &self,
+        req: Request<ListImagesRequest>,
+    ) -> Result<Response<ListImagesResponse>, Status> {
+        let wanted = req
+            .into_inner()
+            .filter
+            .and_then(|f| f.image)
+            .map(|s| s.image)
+            .filter(|s| !s.is_empty());
+        let images = match wanted {
+            Some(r) => self
+                .store
+                .get(&r)
+                .iter()
+                .map(|rec| self.to_cri(rec))
+                .collect(),
+            None => self
+                .store
+                .list()
+                .iter()
+                .map(|rec| self.to_cri(rec))
+                .collect(),
+        };
+        Ok(Response::new(ListImagesResponse { images }))
+    }
+
+    async fn image_status(
+        &self,
+        req: Request<ImageStatusRequest>,
+    ) -> Result<Response<ImageStatusResponse>, Status> {
+        Ok(Response::new(self.do_status(req.into_inner())?))
+    }
+
+    async fn pull_image(
+        &self,
+        req: Request<PullImageRequest>,
+    ) -> Result<Response<PullImageResponse>, Status> {
+        Ok(Response::new(self.do_pull(req.into_inner())?))
+    }
+
+    async fn remove_image(
+        &self,
+        req: Request<RemoveImageRequest>,
+    ) -> Result<Response<RemoveImageResponse>, Status> {
+        let req = req.into_inner();
+        let reference = image_ref(req.image.as_ref())?.to_string();
+        let store = self.store.clone();
+        // Idempotent: removing an absent image succeeds.
+        tokio::task::spawn_blocking(move || store.remove(&reference))
+            .await
+            .map_err(Error::from)?
+            .map_err(Error::from)?;
+        Ok(Response::new(RemoveImageResponse {}))
+    }
+
+    async fn image_fs_info(
+        &self,
+        _req: Request<ImageFsInfoRequest>,
+    ) -> Result<Response<ImageFsInfoResponse>, Status> {
+        let store = self.store.clone();
+        let usage = tokio::task::spawn_blocking(move || store.usage())
+            .await
+            .map_err(Error::from)?
+            .map_err(Error::from)?;
+        let fs = FilesystemUsage {
+            timestamp: now_nanos(),
+            fs_id: Some(FilesystemIdentifier {
+                mountpoint: self.store.root().display().to_string(),
+            }),
+            used_bytes: Some(UInt64Value { value: usage.bytes }),
+            inodes_used: Some(UInt64Value {
+                value: usage.inodes,
+            }),
+        };
+        Ok(Response::new(ImageFsInfoResponse {
+            image_filesystems: vec![fs],
+            container_filesystems: vec![],
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users() {
+        assert_eq!(split_user("1000:1000"), (Some(1000), String::new()));
+        assert_eq!(split_user("nobody"), (None, "nobody".to_string()));
+        assert_eq!(split_user(""), (None, String::new()));
+    }
+}

@@ -1,0 +1,294 @@
+//! Helpers for end-to-end tests that drive the real `picolet` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use cri_proto::v1::image_service_client::ImageServiceClient;
+use cri_proto::v1::{Image, ImageSpec, ImageStatusRequest, ListImagesRequest};
+
+/// Skips a test that needs root, saying why; in CI (`CI=true`) a skip fails.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !nix::unistd::geteuid().is_root() {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("this test needs root and CI must not skip it");
+            }
+            eprintln!(
+                "SKIP {}: needs root (overlayfs, whiteout device nodes, chown)",
+                module_path!()
+            );
+            return;
+        }
+    };
+}
+
+pub fn picolet() -> &'static str {
+    env!("CARGO_BIN_EXE_picolet")
+}
+
+/// The project's test images, built once per test binary.
+pub fn test_images() -> &'static xtask::TestImages {
+    static IMAGES: OnceLock<(tempfile::TempDir, xtask::TestImages)> = OnceLock::new();
+    &IMAGES
+        .get_or_init(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("picolet-images-")
+                .tempdir()
+                .expect("tempdir");
+            let busybox = std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into());
+            let t = xtask::build_test_images(Path::new(&busybox), dir.path())
+                .expect("build test images (needs busybox-static)");
+            (dir, t)
+        })
+        .1
+}
+
+/// A running `picolet shim` on private paths; killed (by PID) and cleaned up on drop.
+pub struct Shim {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+}
+
+impl Shim {
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("picolet-e2e-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("images")).expect("mkdir");
+        let mut s = Self { dir, child: None };
+        s.spawn();
+        s
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("run/picolet.sock")
+    }
+    pub fn images_dir(&self) -> PathBuf {
+        self.dir.path().join("images")
+    }
+    pub fn store(&self) -> PathBuf {
+        self.root().join("shim/images")
+    }
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("shim.log")).unwrap_or_default()
+    }
+
+    /// Starts the shim process and waits for its socket.
+    pub fn spawn(&mut self) {
+        let _ = std::fs::remove_file(self.socket());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("shim.log"))
+            .expect("log");
+        let child = Command::new(picolet())
+            .args(["shim", "--root"])
+            .arg(self.root())
+            .arg("--run-dir")
+            .arg(self.dir.path().join("run"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--images-dir")
+            .arg(self.images_dir())
+            .env("PICOLET_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn picolet shim");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.socket().exists() {
+            assert!(
+                Instant::now() < deadline,
+                "shim did not create its socket; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs the shim we started.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs `picolet ctl --socket <ours> ARGS`.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(picolet())
+            .arg("ctl")
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .expect("run picolet ctl")
+    }
+
+    /// `ctl import`, asserting success.
+    pub fn import(&self, path: &Path) -> String {
+        let out = self.ctl(&["import", path.to_str().expect("utf8")]);
+        assert!(
+            out.status.success(),
+            "import {} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub async fn client(&self) -> ImageServiceClient<cri_proto::Channel> {
+        ImageServiceClient::new(cri_proto::connect(self.socket()).await.expect("connect"))
+    }
+
+    pub async fn list(&self) -> Vec<Image> {
+        let mut images = self
+            .client()
+            .await
+            .list_images(ListImagesRequest { filter: None })
+            .await
+            .expect("ListImages")
+            .into_inner()
+            .images;
+        images.sort_by(|a, b| a.repo_tags.cmp(&b.repo_tags));
+        images
+    }
+
+    pub async fn status(&self, image: &str) -> Option<(Image, Option<serde_json::Value>)> {
+        let resp = self
+            .client()
+            .await
+            .image_status(ImageStatusRequest {
+                image: Some(spec(image)),
+                verbose: true,
+            })
+            .await
+            .expect("ImageStatus")
+            .into_inner();
+        let info = resp
+            .info
+            .get("info")
+            .map(|s| serde_json::from_str(s).expect("verbose info is json"));
+        resp.image.map(|i| (i, info))
+    }
+
+    /// Snapshot directory of each layer (bottom first) of an image.
+    pub async fn layer_dirs(&self, image: &str) -> Vec<PathBuf> {
+        let (_, info) = self.status(image).await.expect("image present");
+        let info = info.expect("verbose info");
+        info["layers"]
+            .as_array()
+            .expect("layers")
+            .iter()
+            .map(|l| {
+                let diff = l["diff_id"].as_str().expect("diff_id");
+                self.store()
+                    .join("snapshots/sha256")
+                    .join(diff.trim_start_matches("sha256:"))
+            })
+            .collect()
+    }
+
+    /// Names of files in a store subdirectory (e.g. `blobs/sha256`).
+    pub fn store_entries(&self, sub: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.store().join(sub))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM first so the shim shuts down cleanly.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn spec(image: &str) -> ImageSpec {
+    ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    }
+}
+
+/// Waits until `cond` holds, polling.
+pub async fn wait_for(what: &str, timeout: Duration, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An overlay mount, unmounted on drop.
+pub struct Overlay {
+    pub target: PathBuf,
+}
+
+impl Overlay {
+    pub fn mount(lowers_top_first: &[PathBuf], scratch: &Path) -> Self {
+        let upper = scratch.join("upper");
+        let work = scratch.join("work");
+        let target = scratch.join("merged");
+        for d in [&upper, &work, &target] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        let opts = images::overlay_options(lowers_top_first, &upper, &work);
+        nix::mount::mount(
+            Some("overlay"),
+            &target,
+            Some("overlay"),
+            nix::mount::MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+        .unwrap_or_else(|e| panic!("mount overlay {opts}: {e}"));
+        Self { target }
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.target, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// Whether a command exists on PATH.
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}

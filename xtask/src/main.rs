@@ -1,0 +1,58 @@
+//! `cargo xtask`: project tasks.
+//!
+//! - `cargo xtask test-images OUT`: the test images in every format.
+//! - `cargo xtask demo-image OUT.tar`: the busybox demo image (oci-archive).
+//! - `cargo xtask bench-image OUT.tar [MB]`: busybox + MB MiB of random data,
+//!   as a docker-archive (what `ctr images import` and picolet both read).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let busybox = PathBuf::from(std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()));
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["test-images", out] => {
+            let t = xtask::build_test_images(&busybox, Path::new(out))?;
+            println!("{t:#?}");
+        }
+        ["demo-image", out] => {
+            let base = xtask::busybox_layer(&busybox)?;
+            let dir = tempdir_for(out)?;
+            xtask::write_oci_layout(&dir, &[xtask::busybox_image(&base)])?;
+            xtask::tar_dir(&dir, Path::new(out))?;
+            std::fs::remove_dir_all(&dir)?;
+            println!("wrote {out} ({})", xtask::BUSYBOX_REF);
+        }
+        ["bench-image", out, rest @ ..] => {
+            let mb: usize = rest
+                .first()
+                .map(|s| s.parse())
+                .transpose()
+                .context("MB must be a number")?
+                .unwrap_or(100);
+            let base = xtask::busybox_layer(&busybox)?;
+            let img = xtask::big_image(&base, mb);
+            xtask::write_docker_archive(Path::new(out), &[(img, vec![xtask::BIG_REF.into()])])?;
+            println!("wrote {out} ({}, {mb} MiB layer)", xtask::BIG_REF);
+        }
+        _ => bail!(
+            "usage: cargo xtask test-images OUT | demo-image OUT.tar | bench-image OUT.tar [MB]"
+        ),
+    }
+    Ok(())
+}
+
+fn tempdir_for(out: &str) -> Result<PathBuf> {
+    let dir = PathBuf::from(format!("{out}.layout.tmp"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(dir)
+}
