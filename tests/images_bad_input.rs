@@ -203,7 +203,7 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
     .expect("base");
     xtask::write_docker_archive(
         &big,
-        &[(xtask::big_image(&base, 192), vec![xtask::BIG_REF.into()])],
+        &[(xtask::big_image(&base, 128), vec![xtask::BIG_REF.into()])],
     )
     .expect("big image");
 
