@@ -6,6 +6,7 @@
 //! [`picolet`]. [`connect`] dials a unix socket; [`serve`] binds one with mode
 //! 0600 and serves a tonic router on it until a shutdown future resolves.
 
+pub mod log;
 mod socket;
 
 pub use k8s_cri::v1;
