@@ -28,12 +28,43 @@ enum Command {
     Agent,
     /// Run shim and agent together (not implemented yet: needs the agent).
     Up,
-    /// Per-container monitor, started by the shim (not implemented yet).
-    Monitor,
+    /// Per-container monitor, started by the shim (internal).
+    #[command(hide = true, subcommand)]
+    Monitor(MonitorCommand),
     /// A small crictl-like client for debugging on the device.
     Ctl(ctl::CtlArgs),
     /// Print the version.
     Version,
+}
+
+#[derive(Subcommand)]
+enum MonitorCommand {
+    /// Create a container and watch it until it exits.
+    Create {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        bundle: PathBuf,
+        #[arg(long)]
+        state_root: PathBuf,
+        #[arg(long)]
+        log: Option<PathBuf>,
+        #[arg(long)]
+        exit_file: PathBuf,
+        #[arg(long)]
+        cgroup: String,
+    },
+    /// Run a command in a running container (ExecSync).
+    Exec {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        state_root: PathBuf,
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -66,9 +97,7 @@ fn main() -> ExitCode {
         Command::Up => not_yet(&Err(
             "`picolet up` is not implemented yet: it needs the agent".into(),
         )),
-        Command::Monitor => not_yet(&Err(
-            "`picolet monitor` is not implemented yet: it arrives with containers".into(),
-        )),
+        Command::Monitor(m) => run_monitor(m),
     }
 }
 
@@ -80,6 +109,38 @@ fn not_yet(res: &Result<(), String>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_monitor(cmd: MonitorCommand) -> ExitCode {
+    let code = match cmd {
+        MonitorCommand::Create {
+            id,
+            bundle,
+            state_root,
+            log,
+            exit_file,
+            cgroup,
+        } => shim::monitor::run(shim::monitor::MonitorArgs {
+            id,
+            bundle,
+            state_root,
+            log,
+            exit_file,
+            cgroup,
+        }),
+        MonitorCommand::Exec {
+            id,
+            state_root,
+            timeout_ms,
+            cmd,
+        } => shim::monitor::exec(shim::monitor::ExecArgs {
+            id,
+            state_root,
+            timeout: timeout_ms.map(std::time::Duration::from_millis),
+            cmd,
+        }),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(255))
 }
 
 fn init_tracing() {

@@ -119,9 +119,15 @@ mod tests {
 
     #[test]
     fn formats_like_containerd() {
-        assert_eq!(rfc3339_nano(t(1_475_713_029_669_794_202)), "2016-10-06T00:17:09.669794202Z");
+        assert_eq!(
+            rfc3339_nano(t(1_475_713_029_669_794_202)),
+            "2016-10-06T00:17:09.669794202Z"
+        );
         assert_eq!(rfc3339_nano(t(0)), "1970-01-01T00:00:00.000000000Z");
-        assert_eq!(rfc3339_nano(t(951_782_400_000_000_000)), "2000-02-29T00:00:00.000000000Z");
+        assert_eq!(
+            rfc3339_nano(t(951_782_400_000_000_000)),
+            "2000-02-29T00:00:00.000000000Z"
+        );
     }
 
     #[test]
@@ -135,7 +141,10 @@ mod tests {
         assert_eq!(text, format!("{ts} stderr F ghi\n"));
         assert!(s.flush(t(0)).is_empty());
         s.push(b"tal", t(0));
-        assert_eq!(String::from_utf8(s.flush(t(0))).expect("utf8"), format!("{ts} stderr F tal\n"));
+        assert_eq!(
+            String::from_utf8(s.flush(t(0))).expect("utf8"),
+            format!("{ts} stderr F tal\n")
+        );
     }
 
     #[test]

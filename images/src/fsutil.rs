@@ -1,4 +1,5 @@
-//! Small filesystem helpers for crash-safe writes.
+//! Small filesystem helpers for crash-safe writes (also used by the shim for
+//! its sandbox and container state).
 
 use std::fs;
 use std::io::Write;
@@ -7,7 +8,7 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 /// A name no other writer in this or another process will pick.
-pub(crate) fn unique_name(prefix: &str) -> String {
+pub fn unique_name(prefix: &str) -> String {
     format!(
         "{prefix}-{}-{:016x}",
         std::process::id(),
@@ -17,7 +18,7 @@ pub(crate) fn unique_name(prefix: &str) -> String {
 
 /// Writes `data` to `path` atomically: temp file in the same dir, fsync,
 /// rename, fsync of the directory.
-pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}", unique_name("tmp")));
     let res = (|| {
@@ -34,7 +35,7 @@ pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 /// fsyncs a directory so a rename inside it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+pub fn sync_dir(dir: &Path) -> Result<()> {
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(Error::io("fsync dir", dir))
@@ -47,7 +48,7 @@ pub(crate) fn remove_file_if_exists(path: &Path) -> Result<()> {
     }
 }
 
-pub(crate) fn remove_dir_all_if_exists(path: &Path) -> Result<()> {
+pub fn remove_dir_all_if_exists(path: &Path) -> Result<()> {
     match fs::remove_dir_all(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
         _ => Ok(()),

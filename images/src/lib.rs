@@ -18,7 +18,7 @@
 pub mod blobs;
 pub mod digest;
 mod error;
-mod fsutil;
+pub mod fsutil;
 mod import;
 pub mod platform;
 pub mod preload;

@@ -12,6 +12,12 @@ pub enum Error {
     InvalidArgument(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error("{0} is not implemented by picolet yet")]
     Unimplemented(&'static str),
     #[error("internal error: {0}")]
@@ -39,6 +45,9 @@ impl From<Error> for Status {
             },
             Error::InvalidArgument(_) => Code::InvalidArgument,
             Error::NotFound(_) => Code::NotFound,
+            Error::AlreadyExists(_) => Code::AlreadyExists,
+            Error::FailedPrecondition(_) => Code::FailedPrecondition,
+            Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::Internal(_) => Code::Internal,
         };

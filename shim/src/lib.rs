@@ -1,15 +1,25 @@
 //! `picolet shim`: the CRI server.
 //!
 //! Serves, on one unix socket (mode 0600): CRI ImageService over the offline
-//! [`images`] store, CRI RuntimeService (Version and Status only for now;
-//! every other RPC returns UNIMPLEMENTED), and picolet's own `picolet.v1.Images`
-//! import API. At start it opens the store (cleaning what a crash left) and
-//! starts the preload-folder watcher on its own thread.
+//! [`images`] store, CRI RuntimeService over [`Runtime`] (sandboxes with
+//! pinned namespaces, containers created by `picolet monitor` with youki's
+//! libcontainer), and picolet's own `picolet.v1.Images` import API. At start
+//! it opens the store (cleaning what a crash left), recovers every sandbox and
+//! container from its records, and starts the preload-folder watcher.
 
+mod cgroupfs;
+mod container;
 mod error;
 mod image_service;
 mod import_service;
+pub mod monitor;
+mod namespaces;
+mod runtime;
 mod runtime_service;
+mod sandbox;
+mod spec;
+mod state;
+mod users;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -22,6 +32,7 @@ use images::{ImageStore, Preloader};
 
 pub use error::Error;
 pub use image_service::ImageSvc;
+pub use runtime::Runtime;
 pub use runtime_service::{RUNTIME_API_VERSION, RUNTIME_NAME, RuntimeSvc};
 
 /// Why the shim could not start or stopped.
@@ -35,6 +46,8 @@ pub enum ShimError {
     Serve(#[from] tonic::transport::Error),
     #[error("start-up task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    #[error("cannot recover runtime state: {0}")]
+    Runtime(#[from] Error),
 }
 
 /// Runs the shim until `shutdown` resolves.
@@ -60,10 +73,14 @@ pub async fn serve(
             source: e,
         })?;
 
+    let runtime = Arc::new(Runtime::new(paths.clone(), store.clone())?);
+    runtime.recover().await?;
+    tokio::spawn(runtime.clone().watch_exits());
+
     let incoming = cri_proto::listen(&paths.socket)?;
     tracing::info!(socket = %paths.socket.display(), "serving CRI");
     tonic::transport::Server::builder()
-        .add_service(RuntimeServiceServer::new(RuntimeSvc))
+        .add_service(RuntimeServiceServer::new(RuntimeSvc::new(runtime)))
         .add_service(ImageServiceServer::new(ImageSvc::new(store.clone())))
         .add_service(ImagesServer::new(import_service::ImportSvc::new(store)))
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -1,14 +1,16 @@
-//! CRI RuntimeService. Today only Version and Status answer; every other RPC
-//! returns UNIMPLEMENTED until the runtime issue (sandboxes and containers
-//! with libcontainer) lands. Status says so honestly: RuntimeReady is false.
+//! CRI RuntimeService: thin handlers over [`Runtime`]. Not yet implemented
+//! (UNIMPLEMENTED): streaming Exec/Attach/PortForward, CheckpointContainer,
+//! the stats RPCs and the metrics RPCs.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use cri_proto::v1::{
-    AttachRequest, AttachResponse, CheckpointContainerRequest, CheckpointContainerResponse,
-    ContainerEventResponse, ContainerStatsRequest, ContainerStatsResponse, ContainerStatusRequest,
-    ContainerStatusResponse, CreateContainerRequest, CreateContainerResponse, ExecRequest,
-    ExecResponse, ExecSyncRequest, ExecSyncResponse, GetEventsRequest, ListContainerStatsRequest,
+    AttachRequest, AttachResponse, CgroupDriver, CheckpointContainerRequest,
+    CheckpointContainerResponse, ContainerEventResponse, ContainerStatsRequest,
+    ContainerStatsResponse, ContainerStatusRequest, ContainerStatusResponse,
+    CreateContainerRequest, CreateContainerResponse, ExecRequest, ExecResponse, ExecSyncRequest,
+    ExecSyncResponse, GetEventsRequest, LinuxRuntimeConfiguration, ListContainerStatsRequest,
     ListContainerStatsResponse, ListContainersRequest, ListContainersResponse,
     ListMetricDescriptorsRequest, ListMetricDescriptorsResponse, ListPodSandboxMetricsRequest,
     ListPodSandboxMetricsResponse, ListPodSandboxRequest, ListPodSandboxResponse,
@@ -23,10 +25,11 @@ use cri_proto::v1::{
     UpdateContainerResourcesResponse, UpdateRuntimeConfigRequest, UpdateRuntimeConfigResponse,
     VersionRequest, VersionResponse, runtime_service_server::RuntimeService,
 };
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
+use crate::runtime::Runtime;
 
 /// Name reported by Version.
 pub const RUNTIME_NAME: &str = "picolet";
@@ -34,8 +37,16 @@ pub const RUNTIME_NAME: &str = "picolet";
 pub const RUNTIME_API_VERSION: &str = "v1";
 
 /// Serves CRI RuntimeService.
-#[derive(Debug, Clone, Default)]
-pub struct RuntimeSvc;
+#[derive(Debug, Clone)]
+pub struct RuntimeSvc {
+    rt: Arc<Runtime>,
+}
+
+impl RuntimeSvc {
+    pub fn new(rt: Arc<Runtime>) -> Self {
+        Self { rt }
+    }
+}
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<ContainerEventResponse, Status>> + Send>>;
 
@@ -46,6 +57,17 @@ fn condition(kind: &str, status: bool, reason: &str, message: &str) -> RuntimeCo
         reason: reason.to_string(),
         message: message.to_string(),
     }
+}
+
+fn id_of(id: &str, field: &str) -> Result<(), Error> {
+    if id.is_empty() {
+        return Err(Error::InvalidArgument(format!("{field}: required")));
+    }
+    Ok(())
+}
+
+fn unimplemented<T>(rpc: &'static str) -> Result<Response<T>, Status> {
+    Err(Error::Unimplemented(rpc).into())
 }
 
 #[tonic::async_trait]
@@ -69,17 +91,12 @@ impl RuntimeService for RuntimeSvc {
         _req: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
         let conditions = vec![
-            condition(
-                "RuntimeReady",
-                false,
-                "ContainerRuntimeNotImplemented",
-                "picolet serves images only; sandboxes and containers are not implemented yet",
-            ),
+            condition("RuntimeReady", true, "", ""),
             condition(
                 "NetworkReady",
                 false,
-                "NetworkNotImplemented",
-                "pod networking is not implemented yet",
+                "NetworkPluginNotReady",
+                "CNI is not implemented yet: pods get loopback only (host-network pods work)",
             ),
         ];
         Ok(Response::new(StatusResponse {
@@ -88,164 +105,261 @@ impl RuntimeService for RuntimeSvc {
         }))
     }
 
-    async fn get_container_events(
-        &self,
-        _req: Request<GetEventsRequest>,
-    ) -> Result<Response<EventStream>, Status> {
-        Err(Error::Unimplemented("GetContainerEvents").into())
-    }
-
     async fn run_pod_sandbox(
         &self,
-        _req: Request<RunPodSandboxRequest>,
+        req: Request<RunPodSandboxRequest>,
     ) -> Result<Response<RunPodSandboxResponse>, Status> {
-        Err(Error::Unimplemented("RunPodSandbox").into())
+        let config = req
+            .into_inner()
+            .config
+            .ok_or_else(|| Error::InvalidArgument("config: required".into()))?;
+        let pod_sandbox_id = self.rt.run_pod_sandbox(config).await?;
+        Ok(Response::new(RunPodSandboxResponse { pod_sandbox_id }))
     }
+
     async fn stop_pod_sandbox(
         &self,
-        _req: Request<StopPodSandboxRequest>,
+        req: Request<StopPodSandboxRequest>,
     ) -> Result<Response<StopPodSandboxResponse>, Status> {
-        Err(Error::Unimplemented("StopPodSandbox").into())
+        let id = req.into_inner().pod_sandbox_id;
+        id_of(&id, "pod_sandbox_id")?;
+        self.rt.stop_pod_sandbox(&id).await?;
+        Ok(Response::new(StopPodSandboxResponse {}))
     }
+
     async fn remove_pod_sandbox(
         &self,
-        _req: Request<RemovePodSandboxRequest>,
+        req: Request<RemovePodSandboxRequest>,
     ) -> Result<Response<RemovePodSandboxResponse>, Status> {
-        Err(Error::Unimplemented("RemovePodSandbox").into())
+        let id = req.into_inner().pod_sandbox_id;
+        id_of(&id, "pod_sandbox_id")?;
+        self.rt.remove_pod_sandbox(&id).await?;
+        Ok(Response::new(RemovePodSandboxResponse {}))
     }
+
     async fn pod_sandbox_status(
         &self,
-        _req: Request<PodSandboxStatusRequest>,
+        req: Request<PodSandboxStatusRequest>,
     ) -> Result<Response<PodSandboxStatusResponse>, Status> {
-        Err(Error::Unimplemented("PodSandboxStatus").into())
+        let id = req.into_inner().pod_sandbox_id;
+        id_of(&id, "pod_sandbox_id")?;
+        Ok(Response::new(PodSandboxStatusResponse {
+            status: Some(self.rt.pod_sandbox_status(&id)?),
+            ..Default::default()
+        }))
     }
+
     async fn list_pod_sandbox(
         &self,
-        _req: Request<ListPodSandboxRequest>,
+        req: Request<ListPodSandboxRequest>,
     ) -> Result<Response<ListPodSandboxResponse>, Status> {
-        Err(Error::Unimplemented("ListPodSandbox").into())
+        Ok(Response::new(ListPodSandboxResponse {
+            items: self.rt.list_pod_sandbox(req.into_inner().filter),
+        }))
     }
+
     async fn create_container(
         &self,
-        _req: Request<CreateContainerRequest>,
+        req: Request<CreateContainerRequest>,
     ) -> Result<Response<CreateContainerResponse>, Status> {
-        Err(Error::Unimplemented("CreateContainer").into())
+        let req = req.into_inner();
+        id_of(&req.pod_sandbox_id, "pod_sandbox_id")?;
+        let config = req
+            .config
+            .ok_or_else(|| Error::InvalidArgument("config: required".into()))?;
+        let container_id = self
+            .rt
+            .create_container(&req.pod_sandbox_id, config, req.sandbox_config)
+            .await?;
+        Ok(Response::new(CreateContainerResponse { container_id }))
     }
+
     async fn start_container(
         &self,
-        _req: Request<StartContainerRequest>,
+        req: Request<StartContainerRequest>,
     ) -> Result<Response<StartContainerResponse>, Status> {
-        Err(Error::Unimplemented("StartContainer").into())
+        let id = req.into_inner().container_id;
+        id_of(&id, "container_id")?;
+        self.rt.start_container(&id).await?;
+        Ok(Response::new(StartContainerResponse {}))
     }
+
     async fn stop_container(
         &self,
-        _req: Request<StopContainerRequest>,
+        req: Request<StopContainerRequest>,
     ) -> Result<Response<StopContainerResponse>, Status> {
-        Err(Error::Unimplemented("StopContainer").into())
+        let req = req.into_inner();
+        id_of(&req.container_id, "container_id")?;
+        self.rt
+            .stop_container(&req.container_id, req.timeout)
+            .await?;
+        Ok(Response::new(StopContainerResponse {}))
     }
+
     async fn remove_container(
         &self,
-        _req: Request<RemoveContainerRequest>,
+        req: Request<RemoveContainerRequest>,
     ) -> Result<Response<RemoveContainerResponse>, Status> {
-        Err(Error::Unimplemented("RemoveContainer").into())
+        let id = req.into_inner().container_id;
+        id_of(&id, "container_id")?;
+        self.rt.remove_container(&id).await?;
+        Ok(Response::new(RemoveContainerResponse {}))
     }
+
     async fn list_containers(
         &self,
-        _req: Request<ListContainersRequest>,
+        req: Request<ListContainersRequest>,
     ) -> Result<Response<ListContainersResponse>, Status> {
-        Err(Error::Unimplemented("ListContainers").into())
+        Ok(Response::new(ListContainersResponse {
+            containers: self.rt.list_containers(req.into_inner().filter),
+        }))
     }
+
     async fn container_status(
         &self,
-        _req: Request<ContainerStatusRequest>,
+        req: Request<ContainerStatusRequest>,
     ) -> Result<Response<ContainerStatusResponse>, Status> {
-        Err(Error::Unimplemented("ContainerStatus").into())
+        let id = req.into_inner().container_id;
+        id_of(&id, "container_id")?;
+        Ok(Response::new(ContainerStatusResponse {
+            status: Some(self.rt.container_status(&id)?),
+            ..Default::default()
+        }))
     }
+
     async fn update_container_resources(
         &self,
-        _req: Request<UpdateContainerResourcesRequest>,
+        req: Request<UpdateContainerResourcesRequest>,
     ) -> Result<Response<UpdateContainerResourcesResponse>, Status> {
-        Err(Error::Unimplemented("UpdateContainerResources").into())
+        let req = req.into_inner();
+        id_of(&req.container_id, "container_id")?;
+        let linux = req
+            .linux
+            .ok_or_else(|| Error::InvalidArgument("linux: required".into()))?;
+        self.rt
+            .update_container_resources(&req.container_id, linux)?;
+        Ok(Response::new(UpdateContainerResourcesResponse {}))
     }
+
     async fn reopen_container_log(
         &self,
-        _req: Request<ReopenContainerLogRequest>,
+        req: Request<ReopenContainerLogRequest>,
     ) -> Result<Response<ReopenContainerLogResponse>, Status> {
-        Err(Error::Unimplemented("ReopenContainerLog").into())
+        let id = req.into_inner().container_id;
+        id_of(&id, "container_id")?;
+        self.rt.reopen_container_log(&id)?;
+        Ok(Response::new(ReopenContainerLogResponse {}))
     }
+
     async fn exec_sync(
         &self,
-        _req: Request<ExecSyncRequest>,
+        req: Request<ExecSyncRequest>,
     ) -> Result<Response<ExecSyncResponse>, Status> {
-        Err(Error::Unimplemented("ExecSync").into())
+        let req = req.into_inner();
+        id_of(&req.container_id, "container_id")?;
+        let (stdout, stderr, exit_code) = self
+            .rt
+            .exec_sync(&req.container_id, req.cmd, req.timeout)
+            .await?;
+        Ok(Response::new(ExecSyncResponse {
+            stdout,
+            stderr,
+            exit_code,
+        }))
     }
-    async fn exec(&self, _req: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
-        Err(Error::Unimplemented("Exec").into())
-    }
-    async fn attach(
-        &self,
-        _req: Request<AttachRequest>,
-    ) -> Result<Response<AttachResponse>, Status> {
-        Err(Error::Unimplemented("Attach").into())
-    }
-    async fn port_forward(
-        &self,
-        _req: Request<PortForwardRequest>,
-    ) -> Result<Response<PortForwardResponse>, Status> {
-        Err(Error::Unimplemented("PortForward").into())
-    }
-    async fn container_stats(
-        &self,
-        _req: Request<ContainerStatsRequest>,
-    ) -> Result<Response<ContainerStatsResponse>, Status> {
-        Err(Error::Unimplemented("ContainerStats").into())
-    }
-    async fn list_container_stats(
-        &self,
-        _req: Request<ListContainerStatsRequest>,
-    ) -> Result<Response<ListContainerStatsResponse>, Status> {
-        Err(Error::Unimplemented("ListContainerStats").into())
-    }
-    async fn pod_sandbox_stats(
-        &self,
-        _req: Request<PodSandboxStatsRequest>,
-    ) -> Result<Response<PodSandboxStatsResponse>, Status> {
-        Err(Error::Unimplemented("PodSandboxStats").into())
-    }
-    async fn list_pod_sandbox_stats(
-        &self,
-        _req: Request<ListPodSandboxStatsRequest>,
-    ) -> Result<Response<ListPodSandboxStatsResponse>, Status> {
-        Err(Error::Unimplemented("ListPodSandboxStats").into())
-    }
-    async fn update_runtime_config(
-        &self,
-        _req: Request<UpdateRuntimeConfigRequest>,
-    ) -> Result<Response<UpdateRuntimeConfigResponse>, Status> {
-        Err(Error::Unimplemented("UpdateRuntimeConfig").into())
-    }
-    async fn checkpoint_container(
-        &self,
-        _req: Request<CheckpointContainerRequest>,
-    ) -> Result<Response<CheckpointContainerResponse>, Status> {
-        Err(Error::Unimplemented("CheckpointContainer").into())
-    }
-    async fn list_metric_descriptors(
-        &self,
-        _req: Request<ListMetricDescriptorsRequest>,
-    ) -> Result<Response<ListMetricDescriptorsResponse>, Status> {
-        Err(Error::Unimplemented("ListMetricDescriptors").into())
-    }
-    async fn list_pod_sandbox_metrics(
-        &self,
-        _req: Request<ListPodSandboxMetricsRequest>,
-    ) -> Result<Response<ListPodSandboxMetricsResponse>, Status> {
-        Err(Error::Unimplemented("ListPodSandboxMetrics").into())
-    }
+
     async fn runtime_config(
         &self,
         _req: Request<RuntimeConfigRequest>,
     ) -> Result<Response<RuntimeConfigResponse>, Status> {
-        Err(Error::Unimplemented("RuntimeConfig").into())
+        Ok(Response::new(RuntimeConfigResponse {
+            linux: Some(LinuxRuntimeConfiguration {
+                cgroup_driver: CgroupDriver::Cgroupfs as i32,
+            }),
+        }))
+    }
+
+    async fn update_runtime_config(
+        &self,
+        _req: Request<UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<UpdateRuntimeConfigResponse>, Status> {
+        // The pod CIDR matters to CNI, which is not implemented yet; accept it.
+        Ok(Response::new(UpdateRuntimeConfigResponse {}))
+    }
+
+    async fn get_container_events(
+        &self,
+        _req: Request<GetEventsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let rx = tokio_stream::wrappers::BroadcastStream::new(self.rt.subscribe());
+        let stream = rx.filter_map(|e| e.ok().map(Ok));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn exec(&self, _req: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
+        unimplemented("Exec (streaming)")
+    }
+
+    async fn attach(
+        &self,
+        _req: Request<AttachRequest>,
+    ) -> Result<Response<AttachResponse>, Status> {
+        unimplemented("Attach")
+    }
+
+    async fn port_forward(
+        &self,
+        _req: Request<PortForwardRequest>,
+    ) -> Result<Response<PortForwardResponse>, Status> {
+        unimplemented("PortForward")
+    }
+
+    async fn container_stats(
+        &self,
+        _req: Request<ContainerStatsRequest>,
+    ) -> Result<Response<ContainerStatsResponse>, Status> {
+        unimplemented("ContainerStats")
+    }
+
+    async fn list_container_stats(
+        &self,
+        _req: Request<ListContainerStatsRequest>,
+    ) -> Result<Response<ListContainerStatsResponse>, Status> {
+        unimplemented("ListContainerStats")
+    }
+
+    async fn pod_sandbox_stats(
+        &self,
+        _req: Request<PodSandboxStatsRequest>,
+    ) -> Result<Response<PodSandboxStatsResponse>, Status> {
+        unimplemented("PodSandboxStats")
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        _req: Request<ListPodSandboxStatsRequest>,
+    ) -> Result<Response<ListPodSandboxStatsResponse>, Status> {
+        unimplemented("ListPodSandboxStats")
+    }
+
+    async fn checkpoint_container(
+        &self,
+        _req: Request<CheckpointContainerRequest>,
+    ) -> Result<Response<CheckpointContainerResponse>, Status> {
+        unimplemented("CheckpointContainer")
+    }
+
+    async fn list_metric_descriptors(
+        &self,
+        _req: Request<ListMetricDescriptorsRequest>,
+    ) -> Result<Response<ListMetricDescriptorsResponse>, Status> {
+        unimplemented("ListMetricDescriptors")
+    }
+
+    async fn list_pod_sandbox_metrics(
+        &self,
+        _req: Request<ListPodSandboxMetricsRequest>,
+    ) -> Result<Response<ListPodSandboxMetricsResponse>, Status> {
+        unimplemented("ListPodSandboxMetrics")
     }
 }

@@ -1,0 +1,817 @@
+//! Containers: CRI config → OCI spec → `picolet monitor` (libcontainer
+//! create) → start/stop/remove through `Container::load`, which never forks.
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use cri_proto::v1::{
+    Container, ContainerConfig, ContainerEventType, ContainerFilter, ContainerState,
+    ContainerStatus, ImageSpec, LinuxContainerResources, PodSandboxConfig,
+};
+use libcontainer::container::Container as LcContainer;
+use nix::mount::{MsFlags, mount};
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+use crate::error::Error;
+use crate::monitor::{EXEC_TIMEOUT_CODE, Handshake, proc_start_time};
+use crate::runtime::Runtime;
+use crate::spec::{self, ResolvedDevice, SandboxView, SpecInput};
+use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META, SandboxRecord};
+
+/// Output cap of ExecSync, as kubelet.
+const MAX_EXEC_OUTPUT: u64 = 16 << 20;
+
+impl Runtime {
+    fn container(&self, id: &str) -> Result<ContainerRecord, Error> {
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("container {id:?} not found")))
+    }
+
+    fn put(&self, rec: ContainerRecord) -> Result<(), Error> {
+        state::save(&rec.dir, META, &rec)?;
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(rec.id.clone(), rec);
+        Ok(())
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        _sandbox_config: Option<PodSandboxConfig>,
+    ) -> Result<String, Error> {
+        let meta = config
+            .metadata
+            .clone()
+            .ok_or_else(|| Error::InvalidArgument("config.metadata: required".into()))?;
+        if meta.name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "config.metadata.name: required".into(),
+            ));
+        }
+        let image_ref = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        if image_ref.is_empty() {
+            return Err(Error::InvalidArgument(
+                "config.image.image: required".into(),
+            ));
+        }
+        let _guard = self.create_lock.lock().await;
+        let sandbox = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sandbox_id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("pod sandbox {sandbox_id:?} not found")))?;
+        if !sandbox.ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {sandbox_id} is not ready"
+            )));
+        }
+        let clash = self
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|c| {
+                c.sandbox_id == sandbox_id
+                    && c.config
+                        .metadata
+                        .as_ref()
+                        .is_some_and(|m| m.name == meta.name && m.attempt == meta.attempt)
+            });
+        if clash {
+            return Err(Error::AlreadyExists(format!(
+                "container {:?} attempt {} exists in sandbox {sandbox_id}",
+                meta.name, meta.attempt
+            )));
+        }
+        let image = self
+            .store
+            .get(&image_ref)
+            .ok_or_else(|| Error::NotFound(format!("image {image_ref:?} not found")))?;
+        let image_config = self.store.config(&image)?;
+
+        let id = state::new_id();
+        let dir = self.container_dir(&id);
+        let run_dir = self.container_run_dir(&id);
+        let rootfs = run_dir.join("rootfs");
+        let log_path = match (
+            sandbox.config.log_directory.as_str(),
+            config.log_path.as_str(),
+        ) {
+            (d, p) if !d.is_empty() && !p.is_empty() => Some(Path::new(d).join(p)),
+            _ => None,
+        };
+        let cgroup_parent = sandbox
+            .config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        let cgroup = format!(
+            "{}/{id}",
+            if cgroup_parent.is_empty() {
+                "/picolet"
+            } else {
+                cgroup_parent.trim_end_matches('/')
+            }
+        );
+        let mut rec = ContainerRecord {
+            id: id.clone(),
+            sandbox_id: sandbox_id.to_string(),
+            config: config.clone(),
+            image_id: image.id.to_string(),
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.to_string()),
+            created_at: state::now_nanos(),
+            started_at: None,
+            log_path,
+            stop_signal: image_config
+                .config()
+                .as_ref()
+                .and_then(|c| c.stop_signal().clone()),
+            cgroup,
+            monitor_pid: None,
+            init_pid: None,
+            init_start_time: None,
+            dir: dir.clone(),
+            rootfs: rootfs.clone(),
+            complete: false,
+        };
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::Internal(format!("create {}: {e}", dir.display())))?;
+        state::save(&dir, META, &rec)?;
+        match self
+            .setup_container(&mut rec, &sandbox, &image, &image_config)
+            .await
+        {
+            Ok(()) => {
+                rec.complete = true;
+                self.store.pin(&image.id);
+                self.put(rec)?;
+                self.emit(&id, ContainerEventType::ContainerCreatedEvent);
+                Ok(id)
+            }
+            Err(e) => {
+                if let Err(cleanup) = self.destroy_container_resources(&rec).await {
+                    tracing::error!(container = %id, error = %cleanup, "cleanup after failed CreateContainer");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn setup_container(
+        &self,
+        rec: &mut ContainerRecord,
+        sandbox: &SandboxRecord,
+        image: &images::ImageRecord,
+        image_config: &oci_spec::image::ImageConfiguration,
+    ) -> Result<(), Error> {
+        let upper = rec.dir.join("upper");
+        let work = rec.dir.join("work");
+        for d in [&upper, &work, &rec.rootfs] {
+            fs::create_dir_all(d)
+                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+        }
+        let opts = images::overlay_options(&self.store.layer_dirs(image), &upper, &work);
+        mount(
+            Some("overlay"),
+            &rec.rootfs,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+        .map_err(|e| Error::Internal(format!("mount rootfs at {}: {e}", rec.rootfs.display())))?;
+
+        let devices = resolve_devices(&rec.config)?;
+        for (i, m) in rec.config.mounts.iter().enumerate() {
+            // As containerd: a missing host path becomes a directory.
+            if !m.host_path.is_empty() && !Path::new(&m.host_path).exists() {
+                fs::create_dir_all(&m.host_path).map_err(|e| {
+                    Error::InvalidArgument(format!(
+                        "mounts[{i}].host_path: cannot create {}: {e}",
+                        m.host_path
+                    ))
+                })?;
+            }
+        }
+        let view = SandboxView {
+            hostname: sandbox.config.hostname.clone(),
+            netns: sandbox.netns.clone(),
+            ipcns: sandbox.ipcns.clone(),
+            utsns: sandbox.utsns.clone(),
+            shm: sandbox
+                .shm
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
+            hosts: sandbox.dir.join("hosts"),
+            resolv_conf: sandbox.dir.join("resolv.conf"),
+            hostname_file: sandbox.dir.join("hostname"),
+            cgroup_parent: sandbox
+                .config
+                .linux
+                .as_ref()
+                .map(|l| l.cgroup_parent.clone())
+                .unwrap_or_default(),
+        };
+        let passwd = read_image_file(&rec.rootfs, "etc/passwd");
+        let group = read_image_file(&rec.rootfs, "etc/group");
+        let spec = spec::build(&SpecInput {
+            id: &rec.id,
+            config: &rec.config,
+            image: image_config,
+            sandbox: &view,
+            rootfs: &rec.rootfs,
+            passwd: passwd.as_deref(),
+            group: group.as_deref(),
+            devices: &devices,
+            min_oom_score_adj: own_oom_score_adj(),
+        })?;
+        let bundle = rec.dir.join("bundle");
+        fs::create_dir_all(&bundle)
+            .map_err(|e| Error::Internal(format!("create {}: {e}", bundle.display())))?;
+        let raw = serde_json::to_vec_pretty(&spec)
+            .map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
+        images::fsutil::write_atomic(&bundle.join("config.json"), &raw)?;
+
+        let mut cmd = tokio::process::Command::new(&self.monitor_bin);
+        cmd.arg("monitor")
+            .arg("create")
+            .arg("--id")
+            .arg(&rec.id)
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg("--state-root")
+            .arg(self.libcontainer_root())
+            .arg("--exit-file")
+            .arg(rec.dir.join(EXIT))
+            .arg("--cgroup")
+            .arg(&rec.cgroup);
+        if let Some(l) = &rec.log_path {
+            cmd.arg("--log").arg(l);
+        }
+        let monitor_log = fs::File::create(rec.dir.join("monitor.log"))
+            .map_err(|e| Error::Internal(format!("create monitor log: {e}")))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(monitor_log)
+            .env(
+                "PICOLET_LOG",
+                std::env::var("PICOLET_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            // Its own process group: signals to the shim's group leave it alone.
+            .process_group(0)
+            .kill_on_drop(false);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Internal(format!("start monitor: {e}")))?;
+        rec.monitor_pid = child.id().map(|p| p as i32);
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("monitor stdout".into()))?;
+        let mut line = String::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await;
+        // Reap the monitor whenever it exits, so it never lingers as a zombie.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        match read {
+            Ok(Ok(_)) => {}
+            _ => {
+                return Err(Error::Internal(format!(
+                    "monitor did not report; see {}",
+                    rec.dir.join("monitor.log").display()
+                )));
+            }
+        }
+        let hs: Handshake = serde_json::from_str(line.trim()).map_err(|_| {
+            Error::Internal(format!(
+                "monitor said {line:?}; see {}",
+                rec.dir.join("monitor.log").display()
+            ))
+        })?;
+        if let Some(err) = hs.error {
+            let detail = fs::read_to_string(rec.dir.join("monitor.log")).unwrap_or_default();
+            let detail = detail
+                .lines()
+                .filter(|l| l.contains("ERROR"))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            return Err(Error::Internal(
+                format!("create container: {err} {detail}")
+                    .trim_end()
+                    .to_string(),
+            ));
+        }
+        rec.init_pid = hs.pid;
+        rec.init_start_time = hs.start_time;
+        Ok(())
+    }
+
+    /// Kills, deletes and unmounts whatever exists of a container.
+    pub(crate) async fn destroy_container_resources(
+        &self,
+        rec: &ContainerRecord,
+    ) -> Result<(), Error> {
+        let lc_dir = self.libcontainer_root().join(&rec.id);
+        if lc_dir.exists() {
+            let dir = lc_dir.clone();
+            let res = tokio::task::spawn_blocking(move || -> Result<(), String> {
+                let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
+                c.delete(true).map_err(|e| e.to_string())
+            })
+            .await?;
+            if let Err(e) = res {
+                tracing::warn!(container = %rec.id, error = %e, "libcontainer delete");
+                let _ = images::fsutil::remove_dir_all_if_exists(&lc_dir);
+            }
+        }
+        crate::namespaces::release(&rec.rootfs)?;
+        images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
+        images::fsutil::remove_dir_all_if_exists(&rec.dir)?;
+        Ok(())
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), Error> {
+        let mut rec = self.container(id)?;
+        let (st, _) = self.state_of(&rec);
+        if st != ContainerState::ContainerCreated {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is {} and cannot be started",
+                state_name(st)
+            )));
+        }
+        let dir = self.libcontainer_root().join(id);
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
+            c.start().map_err(|e| e.to_string())
+        })
+        .await?
+        .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
+        rec.started_at = Some(state::now_nanos());
+        self.put(rec)?;
+        self.emit(id, ContainerEventType::ContainerStartedEvent);
+        Ok(())
+    }
+
+    /// The exit record, if the container has exited.
+    fn exit_of(&self, rec: &ContainerRecord) -> Option<ExitRecord> {
+        state::load::<ExitRecord>(&rec.dir.join(EXIT))
+            .ok()
+            .flatten()
+    }
+
+    /// Current state; repairs the record when the monitor died unseen.
+    pub(crate) fn state_of(&self, rec: &ContainerRecord) -> (ContainerState, Option<ExitRecord>) {
+        if !rec.complete {
+            return (ContainerState::ContainerUnknown, None);
+        }
+        if let Some(exit) = self.exit_of(rec) {
+            return (ContainerState::ContainerExited, Some(exit));
+        }
+        let init_alive = rec.init_pid.is_some_and(|p| {
+            proc_start_time(p).is_some() && proc_start_time(p) == rec.init_start_time
+        });
+        let monitor_alive = rec
+            .monitor_pid
+            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        if !init_alive && !monitor_alive {
+            // Nobody will ever record this exit: do it ourselves.
+            let exit = ExitRecord {
+                exit_code: 255,
+                finished_at: state::now_nanos(),
+                oom_killed: false,
+                reason: Some("the container's monitor exited without recording its exit".into()),
+            };
+            let _ = state::save(&rec.dir, EXIT, &exit);
+            return (ContainerState::ContainerExited, Some(exit));
+        }
+        if rec.started_at.is_some() {
+            (ContainerState::ContainerRunning, None)
+        } else {
+            (ContainerState::ContainerCreated, None)
+        }
+    }
+
+    async fn wait_exit(&self, rec: &ContainerRecord, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.state_of(rec).0 == ContainerState::ContainerExited {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn signal(&self, id: &str, sig: Signal, all: bool) -> Result<(), Error> {
+        let dir = self.libcontainer_root().join(id);
+        let mut c = LcContainer::load(dir)
+            .map_err(|e| Error::Internal(format!("load container {id}: {e}")))?;
+        c.kill(sig, all)
+            .map_err(|e| Error::Internal(format!("signal {sig} to container {id}: {e}")))
+    }
+
+    /// Stop signal, then SIGKILL after `timeout` seconds. Idempotent.
+    pub async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 == ContainerState::ContainerExited {
+            return Ok(());
+        }
+        if timeout > 0 {
+            let sig = rec
+                .stop_signal
+                .as_deref()
+                .and_then(parse_signal)
+                .unwrap_or(Signal::SIGTERM);
+            if let Err(e) = self.signal(id, sig, false) {
+                tracing::debug!(container = %id, error = %e, "stop signal");
+            }
+            if self
+                .wait_exit(&rec, Duration::from_secs(timeout as u64))
+                .await
+            {
+                return Ok(());
+            }
+        }
+        if let Err(e) = self.signal(id, Signal::SIGKILL, true) {
+            tracing::debug!(container = %id, error = %e, "SIGKILL");
+        }
+        if !self.wait_exit(&rec, Duration::from_secs(10)).await {
+            return Err(Error::Internal(format!(
+                "container {id} did not exit after SIGKILL"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes a container, stopping it first if needed. Idempotent.
+    pub async fn remove_container(&self, id: &str) -> Result<(), Error> {
+        let Ok(rec) = self.container(id) else {
+            return Ok(());
+        };
+        if self.state_of(&rec).0 != ContainerState::ContainerExited {
+            self.stop_container(id, 0).await?;
+        }
+        self.destroy_container_resources(&rec).await?;
+        if let Ok(d) = images::Digest::parse(&rec.image_id) {
+            self.store.unpin(&d);
+        }
+        self.emit(id, ContainerEventType::ContainerDeletedEvent);
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        Ok(())
+    }
+
+    pub(crate) fn container_status_of(&self, rec: &ContainerRecord) -> ContainerStatus {
+        let (st, exit) = self.state_of(rec);
+        let (reason, message) = match &exit {
+            Some(e) if e.oom_killed => ("OOMKilled".to_string(), String::new()),
+            Some(e) if e.exit_code == 0 => ("Completed".to_string(), String::new()),
+            Some(e) => ("Error".to_string(), e.reason.clone().unwrap_or_default()),
+            None => (String::new(), String::new()),
+        };
+        ContainerStatus {
+            id: rec.id.clone(),
+            metadata: rec.config.metadata.clone(),
+            state: st as i32,
+            created_at: rec.created_at,
+            started_at: rec.started_at.unwrap_or(0),
+            finished_at: exit.as_ref().map_or(0, |e| e.finished_at),
+            exit_code: exit.as_ref().map_or(0, |e| e.exit_code),
+            image: Some(ImageSpec {
+                image: rec.image_id.clone(),
+                user_specified_image: rec
+                    .config
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                ..Default::default()
+            }),
+            image_ref: rec.image_ref.clone(),
+            image_id: rec.image_id.clone(),
+            reason,
+            message,
+            labels: rec.config.labels.clone(),
+            annotations: rec.config.annotations.clone(),
+            mounts: rec.config.mounts.clone(),
+            log_path: rec
+                .log_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            resources: rec
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+                .map(|r| cri_proto::v1::ContainerResources {
+                    linux: Some(r),
+                    ..Default::default()
+                }),
+            user: None,
+        }
+    }
+
+    pub fn container_status(&self, id: &str) -> Result<ContainerStatus, Error> {
+        Ok(self.container_status_of(&self.container(id)?))
+    }
+
+    pub fn list_containers(&self, filter: Option<ContainerFilter>) -> Vec<Container> {
+        let f = filter.unwrap_or_default();
+        let recs: Vec<ContainerRecord> = self
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut out: Vec<Container> = recs
+            .iter()
+            .filter(|c| f.id.is_empty() || c.id.starts_with(&f.id))
+            .filter(|c| f.pod_sandbox_id.is_empty() || c.sandbox_id.starts_with(&f.pod_sandbox_id))
+            .filter(|c| {
+                f.label_selector
+                    .iter()
+                    .all(|(k, v)| c.config.labels.get(k) == Some(v))
+            })
+            .map(|c| (c, self.state_of(c).0))
+            .filter(|(_, st)| f.state.as_ref().is_none_or(|s| s.state == *st as i32))
+            .map(|(c, st)| Container {
+                id: c.id.clone(),
+                pod_sandbox_id: c.sandbox_id.clone(),
+                metadata: c.config.metadata.clone(),
+                image: Some(ImageSpec {
+                    image: c.image_id.clone(),
+                    ..Default::default()
+                }),
+                image_ref: c.image_ref.clone(),
+                state: st as i32,
+                created_at: c.created_at,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+                image_id: c.image_id.clone(),
+            })
+            .collect();
+        out.sort_by_key(|c| c.created_at);
+        out
+    }
+
+    /// Runs `cmd` in the container; returns (stdout, stderr, exit code).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: i64,
+    ) -> Result<(Vec<u8>, Vec<u8>, i32), Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is not running"
+            )));
+        }
+        if cmd.is_empty() {
+            return Err(Error::InvalidArgument("cmd: must not be empty".into()));
+        }
+        let mut c = tokio::process::Command::new(&self.monitor_bin);
+        c.args(["monitor", "exec", "--id", id, "--state-root"])
+            .arg(self.libcontainer_root());
+        if timeout > 0 {
+            c.arg("--timeout-ms").arg((timeout * 1000).to_string());
+        }
+        c.arg("--")
+            .args(&cmd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = c
+            .spawn()
+            .map_err(|e| Error::Internal(format!("start exec helper: {e}")))?;
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("exec stdout".into()))?;
+        let err = child
+            .stderr
+            .take()
+            .ok_or_else(|| Error::Internal("exec stderr".into()))?;
+        let run = async {
+            let (mut o, mut e) = (Vec::new(), Vec::new());
+            let (mut out, mut err) = (out.take(MAX_EXEC_OUTPUT), err.take(MAX_EXEC_OUTPUT));
+            // Past the cap, keep draining so the process never blocks on a full pipe.
+            let (ro, re) =
+                tokio::join!(read_capped(&mut out, &mut o), read_capped(&mut err, &mut e));
+            ro.and(re)
+                .map_err(|e| Error::Internal(format!("read exec output: {e}")))?;
+            let status = child
+                .wait()
+                .await
+                .map_err(|e| Error::Internal(format!("wait exec helper: {e}")))?;
+            Ok::<_, Error>((o, e, status.code().unwrap_or(255)))
+        };
+        // The helper enforces the timeout; this is the backstop.
+        let backstop = Duration::from_secs(if timeout > 0 {
+            timeout as u64 + 10
+        } else {
+            24 * 3600
+        });
+        let (o, e, code) = tokio::time::timeout(backstop, run)
+            .await
+            .map_err(|_| Error::DeadlineExceeded(format!("exec in {id} timed out")))??;
+        if timeout > 0 && code == EXEC_TIMEOUT_CODE {
+            return Err(Error::DeadlineExceeded(format!(
+                "command {cmd:?} in container {id} timed out after {timeout}s"
+            )));
+        }
+        Ok((o, e, code))
+    }
+
+    /// Asks the monitor to reopen the log file (after rotation).
+    pub fn reopen_container_log(&self, id: &str) -> Result<(), Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is not running"
+            )));
+        }
+        let pid = rec
+            .monitor_pid
+            .ok_or_else(|| Error::Internal("no monitor".into()))?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGUSR1)
+            .map_err(|e| Error::Internal(format!("signal monitor: {e}")))
+    }
+
+    /// Updates the live cgroup (cgroup v1 or v2 files) and the stored config.
+    pub fn update_container_resources(
+        &self,
+        id: &str,
+        r: LinuxContainerResources,
+    ) -> Result<(), Error> {
+        let mut rec = self.container(id)?;
+        crate::cgroupfs::apply(&rec.cgroup, &r)?;
+        if let Some(l) = rec.config.linux.as_mut() {
+            l.resources = Some(r);
+        }
+        self.put(rec)
+    }
+
+    /// Emits STOPPED events for containers whose exit appeared. Runs forever.
+    pub async fn watch_exits(self: std::sync::Arc<Self>) {
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let recs: Vec<ContainerRecord> = self
+                .containers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            for r in recs {
+                if !seen.contains(&r.id) && self.state_of(&r).0 == ContainerState::ContainerExited {
+                    seen.insert(r.id.clone());
+                    self.emit(&r.id, ContainerEventType::ContainerStoppedEvent);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// Reads up to the cap, then keeps draining so the writer never blocks.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut tokio::io::Take<R>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<u64> {
+    r.read_to_end(buf).await?;
+    tokio::io::copy(r.get_mut(), &mut tokio::io::sink()).await
+}
+
+fn state_name(s: ContainerState) -> &'static str {
+    match s {
+        ContainerState::ContainerCreated => "created",
+        ContainerState::ContainerRunning => "running",
+        ContainerState::ContainerExited => "exited",
+        ContainerState::ContainerUnknown => "unknown",
+    }
+}
+
+/// `SIGTERM`, `TERM` or `15`.
+pub fn parse_signal(s: &str) -> Option<Signal> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Signal::try_from(n).ok();
+    }
+    let up = s.to_ascii_uppercase();
+    let name = if up.starts_with("SIG") {
+        up
+    } else {
+        format!("SIG{up}")
+    };
+    name.parse().ok()
+}
+
+/// Reads a small file of the image rootfs, refusing symlinks (which could
+/// point at the host's files).
+fn read_image_file(rootfs: &Path, rel: &str) -> Option<String> {
+    let mut p = rootfs.to_path_buf();
+    for c in Path::new(rel).components() {
+        p.push(c);
+        if fs::symlink_metadata(&p).ok()?.file_type().is_symlink() {
+            return None;
+        }
+    }
+    fs::read_to_string(p).ok()
+}
+
+fn own_oom_score_adj() -> i64 {
+    fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(-1000)
+}
+
+fn resolve_devices(config: &ContainerConfig) -> Result<Vec<ResolvedDevice>, Error> {
+    let mut out = Vec::new();
+    for (i, d) in config.devices.iter().enumerate() {
+        let m = fs::metadata(&d.host_path).map_err(|e| {
+            Error::InvalidArgument(format!("devices[{i}].host_path: {}: {e}", d.host_path))
+        })?;
+        let ft = m.file_type();
+        let kind = if ft.is_char_device() {
+            'c'
+        } else if ft.is_block_device() {
+            'b'
+        } else {
+            return Err(Error::InvalidArgument(format!(
+                "devices[{i}].host_path: {} is not a device",
+                d.host_path
+            )));
+        };
+        let rdev = m.rdev();
+        let perms = if d.permissions.is_empty() {
+            "rwm".to_string()
+        } else {
+            d.permissions.clone()
+        };
+        if !perms.chars().all(|c| "rwm".contains(c)) {
+            return Err(Error::InvalidArgument(format!(
+                "devices[{i}].permissions: {perms:?} (want r, w, m)"
+            )));
+        }
+        out.push(ResolvedDevice {
+            container_path: if d.container_path.is_empty() {
+                d.host_path.clone()
+            } else {
+                d.container_path.clone()
+            },
+            kind,
+            major: nix::sys::stat::major(rdev) as i64,
+            minor: nix::sys::stat::minor(rdev) as i64,
+            file_mode: m.mode() & 0o777,
+            permissions: perms,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("SIGTERM"), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("quit"), Some(Signal::SIGQUIT));
+        assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("SIGNOPE"), None);
+    }
+}

@@ -1,0 +1,355 @@
+//! `picolet monitor`: one small single-threaded process per container (like
+//! conmon or containerd-shim). It does libcontainer's create — which clones,
+//! and must never run inside the multi-threaded shim — so it is the parent of
+//! the container's init. It then:
+//! - tells the shim the init's pid on stdout (one JSON line) and closes it,
+//! - copies the container's stdout/stderr into the CRI log file (reopened on
+//!   SIGUSR1, for ReopenContainerLog),
+//! - waits for exactly that pid, and records the exit code, time and whether
+//!   the cgroup saw an OOM kill, atomically, in the exit file.
+//!
+//! It keeps running when the shim dies, so containers survive shim restarts.
+//!
+//! `picolet monitor exec` runs a process inside a container (ExecSync) the
+//! same way: libcontainer's tenant builder, output to our stdout/stderr, exit
+//! code as ours, killed when the timeout passes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use cri_proto::log::{LineSplitter, Stream};
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::syscall::syscall::SyscallType;
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, pipe2};
+use serde::{Deserialize, Serialize};
+
+use crate::state::ExitRecord;
+
+/// Arguments of `picolet monitor` (create mode).
+#[derive(Debug, Clone)]
+pub struct MonitorArgs {
+    pub id: String,
+    pub bundle: PathBuf,
+    /// libcontainer's state root.
+    pub state_root: PathBuf,
+    pub log: Option<PathBuf>,
+    pub exit_file: PathBuf,
+    /// Container cgroup path (for the OOM counter).
+    pub cgroup: String,
+}
+
+/// Arguments of `picolet monitor exec`.
+#[derive(Debug, Clone)]
+pub struct ExecArgs {
+    pub id: String,
+    pub state_root: PathBuf,
+    pub timeout: Option<Duration>,
+    pub cmd: Vec<String>,
+}
+
+/// The handshake line the monitor prints once the container is created.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Handshake {
+    pub pid: Option<i32>,
+    pub start_time: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// Exit code `monitor exec` uses when it killed the process on timeout.
+pub const EXEC_TIMEOUT_CODE: i32 = 124 + 128;
+
+fn say(h: &Handshake) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, h);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// Runs the monitor; returns the process exit code.
+pub fn run(args: MonitorArgs) -> i32 {
+    let (out_r, out_w) = match pipe2(OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("pipe: {e}")),
+    };
+    let (err_r, err_w) = match pipe2(OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => return fail(format!("pipe: {e}")),
+    };
+    let devnull = match File::open("/dev/null") {
+        Ok(f) => OwnedFd::from(f),
+        Err(e) => return fail(format!("open /dev/null: {e}")),
+    };
+    let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
+        .with_root_path(&args.state_root)
+        .map(|b| b.with_stdin(devnull).with_stdout(out_w).with_stderr(err_w))
+        .and_then(|b| b.validate_id())
+        .and_then(|b| {
+            b.as_init(&args.bundle)
+                .with_systemd(false)
+                .with_detach(true)
+                .build()
+        });
+    let container = match built {
+        Ok(c) => c,
+        Err(e) => {
+            // The init process reports its own failure on the container's stderr.
+            let _ = fcntl(err_r.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+            let mut said = Vec::new();
+            let _ = File::from(err_r).take(4096).read_to_end(&mut said);
+            let said = String::from_utf8_lossy(&said);
+            return fail(format!("create container: {e}: {}", said.trim()));
+        }
+    };
+    let Some(pid) = container.pid() else {
+        return fail("create container: no init pid".into());
+    };
+    say(&Handshake {
+        pid: Some(pid.as_raw()),
+        start_time: proc_start_time(pid.as_raw()),
+        error: None,
+    });
+    // The shim reads until EOF: give it one.
+    if let Ok(null) = OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
+    }
+    let exit = pump(&args, pid, out_r, err_r);
+    match images::fsutil::write_atomic(
+        &args.exit_file,
+        &serde_json::to_vec(&exit).unwrap_or_default(),
+    ) {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot record exit");
+            1
+        }
+    }
+}
+
+fn fail(msg: String) -> i32 {
+    say(&Handshake {
+        pid: None,
+        start_time: None,
+        error: Some(msg),
+    });
+    1
+}
+
+/// Copies output into the log until init exits; returns its exit record.
+fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRecord {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGUSR1);
+    let sigfd = mask.thread_block().ok().and_then(|()| {
+        SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).ok()
+    });
+    for fd in [&out_r, &err_r] {
+        let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    }
+    let mut log = open_log(args.log.as_deref());
+    let mut pipes = [
+        Some((File::from(out_r), LineSplitter::new(Stream::Stdout))),
+        Some((File::from(err_r), LineSplitter::new(Stream::Stderr))),
+    ];
+    let status = loop {
+        let mut fds: Vec<PollFd<'_>> = Vec::new();
+        let mut which = Vec::new();
+        for (i, p) in pipes.iter().enumerate() {
+            if let Some((f, _)) = p {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+                which.push(Some(i));
+            }
+        }
+        if let Some(s) = &sigfd {
+            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+            which.push(None);
+        }
+        let _ = poll(&mut fds, PollTimeout::from(200u16));
+        let ready: Vec<Option<usize>> = fds
+            .iter()
+            .zip(&which)
+            .filter(|(fd, _)| fd.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, w)| *w)
+            .collect();
+        drop(fds);
+        for w in ready {
+            match w {
+                Some(i) => {
+                    if !drain(&mut pipes[i], &mut log) {
+                        pipes[i] = None;
+                    }
+                }
+                None => {
+                    if let Some(s) = &sigfd {
+                        while let Ok(Some(_)) = s.read_signal() {}
+                    }
+                    log = open_log(args.log.as_deref());
+                }
+            }
+        }
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => continue,
+            Ok(s) => break Some(s),
+            Err(Errno::EINTR) => continue,
+            Err(_) => break None,
+        }
+    };
+    // Init is gone: take what is left in the pipes without waiting for EOF
+    // (a leftover grandchild may hold them open).
+    for p in pipes.iter_mut() {
+        drain(p, &mut log);
+        if let Some((_, split)) = p {
+            write_log(&mut log, &split.flush(SystemTime::now()));
+        }
+    }
+    let (exit_code, reason) = match status {
+        Some(WaitStatus::Exited(_, code)) => (code, None),
+        Some(WaitStatus::Signaled(_, sig, _)) => (128 + sig as i32, None),
+        other => (255, Some(format!("unexpected wait status {other:?}"))),
+    };
+    ExitRecord {
+        exit_code,
+        finished_at: crate::state::now_nanos(),
+        oom_killed: oom_kills(&args.cgroup) > 0,
+        reason,
+    }
+}
+
+/// Reads what is available; false at EOF.
+fn drain(pipe: &mut Option<(File, LineSplitter)>, log: &mut Option<File>) -> bool {
+    let Some((f, split)) = pipe else { return false };
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => {
+                let rest = split.flush(SystemTime::now());
+                write_log(log, &rest);
+                return false;
+            }
+            Ok(n) => {
+                let records = split.push(&buf[..n], SystemTime::now());
+                write_log(log, &records);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn write_log(log: &mut Option<File>, data: &[u8]) {
+    if let Some(f) = log
+        && !data.is_empty()
+        && let Err(e) = f.write_all(data)
+    {
+        tracing::warn!(error = %e, "cannot write container log");
+    }
+}
+
+fn open_log(path: Option<&Path>) -> Option<File> {
+    let path = path?;
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o640)
+        .open(path)
+        .inspect_err(
+            |e| tracing::warn!(path = %path.display(), error = %e, "cannot open container log"),
+        )
+        .ok()
+}
+
+/// OOM kills the container's memory cgroup has seen (v1 `memory.oom_control`
+/// or v2 `memory.events`).
+pub fn oom_kills(cgroup: &str) -> u64 {
+    let rel = cgroup.trim_start_matches('/');
+    let candidates = [
+        (
+            Path::new("/sys/fs/cgroup/memory")
+                .join(rel)
+                .join("memory.oom_control"),
+            "oom_kill",
+        ),
+        (
+            Path::new("/sys/fs/cgroup").join(rel).join("memory.events"),
+            "oom_kill",
+        ),
+    ];
+    for (path, key) in candidates {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Some(n) = crate::cgroupfs::flat_key(&text, key)
+        {
+            return n;
+        }
+    }
+    0
+}
+
+/// Field 22 of /proc/<pid>/stat: start time in clock ticks since boot.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// Runs a command in a running container; returns our exit code.
+pub fn exec(args: ExecArgs) -> i32 {
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned();
+    let stderr = std::io::stderr().as_fd().try_clone_to_owned();
+    let devnull = File::open("/dev/null").map(OwnedFd::from);
+    let (Ok(stdout), Ok(stderr), Ok(devnull)) = (stdout, stderr, devnull) else {
+        eprintln!("picolet monitor exec: cannot set up stdio");
+        return 126;
+    };
+    let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
+        .with_root_path(&args.state_root)
+        .map(|b| {
+            b.with_stdin(devnull)
+                .with_stdout(stdout)
+                .with_stderr(stderr)
+        })
+        .and_then(|b| {
+            b.as_tenant()
+                .with_container_args(args.cmd.clone())
+                .with_detach(true)
+                .build()
+        });
+    let pid = match built {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("picolet monitor exec: {e}");
+            return 126;
+        }
+    };
+    let deadline = args.timeout.map(|t| Instant::now() + t);
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => return code,
+            Ok(WaitStatus::Signaled(_, sig, _)) => return 128 + sig as i32,
+            Ok(_) => {}
+            Err(Errno::EINTR) => {}
+            Err(e) => {
+                eprintln!("picolet monitor exec: wait: {e}");
+                return 126;
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+            return EXEC_TIMEOUT_CODE;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -1,0 +1,153 @@
+//! The runtime's state: sandboxes and containers in memory, mirrored to one
+//! record file each, and recovered from them when the shim restarts.
+//!
+//! Layout: `<root>/shim/{sandboxes,containers}/<id>/meta.json` (persistent),
+//! `<run>/{sandboxes,containers}/<id>/` (namespace pins, rootfs mounts) and
+//! `<run>/libcontainer/<id>/` (libcontainer's own state).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cri_proto::v1::{ContainerEventResponse, ContainerEventType};
+use edge_config::ShimPaths;
+use images::ImageStore;
+use tokio::sync::broadcast;
+
+use crate::error::Error;
+use crate::state::{self, ContainerRecord, META, SandboxRecord};
+
+/// The container runtime behind CRI RuntimeService.
+#[derive(Debug)]
+pub struct Runtime {
+    pub(crate) paths: ShimPaths,
+    pub(crate) store: Arc<ImageStore>,
+    pub(crate) sandboxes: Mutex<HashMap<String, SandboxRecord>>,
+    pub(crate) containers: Mutex<HashMap<String, ContainerRecord>>,
+    /// Serialises create/remove so name checks and records stay consistent.
+    pub(crate) create_lock: tokio::sync::Mutex<()>,
+    pub(crate) events: broadcast::Sender<ContainerEventResponse>,
+    /// The `picolet` binary, run as `picolet monitor`.
+    pub(crate) monitor_bin: PathBuf,
+}
+
+impl Runtime {
+    pub fn new(paths: ShimPaths, store: Arc<ImageStore>) -> Result<Self, Error> {
+        let monitor_bin = std::env::current_exe()
+            .map_err(|e| Error::Internal(format!("own binary path: {e}")))?;
+        for d in [
+            paths.shim_dir().join("sandboxes"),
+            paths.shim_dir().join("containers"),
+            paths.run_dir.join("sandboxes"),
+            paths.run_dir.join("containers"),
+            paths.run_dir.join("libcontainer"),
+        ] {
+            std::fs::create_dir_all(&d)
+                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+        }
+        let (events, _) = broadcast::channel(1024);
+        Ok(Self {
+            paths,
+            store,
+            sandboxes: Mutex::new(HashMap::new()),
+            containers: Mutex::new(HashMap::new()),
+            create_lock: tokio::sync::Mutex::new(()),
+            events,
+            monitor_bin,
+        })
+    }
+
+    pub(crate) fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.paths.shim_dir().join("sandboxes").join(id)
+    }
+    pub(crate) fn sandbox_run_dir(&self, id: &str) -> PathBuf {
+        self.paths.run_dir.join("sandboxes").join(id)
+    }
+    pub(crate) fn container_dir(&self, id: &str) -> PathBuf {
+        self.paths.shim_dir().join("containers").join(id)
+    }
+    pub(crate) fn container_run_dir(&self, id: &str) -> PathBuf {
+        self.paths.run_dir.join("containers").join(id)
+    }
+    pub(crate) fn libcontainer_root(&self) -> PathBuf {
+        self.paths.run_dir.join("libcontainer")
+    }
+
+    /// Loads every record; finishes off objects a crash left half-created.
+    pub async fn recover(&self) -> Result<(), Error> {
+        for sb in load_all::<SandboxRecord>(&self.paths.shim_dir().join("sandboxes"))? {
+            if sb.complete {
+                self.sandboxes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(sb.id.clone(), sb);
+            } else {
+                tracing::warn!(sandbox = %sb.id, "cleaning up half-created sandbox");
+                self.destroy_sandbox_resources(&sb)?;
+            }
+        }
+        for c in load_all::<ContainerRecord>(&self.paths.shim_dir().join("containers"))? {
+            if c.complete {
+                if let Ok(id) = images::Digest::parse(&c.image_id) {
+                    self.store.pin(&id);
+                }
+                self.containers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(c.id.clone(), c);
+            } else {
+                tracing::warn!(container = %c.id, "cleaning up half-created container");
+                self.destroy_container_resources(&c).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn emit(&self, container_id: &str, kind: ContainerEventType) {
+        let c = self
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(container_id)
+            .cloned();
+        let sandbox = c.as_ref().and_then(|c| {
+            self.sandboxes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&c.sandbox_id)
+                .cloned()
+        });
+        let _ = self.events.send(ContainerEventResponse {
+            container_id: container_id.to_string(),
+            container_event_type: kind as i32,
+            created_at: state::now_nanos(),
+            pod_sandbox_status: sandbox.map(|s| self.sandbox_status_of(&s)),
+            containers_statuses: c
+                .map(|c| vec![self.container_status_of(&c)])
+                .unwrap_or_default(),
+        });
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<ContainerEventResponse> {
+        self.events.subscribe()
+    }
+}
+
+fn load_all<T: serde::de::DeserializeOwned>(dir: &std::path::Path) -> Result<Vec<T>, Error> {
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Error::Internal(format!("list {}: {e}", dir.display())))?;
+    for e in entries.flatten() {
+        match state::load::<T>(&e.path().join(META)) {
+            Ok(Some(r)) => out.push(r),
+            Ok(None) => {
+                // A directory without a record: created before the record was
+                // written. Nothing else can reference it.
+                tracing::warn!(dir = %e.path().display(), "removing directory without a record");
+                let _ = images::fsutil::remove_dir_all_if_exists(&e.path());
+            }
+            Err(err) => tracing::error!(error = %err, "skipping unreadable record"),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,364 @@
+//! Pod sandboxes: pinned namespaces, per-pod hosts/resolv.conf/hostname and
+//! /dev/shm. No pause process and no pause image.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use cri_proto::v1::{
+    LinuxPodSandboxStatus, Namespace, NamespaceMode, NamespaceOption, PodSandbox, PodSandboxConfig,
+    PodSandboxFilter, PodSandboxNetworkStatus, PodSandboxState, PodSandboxStatus,
+};
+use nix::mount::{MsFlags, mount};
+
+use crate::error::Error;
+use crate::namespaces::{self, PodNamespaces};
+use crate::runtime::Runtime;
+use crate::state::{self, META, SandboxRecord};
+
+const SHM_SIZE: &str = "size=65536k";
+
+fn ns_options(config: &PodSandboxConfig) -> NamespaceOption {
+    config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default()
+}
+
+fn is_node(mode: i32) -> bool {
+    mode == NamespaceMode::Node as i32
+}
+
+/// resolv.conf from DNSConfig, or `None` to copy the host's.
+pub fn resolv_conf(dns: Option<&cri_proto::v1::DnsConfig>) -> Option<String> {
+    let dns =
+        dns.filter(|d| !d.servers.is_empty() || !d.searches.is_empty() || !d.options.is_empty())?;
+    let mut out = String::new();
+    if !dns.searches.is_empty() {
+        out.push_str(&format!("search {}\n", dns.searches.join(" ")));
+    }
+    for s in &dns.servers {
+        out.push_str(&format!("nameserver {s}\n"));
+    }
+    if !dns.options.is_empty() {
+        out.push_str(&format!("options {}\n", dns.options.join(" ")));
+    }
+    Some(out)
+}
+
+/// The pod's /etc/hosts: localhost entries (the host's file for host network).
+pub fn hosts_file(host_network: bool) -> String {
+    if host_network && let Ok(h) = fs::read_to_string("/etc/hosts") {
+        return h;
+    }
+    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n".into()
+}
+
+fn write(path: &Path, data: &str) -> Result<(), Error> {
+    images::fsutil::write_atomic(path, data.as_bytes()).map_err(Error::from)
+}
+
+impl Runtime {
+    pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String, Error> {
+        let meta = config
+            .metadata
+            .clone()
+            .ok_or_else(|| Error::InvalidArgument("config.metadata: required".into()))?;
+        if meta.name.is_empty() || meta.uid.is_empty() || meta.namespace.is_empty() {
+            return Err(Error::InvalidArgument(
+                "config.metadata: name, uid and namespace are required".into(),
+            ));
+        }
+        let _guard = self.create_lock.lock().await;
+        let clash = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|s| {
+                s.config.metadata.as_ref().is_some_and(|m| {
+                    m.name == meta.name
+                        && m.namespace == meta.namespace
+                        && m.uid == meta.uid
+                        && m.attempt == meta.attempt
+                })
+            });
+        if clash {
+            return Err(Error::AlreadyExists(format!(
+                "sandbox {}/{} (uid {}, attempt {}) exists",
+                meta.namespace, meta.name, meta.uid, meta.attempt
+            )));
+        }
+        let ns = ns_options(&config);
+        if ns.pid == NamespaceMode::Pod as i32 || ns.pid == NamespaceMode::Target as i32 {
+            return Err(Error::Unimplemented("pid namespace modes POD and TARGET"));
+        }
+        let id = state::new_id();
+        let mut rec = SandboxRecord {
+            id: id.clone(),
+            config: config.clone(),
+            created_at: state::now_nanos(),
+            ready: false,
+            netns: None,
+            ipcns: None,
+            utsns: None,
+            shm: None,
+            dir: self.sandbox_dir(&id),
+            run_dir: self.sandbox_run_dir(&id),
+            complete: false,
+        };
+        for d in [&rec.dir, &rec.run_dir] {
+            fs::create_dir_all(d)
+                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+        }
+        state::save(&rec.dir, META, &rec)?;
+        match self.setup_sandbox(&mut rec).await {
+            Ok(()) => {
+                rec.complete = true;
+                rec.ready = true;
+                state::save(&rec.dir, META, &rec)?;
+                self.sandboxes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone(), rec);
+                Ok(id)
+            }
+            Err(e) => {
+                if let Err(cleanup) = self.destroy_sandbox_resources(&rec) {
+                    tracing::error!(sandbox = %id, error = %cleanup, "cleanup after failed RunPodSandbox");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn setup_sandbox(&self, rec: &mut SandboxRecord) -> Result<(), Error> {
+        let ns = ns_options(&rec.config);
+        let host_net = is_node(ns.network);
+        let host_ipc = is_node(ns.ipc);
+        let sysctls: BTreeMap<String, String> = rec
+            .config
+            .linux
+            .as_ref()
+            .map(|l| {
+                l.sysctls
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let want = PodNamespaces {
+            net: !host_net,
+            ipc: !host_ipc,
+            // A host-network pod shares the host's UTS namespace, as with containerd.
+            uts: !host_net,
+            hostname: rec.config.hostname.clone(),
+            sysctls,
+        };
+        let run_dir = rec.run_dir.clone();
+        let pinned =
+            tokio::task::spawn_blocking(move || namespaces::create(&run_dir, &want)).await??;
+        rec.netns = pinned.net;
+        rec.ipcns = pinned.ipc;
+        rec.utsns = pinned.uts;
+        // Persist the pins at once so a crash from here on can release them.
+        state::save(&rec.dir, META, &*rec)?;
+
+        let hostname = if host_net {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        } else {
+            rec.config.hostname.clone()
+        };
+        write(&rec.dir.join("hostname"), &format!("{hostname}\n"))?;
+        write(&rec.dir.join("hosts"), &hosts_file(host_net))?;
+        let resolv = match resolv_conf(rec.config.dns_config.as_ref()) {
+            Some(r) => r,
+            None => fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+        };
+        write(&rec.dir.join("resolv.conf"), &resolv)?;
+
+        if !host_ipc {
+            let shm = rec.run_dir.join("shm");
+            fs::create_dir_all(&shm)
+                .map_err(|e| Error::Internal(format!("create {}: {e}", shm.display())))?;
+            mount(
+                Some("shm"),
+                &shm,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some(format!("mode=1777,{SHM_SIZE}").as_str()),
+            )
+            .map_err(|e| {
+                Error::Internal(format!("mount pod /dev/shm at {}: {e}", shm.display()))
+            })?;
+            rec.shm = Some(shm);
+        }
+        Ok(())
+    }
+
+    /// Unmounts and removes everything a sandbox record points at.
+    pub(crate) fn destroy_sandbox_resources(&self, rec: &SandboxRecord) -> Result<(), Error> {
+        for p in [&rec.netns, &rec.ipcns, &rec.utsns, &rec.shm]
+            .into_iter()
+            .flatten()
+        {
+            namespaces::release(p)?;
+        }
+        // Also anything pinned before the record learnt of it.
+        for kind in ["net", "ipc", "uts", "shm"] {
+            let p = rec.run_dir.join(kind);
+            if p.exists() {
+                namespaces::release(&p)?;
+            }
+        }
+        for d in [&rec.run_dir, &rec.dir] {
+            images::fsutil::remove_dir_all_if_exists(d)?;
+        }
+        Ok(())
+    }
+
+    fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))
+    }
+
+    pub(crate) fn containers_of(&self, sandbox_id: &str) -> Vec<String> {
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|c| c.sandbox_id == sandbox_id)
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
+    /// Stops every container of the sandbox and marks it not ready. Idempotent.
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), Error> {
+        let Ok(mut rec) = self.sandbox(id) else {
+            return Ok(()); // CRI: stopping an unknown sandbox succeeds
+        };
+        for c in self.containers_of(id) {
+            self.stop_container(&c, 0).await?;
+        }
+        if rec.ready {
+            rec.ready = false;
+            state::save(&rec.dir, META, &rec)?;
+            self.sandboxes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.to_string(), rec);
+        }
+        Ok(())
+    }
+
+    /// Removes the sandbox and its containers (forcibly). Idempotent.
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), Error> {
+        let Ok(rec) = self.sandbox(id) else {
+            return Ok(());
+        };
+        for c in self.containers_of(id) {
+            self.remove_container(&c).await?;
+        }
+        self.destroy_sandbox_resources(&rec)?;
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        Ok(())
+    }
+
+    pub(crate) fn sandbox_status_of(&self, rec: &SandboxRecord) -> PodSandboxStatus {
+        let ns = ns_options(&rec.config);
+        PodSandboxStatus {
+            id: rec.id.clone(),
+            metadata: rec.config.metadata.clone(),
+            state: if rec.ready {
+                PodSandboxState::SandboxReady
+            } else {
+                PodSandboxState::SandboxNotready
+            } as i32,
+            created_at: rec.created_at,
+            // Loopback only until CNI lands: no pod IP to report.
+            network: Some(PodSandboxNetworkStatus::default()),
+            linux: Some(LinuxPodSandboxStatus {
+                namespaces: Some(Namespace { options: Some(ns) }),
+            }),
+            labels: rec.config.labels.clone(),
+            annotations: rec.config.annotations.clone(),
+            runtime_handler: String::new(),
+        }
+    }
+
+    pub fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus, Error> {
+        Ok(self.sandbox_status_of(&self.sandbox(id)?))
+    }
+
+    pub fn list_pod_sandbox(&self, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
+        let f = filter.unwrap_or_default();
+        let mut out: Vec<PodSandbox> = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| f.id.is_empty() || s.id.starts_with(&f.id))
+            .filter(|s| {
+                f.state
+                    .as_ref()
+                    .is_none_or(|st| st.state == if s.ready { 0 } else { 1 })
+            })
+            .filter(|s| {
+                f.label_selector
+                    .iter()
+                    .all(|(k, v)| s.config.labels.get(k) == Some(v))
+            })
+            .map(|s| PodSandbox {
+                id: s.id.clone(),
+                metadata: s.config.metadata.clone(),
+                state: if s.ready { 0 } else { 1 },
+                created_at: s.created_at,
+                labels: s.config.labels.clone(),
+                annotations: s.config.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect();
+        out.sort_by_key(|s| s.created_at);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cri_proto::v1::DnsConfig;
+
+    #[test]
+    fn resolv_conf_from_dns_config() {
+        let dns = DnsConfig {
+            servers: vec!["10.0.0.10".into()],
+            searches: vec![
+                "default.svc.cluster.local".into(),
+                "svc.cluster.local".into(),
+            ],
+            options: vec!["ndots:5".into()],
+        };
+        assert_eq!(
+            resolv_conf(Some(&dns)).expect("some"),
+            "search default.svc.cluster.local svc.cluster.local\nnameserver 10.0.0.10\noptions ndots:5\n"
+        );
+        assert!(resolv_conf(Some(&DnsConfig::default())).is_none());
+        assert!(resolv_conf(None).is_none());
+    }
+
+    #[test]
+    fn hosts_has_localhost() {
+        assert!(hosts_file(false).starts_with("127.0.0.1\tlocalhost\n"));
+    }
+}

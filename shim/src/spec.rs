@@ -1,0 +1,543 @@
+//! CRI `ContainerConfig` + image config + sandbox → OCI runtime spec, as
+//! containerd's CRI plugin builds it with runc's defaults. Pure: everything it
+//! needs from the host (resolved devices, the image's /etc/passwd, the current
+//! oom_score_adj) is passed in, so it is unit-tested with tables.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use cri_proto::v1::{ContainerConfig, MountPropagation, NamespaceMode};
+use oci_spec::image::ImageConfiguration;
+use oci_spec::runtime::Spec;
+use serde_json::{Value, json};
+
+use crate::error::Error;
+use crate::users::{self, User};
+
+/// containerd's default capability set.
+pub const DEFAULT_CAPS: [&str; 14] = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+];
+
+/// Every capability up to CAP_CHECKPOINT_RESTORE (Linux 5.9), for privileged.
+pub const ALL_CAPS: [&str; 41] = [
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
+];
+
+/// runc's masked paths.
+pub const MASKED_PATHS: [&str; 11] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// runc's read-only paths.
+pub const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What a container takes from its sandbox.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxView {
+    pub hostname: String,
+    /// Pinned namespaces; `None` means the host's.
+    pub netns: Option<PathBuf>,
+    pub ipcns: Option<PathBuf>,
+    pub utsns: Option<PathBuf>,
+    /// The pod's /dev/shm (a tmpfs), or the host's.
+    pub shm: PathBuf,
+    pub hosts: PathBuf,
+    pub resolv_conf: PathBuf,
+    pub hostname_file: PathBuf,
+    pub cgroup_parent: String,
+}
+
+/// A host device resolved for the spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedDevice {
+    pub container_path: String,
+    /// `c` or `b`.
+    pub kind: char,
+    pub major: i64,
+    pub minor: i64,
+    pub file_mode: u32,
+    pub permissions: String,
+}
+
+/// Everything [`build`] needs.
+#[derive(Debug)]
+pub struct SpecInput<'a> {
+    pub id: &'a str,
+    pub config: &'a ContainerConfig,
+    pub image: &'a ImageConfiguration,
+    pub sandbox: &'a SandboxView,
+    pub rootfs: &'a Path,
+    /// The image's /etc/passwd and /etc/group, when present.
+    pub passwd: Option<&'a str>,
+    pub group: Option<&'a str>,
+    pub devices: &'a [ResolvedDevice],
+    /// The runtime's own oom_score_adj: the kernel will not let us go lower.
+    pub min_oom_score_adj: i64,
+}
+
+fn invalid(field: &str, what: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("{field}: {what}"))
+}
+
+/// The process arguments CRI defines: command replaces the entrypoint, args
+/// replace Cmd; image Cmd is used only when neither command nor args is set.
+pub fn process_args(config: &ContainerConfig, image: &ImageConfiguration) -> Vec<String> {
+    let ic = image.config().as_ref();
+    let entrypoint = ic.and_then(|c| c.entrypoint().clone()).unwrap_or_default();
+    let image_cmd = ic.and_then(|c| c.cmd().clone()).unwrap_or_default();
+    let (entry, cmd) = if !config.command.is_empty() {
+        (config.command.clone(), config.args.clone())
+    } else if !config.args.is_empty() {
+        (entrypoint, config.args.clone())
+    } else {
+        (entrypoint, image_cmd)
+    };
+    entry.into_iter().chain(cmd).collect()
+}
+
+/// Image env, then CRI env overriding by name, plus PATH and HOSTNAME defaults.
+pub fn process_env(
+    config: &ContainerConfig,
+    image: &ImageConfiguration,
+    hostname: &str,
+) -> Vec<String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: &str| match env.iter_mut().find(|(ek, _)| ek == k) {
+        Some(e) => e.1 = v.to_string(),
+        None => env.push((k.to_string(), v.to_string())),
+    };
+    if !hostname.is_empty() {
+        set("HOSTNAME", hostname);
+    }
+    for kv in image
+        .config()
+        .as_ref()
+        .and_then(|c| c.env().clone())
+        .unwrap_or_default()
+    {
+        let (k, v) = kv.split_once('=').unwrap_or((&kv, ""));
+        set(k, v);
+    }
+    for kv in &config.envs {
+        set(&kv.key, &kv.value);
+    }
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        let (k, v) = DEFAULT_PATH.split_once('=').unwrap_or(("PATH", ""));
+        env.insert(0, (k.to_string(), v.to_string()));
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// Normalises a CRI capability name (`NET_ADMIN` or `CAP_NET_ADMIN`).
+fn cap_name(c: &str) -> String {
+    let up = c.to_ascii_uppercase();
+    if up.starts_with("CAP_") {
+        up
+    } else {
+        format!("CAP_{up}")
+    }
+}
+
+/// The capability set: containerd's defaults (or all when privileged), then
+/// drops and adds; `ALL` works in either list.
+pub fn capabilities(
+    add: &[String],
+    drop: &[String],
+    privileged: bool,
+) -> Result<Vec<String>, Error> {
+    if privileged {
+        return Ok(ALL_CAPS.iter().map(|s| s.to_string()).collect());
+    }
+    let known = |c: &str| ALL_CAPS.contains(&c);
+    let mut caps: Vec<String> = DEFAULT_CAPS.iter().map(|s| s.to_string()).collect();
+    for d in drop {
+        if d.eq_ignore_ascii_case("ALL") {
+            caps.clear();
+            continue;
+        }
+        let d = cap_name(d);
+        if !known(&d) {
+            return Err(invalid(
+                "linux.security_context.capabilities.drop_capabilities",
+                format!("unknown capability {d}"),
+            ));
+        }
+        caps.retain(|c| c != &d);
+    }
+    for a in add {
+        if a.eq_ignore_ascii_case("ALL") {
+            return Ok(ALL_CAPS.iter().map(|s| s.to_string()).collect());
+        }
+        let a = cap_name(a);
+        if !known(&a) {
+            return Err(invalid(
+                "linux.security_context.capabilities.add_capabilities",
+                format!("unknown capability {a}"),
+            ));
+        }
+        if !caps.contains(&a) {
+            caps.push(a);
+        }
+    }
+    Ok(caps)
+}
+
+/// Builds the OCI runtime spec.
+pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
+    let c = input.config;
+    let linux = c.linux.clone().unwrap_or_default();
+    let sc = linux.security_context.clone().unwrap_or_default();
+    let res = linux.resources.clone().unwrap_or_default();
+    let sb = input.sandbox;
+
+    if let Some(p) = &sc.seccomp {
+        use cri_proto::v1::security_profile::ProfileType;
+        if p.profile_type != ProfileType::Unconfined as i32 {
+            return Err(Error::Unimplemented(
+                "seccomp profiles other than Unconfined",
+            ));
+        }
+    }
+
+    let args = process_args(c, input.image);
+    if args.is_empty() {
+        return Err(invalid(
+            "command",
+            "no command given and the image has no Entrypoint or Cmd",
+        ));
+    }
+    let env = process_env(c, input.image, &sb.hostname);
+    let cwd = if !c.working_dir.is_empty() {
+        c.working_dir.clone()
+    } else {
+        input
+            .image
+            .config()
+            .as_ref()
+            .and_then(|ic| ic.working_dir().clone())
+            .filter(|w| !w.is_empty())
+            .unwrap_or_else(|| "/".into())
+    };
+    if !cwd.starts_with('/') {
+        return Err(invalid("working_dir", format!("{cwd:?} is not absolute")));
+    }
+
+    let user = resolve_user(input, &sc)?;
+    let caps = capabilities(
+        &sc.capabilities
+            .as_ref()
+            .map(|k| k.add_capabilities.clone())
+            .unwrap_or_default(),
+        &sc.capabilities
+            .as_ref()
+            .map(|k| k.drop_capabilities.clone())
+            .unwrap_or_default(),
+        sc.privileged,
+    )?;
+    let ambient: Vec<String> = sc
+        .capabilities
+        .as_ref()
+        .map(|k| {
+            k.add_ambient_capabilities
+                .iter()
+                .map(|a| cap_name(a))
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let ns = sc.namespace_options.clone().unwrap_or_default();
+    let mut namespaces = vec![json!({"type": "mount"})];
+    match NamespaceMode::try_from(ns.pid).unwrap_or(NamespaceMode::Container) {
+        NamespaceMode::Node => {}
+        NamespaceMode::Container => namespaces.push(json!({"type": "pid"})),
+        NamespaceMode::Pod | NamespaceMode::Target => {
+            return Err(Error::Unimplemented("pid namespace modes POD and TARGET"));
+        }
+    }
+    for (kind, path) in [
+        ("network", &sb.netns),
+        ("ipc", &sb.ipcns),
+        ("uts", &sb.utsns),
+    ] {
+        if let Some(p) = path {
+            namespaces.push(json!({"type": kind, "path": p}));
+        }
+    }
+
+    let mut mounts = default_mounts(sc.privileged, sb);
+    let overridden = |dest: &str| c.mounts.iter().any(|m| m.container_path == dest);
+    for (dest, src) in [
+        ("/etc/hosts", &sb.hosts),
+        ("/etc/resolv.conf", &sb.resolv_conf),
+        ("/etc/hostname", &sb.hostname_file),
+    ] {
+        if !overridden(dest) {
+            mounts.push(json!({"destination": dest, "type": "bind", "source": src, "options": ["rbind", "rprivate", "rw"]}));
+        }
+    }
+    for (i, m) in c.mounts.iter().enumerate() {
+        if !m.container_path.starts_with('/') {
+            return Err(invalid(
+                &format!("mounts[{i}].container_path"),
+                format!("{:?} is not absolute", m.container_path),
+            ));
+        }
+        if !m.host_path.starts_with('/') {
+            return Err(invalid(
+                &format!("mounts[{i}].host_path"),
+                format!("{:?} is not absolute", m.host_path),
+            ));
+        }
+        let propagation = match MountPropagation::try_from(m.propagation)
+            .unwrap_or(MountPropagation::PropagationPrivate)
+        {
+            MountPropagation::PropagationPrivate => "rprivate",
+            MountPropagation::PropagationHostToContainer => "rslave",
+            MountPropagation::PropagationBidirectional => "rshared",
+        };
+        let mode = if m.readonly { "ro" } else { "rw" };
+        mounts.retain(|x| x["destination"] != json!(m.container_path));
+        mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": ["rbind", propagation, mode]}));
+    }
+
+    let mut device_rules = vec![json!({"allow": false, "access": "rwm"})];
+    for (kind, major, minor) in [
+        ("c", Some(1), Some(3)),
+        ("c", Some(1), Some(5)),
+        ("c", Some(1), Some(7)),
+        ("c", Some(1), Some(8)),
+        ("c", Some(1), Some(9)),
+        ("c", Some(5), Some(0)),
+        ("c", Some(5), Some(2)),
+        ("c", Some(136), None),
+    ] {
+        device_rules.push(
+            json!({"allow": true, "type": kind, "major": major, "minor": minor, "access": "rwm"}),
+        );
+    }
+    let mut devices = Vec::new();
+    for d in input.devices {
+        devices.push(json!({"path": d.container_path, "type": d.kind.to_string(), "major": d.major, "minor": d.minor, "fileMode": d.file_mode, "uid": 0, "gid": 0}));
+        device_rules.push(json!({"allow": true, "type": d.kind.to_string(), "major": d.major, "minor": d.minor, "access": d.permissions}));
+    }
+    if sc.privileged {
+        device_rules = vec![json!({"allow": true, "access": "rwm"})];
+    }
+
+    let mut resources = json!({"devices": device_rules});
+    let mut memory = serde_json::Map::new();
+    if res.memory_limit_in_bytes > 0 {
+        memory.insert("limit".into(), json!(res.memory_limit_in_bytes));
+    }
+    if res.memory_swap_limit_in_bytes > 0 {
+        memory.insert("swap".into(), json!(res.memory_swap_limit_in_bytes));
+    }
+    if !memory.is_empty() {
+        resources["memory"] = Value::Object(memory);
+    }
+    let mut cpu = serde_json::Map::new();
+    if res.cpu_shares > 0 {
+        cpu.insert("shares".into(), json!(res.cpu_shares));
+    }
+    if res.cpu_quota != 0 {
+        cpu.insert("quota".into(), json!(res.cpu_quota));
+    }
+    if res.cpu_period > 0 {
+        cpu.insert("period".into(), json!(res.cpu_period));
+    }
+    if !res.cpuset_cpus.is_empty() {
+        cpu.insert("cpus".into(), json!(res.cpuset_cpus));
+    }
+    if !res.cpuset_mems.is_empty() {
+        cpu.insert("mems".into(), json!(res.cpuset_mems));
+    }
+    if !cpu.is_empty() {
+        resources["cpu"] = Value::Object(cpu);
+    }
+    if !res.hugepage_limits.is_empty() {
+        resources["hugepageLimits"] = res
+            .hugepage_limits
+            .iter()
+            .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
+            .collect();
+    }
+    if !res.unified.is_empty() {
+        resources["unified"] = json!(res.unified.iter().collect::<BTreeMap<_, _>>());
+    }
+
+    let (masked, readonly): (Vec<String>, Vec<String>) = if sc.privileged {
+        (vec![], vec![])
+    } else {
+        (
+            if sc.masked_paths.is_empty() {
+                MASKED_PATHS.iter().map(|s| s.to_string()).collect()
+            } else {
+                sc.masked_paths.clone()
+            },
+            if sc.readonly_paths.is_empty() {
+                READONLY_PATHS.iter().map(|s| s.to_string()).collect()
+            } else {
+                sc.readonly_paths.clone()
+            },
+        )
+    };
+    let oom = res
+        .oom_score_adj
+        .clamp(-1000, 1000)
+        .max(input.min_oom_score_adj);
+    let cgroup_parent = if sb.cgroup_parent.is_empty() {
+        "/picolet"
+    } else {
+        sb.cgroup_parent.trim_end_matches('/')
+    };
+
+    let spec = json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": c.tty,
+            "user": {"uid": user.uid, "gid": user.gid, "additionalGids": user.additional_gids},
+            "args": args,
+            "env": env,
+            "cwd": cwd,
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps, "ambient": ambient},
+            "noNewPrivileges": sc.no_new_privs,
+            "oomScoreAdj": oom,
+        },
+        "root": {"path": input.rootfs, "readonly": sc.readonly_rootfs},
+        "mounts": mounts,
+        "annotations": c.annotations,
+        "linux": {
+            "namespaces": namespaces,
+            "cgroupsPath": format!("{cgroup_parent}/{}", input.id),
+            "resources": resources,
+            "devices": devices,
+            "maskedPaths": masked,
+            "readonlyPaths": readonly,
+            "rootfsPropagation": "private",
+        },
+    });
+    serde_json::from_value(spec)
+        .map_err(|e| Error::Internal(format!("generated spec does not parse: {e}")))
+}
+
+fn default_mounts(privileged: bool, sb: &SandboxView) -> Vec<Value> {
+    let sys_mode = if privileged { "rw" } else { "ro" };
+    vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+        json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"]}),
+        json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
+        json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", sys_mode]}),
+        json!({"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["nosuid", "noexec", "nodev", "relatime", sys_mode]}),
+        json!({"destination": "/dev/shm", "type": "bind", "source": sb.shm, "options": ["rbind", "rprivate", "rw"]}),
+    ]
+}
+
+fn resolve_user(
+    input: &SpecInput<'_>,
+    sc: &cri_proto::v1::LinuxContainerSecurityContext,
+) -> Result<User, Error> {
+    let passwd = input.passwd.unwrap_or("");
+    let group = input.group.unwrap_or("");
+    let mut user = if !sc.run_as_username.is_empty() {
+        users::lookup(&sc.run_as_username, passwd, group)
+            .map_err(|e| invalid("linux.security_context.run_as_username", e))?
+    } else if let Some(uid) = &sc.run_as_user {
+        let uid = u32::try_from(uid.value)
+            .map_err(|_| invalid("linux.security_context.run_as_user", "out of range"))?;
+        users::lookup(&uid.to_string(), passwd, group)
+            .map_err(|e| invalid("linux.security_context.run_as_user", e))?
+    } else {
+        let image_user = input
+            .image
+            .config()
+            .as_ref()
+            .and_then(|c| c.user().clone())
+            .unwrap_or_default();
+        users::lookup(&image_user, passwd, group).map_err(|e| invalid("image config User", e))?
+    };
+    if let Some(g) = &sc.run_as_group {
+        user.gid = u32::try_from(g.value)
+            .map_err(|_| invalid("linux.security_context.run_as_group", "out of range"))?;
+    }
+    for g in &sc.supplemental_groups {
+        let g = u32::try_from(*g)
+            .map_err(|_| invalid("linux.security_context.supplemental_groups", "out of range"))?;
+        if !user.additional_gids.contains(&g) {
+            user.additional_gids.push(g);
+        }
+    }
+    Ok(user)
+}

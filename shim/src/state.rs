@@ -1,0 +1,102 @@
+//! Persistent records of sandboxes and containers, one JSON file per object,
+//! written atomically (temp + fsync + rename). CRI configs are stored as
+//! received, so a restarted shim answers exactly as before.
+
+use std::path::{Path, PathBuf};
+
+use cri_proto::v1::{ContainerConfig, PodSandboxConfig};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+pub const META: &str = "meta.json";
+pub const EXIT: &str = "exit.json";
+
+/// A pod sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub config: PodSandboxConfig,
+    pub created_at: i64,
+    pub ready: bool,
+    /// Pinned namespace files; `None` when the host's is used.
+    pub netns: Option<PathBuf>,
+    pub ipcns: Option<PathBuf>,
+    pub utsns: Option<PathBuf>,
+    /// The pod's /dev/shm tmpfs mount point, when it has its own.
+    pub shm: Option<PathBuf>,
+    /// Persistent dir (hosts, resolv.conf, hostname).
+    pub dir: PathBuf,
+    /// Runtime dir (namespace files, shm).
+    pub run_dir: PathBuf,
+    /// False until every resource is in place: a record left false by a
+    /// crash marks a half-created sandbox to clean up.
+    pub complete: bool,
+}
+
+/// A container.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub id: String,
+    pub sandbox_id: String,
+    pub config: ContainerConfig,
+    pub image_id: String,
+    pub image_ref: String,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub log_path: Option<PathBuf>,
+    pub stop_signal: Option<String>,
+    /// Container cgroup path (the spec's cgroupsPath).
+    pub cgroup: String,
+    pub monitor_pid: Option<i32>,
+    pub init_pid: Option<i32>,
+    /// Start time (clock ticks since boot) of init, against pid reuse.
+    pub init_start_time: Option<u64>,
+    pub dir: PathBuf,
+    pub rootfs: PathBuf,
+    /// False until the container exists in libcontainer: a record left false
+    /// by a crash marks a half-created container to clean up.
+    pub complete: bool,
+}
+
+/// What the monitor records when the container's init exits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    pub exit_code: i32,
+    /// Nanoseconds since the epoch.
+    pub finished_at: i64,
+    pub oom_killed: bool,
+    /// Why we could not observe a real exit (e.g. the monitor died).
+    pub reason: Option<String>,
+}
+
+pub fn save<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error> {
+    let raw = serde_json::to_vec_pretty(value)
+        .map_err(|e| Error::Internal(format!("encode {name}: {e}")))?;
+    images::fsutil::write_atomic(&dir.join(name), &raw).map_err(Error::from)
+}
+
+pub fn load<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, Error> {
+    match std::fs::read(path) {
+        Ok(raw) => serde_json::from_slice(&raw)
+            .map(Some)
+            .map_err(|e| Error::Internal(format!("corrupt state file {}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::Internal(format!("read {}: {e}", path.display()))),
+    }
+}
+
+/// A new 64-hex-digit object ID, as containerd makes them.
+pub fn new_id() -> String {
+    let a: u128 = rand::random();
+    let b: u128 = rand::random();
+    format!("{a:032x}{b:032x}")
+}
+
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
