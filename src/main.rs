@@ -85,7 +85,10 @@ struct ShimArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    // `monitor exec` hands its stdio to the exec'd process: no logging there.
+    if !matches!(cli.command, Command::Monitor(MonitorCommand::Exec { .. })) {
+        init_tracing();
+    }
     match cli.command {
         Command::Version => {
             println!("picolet {}", env!("CARGO_PKG_VERSION"));

@@ -3,11 +3,17 @@
 
 mod common;
 
-use std::time::Duration;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use common::cri::{self, Client};
 use common::{Shim, test_images};
-use cri_proto::v1::ContainerState;
+use cri_proto::v1::{
+    ContainerState, CreateContainerRequest, ExecSyncRequest, LinuxContainerResources,
+    ListContainersRequest, ListPodSandboxRequest, RemoveContainerRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopContainerRequest, UpdateContainerResourcesRequest,
+};
+use tonic::Code;
 
 async fn ready_shim() -> (Shim, Client) {
     let shim = Shim::start();
@@ -16,12 +22,47 @@ async fn ready_shim() -> (Shim, Client) {
     (shim, client)
 }
 
+fn logs(shim: &Shim, pod: &str) -> PathBuf {
+    shim.dir.path().join("pods").join(pod)
+}
+
+async fn wait_log(path: &std::path::Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never contained {needle:?}:\n{text}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {
+    let p = PathBuf::from("/sys/fs/cgroup")
+        .join(controller)
+        .join(cgroup.trim_start_matches('/'))
+        .join(file);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let logs = shim.dir.path().join("pods/demo");
-    let pod = cri::pod("demo", &logs, false);
+    let pod = cri::pod(
+        "demo",
+        &logs(&shim, "demo"),
+        false,
+        &shim.cgroup_parent("demo"),
+    );
     let pod_id = cri::run_pod(&mut c, &pod).await;
     let cfg = cri::container(
         "app",
@@ -44,7 +85,8 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     assert_eq!(st.exit_code, 3);
     assert_eq!(st.reason, "Error");
     assert!(st.finished_at >= st.started_at && st.started_at > 0);
-    let log = std::fs::read_to_string(logs.join("app/0.log")).expect("log file");
+    assert!(st.log_path.ends_with("app/0.log"));
+    let log = std::fs::read_to_string(&st.log_path).expect("log file");
     let lines: Vec<&str> = log.lines().collect();
     assert!(
         lines.iter().any(|l| l.ends_with(" stdout F out-line")),
@@ -54,6 +96,11 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
         lines.iter().any(|l| l.ends_with(" stderr F err-line")),
         "{log}"
     );
+    assert_eq!(
+        lines.len(),
+        2,
+        "only the container's own output belongs in its log:\n{log}"
+    );
     for l in &lines {
         let ts = l.split(' ').next().expect("timestamp");
         assert!(
@@ -61,5 +108,495 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
             "bad timestamp in {l:?}"
         );
     }
+    // exit 0 is Completed.
+    let ok = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("ok", "busybox", &["true"]),
+    )
+    .await;
+    cri::start(&mut c, &ok).await;
+    let st = cri::wait_state(
+        &mut c,
+        &ok,
+        ContainerState::ContainerExited,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!((st.exit_code, st.reason.as_str()), (0, "Completed"));
     cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resource_limits_land_in_the_container_cgroup_and_update_live() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let parent = shim.cgroup_parent("limits");
+    let pod = cri::pod("limits", &logs(&shim, "limits"), false, &parent);
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let mut cfg = cri::container("app", "busybox", &["sleep", "60"]);
+    cfg.linux.as_mut().expect("linux").resources = Some(LinuxContainerResources {
+        memory_limit_in_bytes: 64 << 20,
+        cpu_shares: 512,
+        cpu_quota: 50_000,
+        cpu_period: 100_000,
+        ..Default::default()
+    });
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    let cg = format!("{parent}/{id}");
+    assert_eq!(
+        cgroup_file("memory", &cg, "memory.limit_in_bytes"),
+        (64u64 << 20).to_string()
+    );
+    assert_eq!(cgroup_file("cpu", &cg, "cpu.shares"), "512");
+    assert_eq!(cgroup_file("cpu", &cg, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(cgroup_file("cpu", &cg, "cpu.cfs_period_us"), "100000");
+    c.update_container_resources(UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(LinuxContainerResources {
+            memory_limit_in_bytes: 96 << 20,
+            cpu_shares: 256,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    assert_eq!(
+        cgroup_file("memory", &cg, "memory.limit_in_bytes"),
+        (96u64 << 20).to_string()
+    );
+    assert_eq!(cgroup_file("cpu", &cg, "cpu.shares"), "256");
+    // The init process really is in that cgroup.
+    let procs = cgroup_file("memory", &cg, "cgroup.procs");
+    assert!(!procs.is_empty());
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_sync_returns_output_and_exit_code_and_enforces_its_timeout() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "exec",
+        &logs(&shim, "exec"),
+        false,
+        &shim.cgroup_parent("exec"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("app", "busybox", &["sleep", "60"]),
+    )
+    .await;
+    cri::start(&mut c, &id).await;
+
+    let r = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo hi; hostname; echo oops >&2; exit 5".into(),
+            ],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(r.exit_code, 5);
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "hi\nexec\n");
+    assert_eq!(String::from_utf8_lossy(&r.stderr), "oops\n");
+
+    let t0 = Instant::now();
+    let err = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sleep".into(), "30".into()],
+            timeout: 1,
+        })
+        .await
+        .expect_err("timeout");
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "timeout took {:?}",
+        t0.elapsed()
+    );
+    // The timed-out process was killed: only the container's own sleep is left.
+    let ps = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["ps".into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ps")
+        .into_inner();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(!ps.contains("sleep 30"), "{ps}");
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stop_is_graceful_then_forceful() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "stop",
+        &logs(&shim, "stop"),
+        false,
+        &shim.cgroup_parent("stop"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let polite = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container(
+            "polite",
+            "busybox",
+            &[
+                "sh",
+                "-c",
+                "trap 'echo got-term; exit 0' TERM; echo ready; while true; do sleep 0.1; done",
+            ],
+        ),
+    )
+    .await;
+    let stubborn = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container(
+            "stubborn",
+            "busybox",
+            &[
+                "sh",
+                "-c",
+                "trap '' TERM; echo ready; while true; do sleep 0.1; done",
+            ],
+        ),
+    )
+    .await;
+    cri::start(&mut c, &polite).await;
+    cri::start(&mut c, &stubborn).await;
+    let polite_log = logs(&shim, "stop").join("polite/0.log");
+    wait_log(&polite_log, "ready").await;
+    wait_log(&logs(&shim, "stop").join("stubborn/0.log"), "ready").await;
+
+    let t0 = Instant::now();
+    c.stop_container(StopContainerRequest {
+        container_id: polite.clone(),
+        timeout: 30,
+    })
+    .await
+    .expect("stop");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "graceful stop took {:?}",
+        t0.elapsed()
+    );
+    let st = cri::status(&mut c, &polite).await;
+    assert_eq!(
+        (st.state, st.exit_code),
+        (ContainerState::ContainerExited as i32, 0)
+    );
+    wait_log(&polite_log, "got-term").await;
+
+    let t0 = Instant::now();
+    c.stop_container(StopContainerRequest {
+        container_id: stubborn.clone(),
+        timeout: 1,
+    })
+    .await
+    .expect("stop");
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+        "forced stop took {took:?}"
+    );
+    let st = cri::status(&mut c, &stubborn).await;
+    assert_eq!(
+        (st.state, st.exit_code),
+        (ContainerState::ContainerExited as i32, 137)
+    );
+    // Idempotent.
+    c.stop_container(StopContainerRequest {
+        container_id: stubborn.clone(),
+        timeout: 1,
+    })
+    .await
+    .expect("stop again");
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
+    require_root!();
+    let (mut shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "survive",
+        &logs(&shim, "survive"),
+        false,
+        &shim.cgroup_parent("survive"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let long = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("long", "busybox", &["sleep", "300"]),
+    )
+    .await;
+    let short = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container(
+            "short",
+            "busybox",
+            &["sh", "-c", "sleep 2; echo bye; exit 7"],
+        ),
+    )
+    .await;
+    cri::start(&mut c, &long).await;
+    cri::start(&mut c, &short).await;
+    let long_pid = cri::status(&mut c, &long).await.started_at;
+
+    shim.kill9();
+    // The short container exits while the shim is down.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    shim.spawn();
+    let mut c = cri::client(&shim.socket()).await;
+
+    let pods = c
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .expect("list pods")
+        .into_inner()
+        .items;
+    assert_eq!(
+        pods.iter().map(|p| p.id.clone()).collect::<Vec<_>>(),
+        vec![pod_id.clone()]
+    );
+    let list = c
+        .list_containers(ListContainersRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .containers;
+    let mut ids: Vec<String> = list.iter().map(|x| x.id.clone()).collect();
+    ids.sort();
+    let mut want = vec![long.clone(), short.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    let st = cri::status(&mut c, &long).await;
+    assert_eq!(st.state, ContainerState::ContainerRunning as i32);
+    assert_eq!(st.started_at, long_pid, "a running container was restarted");
+    let st = cri::status(&mut c, &short).await;
+    assert_eq!(
+        (st.state, st.exit_code),
+        (ContainerState::ContainerExited as i32, 7)
+    );
+    assert!(
+        std::fs::read_to_string(&st.log_path)
+            .expect("log")
+            .contains("stdout F bye")
+    );
+    // The recovered container can still be exec'd into and stopped.
+    let r = c
+        .exec_sync(ExecSyncRequest {
+            container_id: long.clone(),
+            cmd: vec!["true".into()],
+            timeout: 10,
+        })
+        .await
+        .expect("exec after restart")
+        .into_inner();
+    assert_eq!(r.exit_code, 0);
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_pods_get_their_own_namespaces() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let mut pods = Vec::new();
+    for name in ["alpha", "beta"] {
+        let pod = cri::pod(name, &logs(&shim, name), false, &shim.cgroup_parent(name));
+        let pod_id = cri::run_pod(&mut c, &pod).await;
+        let cmd = "hostname; cat /proc/net/dev | grep -c :; sleep 60";
+        let id = cri::create(
+            &mut c,
+            &pod_id,
+            &pod,
+            cri::container("app", "busybox", &["sh", "-c", cmd]),
+        )
+        .await;
+        cri::start(&mut c, &id).await;
+        pods.push((name, pod_id, id));
+    }
+    for (name, _, _) in &pods {
+        let log = wait_log(&logs(&shim, name).join("app/0.log"), "stdout F 1").await;
+        assert!(log.contains(&format!("stdout F {name}")), "hostname: {log}");
+    }
+    // Both are listed, filterable by label and by sandbox.
+    let listed = c
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    assert_eq!(listed.len(), 2);
+    for (_, pod_id, _) in &pods {
+        cri::teardown(&mut c, pod_id).await;
+    }
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_requests_get_the_right_codes() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "codes",
+        &logs(&shim, "codes"),
+        false,
+        &shim.cgroup_parent("codes"),
+    );
+
+    let err = c
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: None,
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("no config");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let mut no_meta = pod.clone();
+    no_meta.metadata = None;
+    let err = c
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(no_meta),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("no metadata");
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let err = c
+        .run_pod_sandbox(RunPodSandboxRequest {
+            config: Some(pod.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("same pod twice");
+    assert_eq!(err.code(), Code::AlreadyExists);
+
+    let create = |sandbox: &str, cfg| CreateContainerRequest {
+        pod_sandbox_id: sandbox.into(),
+        config: Some(cfg),
+        sandbox_config: Some(pod.clone()),
+    };
+    let err = c
+        .create_container(create("nope", cri::container("a", "busybox", &["true"])))
+        .await
+        .expect_err("unknown sandbox");
+    assert_eq!(err.code(), Code::NotFound);
+    let err = c
+        .create_container(create(
+            &pod_id,
+            cri::container("a", "localhost/absent:v1", &["true"]),
+        ))
+        .await
+        .expect_err("unknown image");
+    assert_eq!(err.code(), Code::NotFound);
+    let mut bad_mount = cri::container("a", "busybox", &["true"]);
+    bad_mount.mounts.push(cri_proto::v1::Mount {
+        container_path: "relative".into(),
+        host_path: "/tmp".into(),
+        ..Default::default()
+    });
+    let err = c
+        .create_container(create(&pod_id, bad_mount))
+        .await
+        .expect_err("relative mount");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("mounts[0].container_path"),
+        "{}",
+        err.message()
+    );
+    let mut bad_cap = cri::container("a", "busybox", &["true"]);
+    bad_cap
+        .linux
+        .as_mut()
+        .expect("linux")
+        .security_context
+        .as_mut()
+        .expect("sc")
+        .capabilities = Some(cri_proto::v1::Capability {
+        add_capabilities: vec!["CAP_BOGUS".into()],
+        ..Default::default()
+    });
+    let err = c
+        .create_container(create(&pod_id, bad_cap))
+        .await
+        .expect_err("bad capability");
+    assert_eq!(err.code(), Code::InvalidArgument);
+
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("a", "busybox", &["sleep", "30"]),
+    )
+    .await;
+    let err = c
+        .create_container(create(&pod_id, cri::container("a", "busybox", &["true"])))
+        .await
+        .expect_err("name clash");
+    assert_eq!(err.code(), Code::AlreadyExists);
+    cri::start(&mut c, &id).await;
+    let err = c
+        .start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect_err("start twice");
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let err = c
+        .start_container(StartContainerRequest {
+            container_id: "nope".into(),
+        })
+        .await
+        .expect_err("unknown");
+    assert_eq!(err.code(), Code::NotFound);
+    let err = c
+        .start_container(StartContainerRequest {
+            container_id: String::new(),
+        })
+        .await
+        .expect_err("empty id");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    // Removing what does not exist succeeds (CRI idempotence).
+    c.remove_container(RemoveContainerRequest {
+        container_id: "nope".into(),
+    })
+    .await
+    .expect("remove unknown");
+    cri::teardown(&mut c, &pod_id).await;
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
 }

@@ -274,10 +274,9 @@ impl Runtime {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(monitor_log)
-            .env(
-                "PICOLET_LOG",
-                std::env::var("PICOLET_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            // Errors only: libcontainer also logs from inside the container's
+            // init, after its stderr became the container's.
+            .env("PICOLET_LOG", "error")
             // Its own process group: signals to the shim's group leave it alone.
             .process_group(0)
             .kill_on_drop(false);
@@ -366,13 +365,15 @@ impl Runtime {
             )));
         }
         let dir = self.libcontainer_root().join(id);
+        // Taken before the start: a quick process may finish before start returns.
+        let started_at = state::now_nanos();
         tokio::task::spawn_blocking(move || -> Result<(), String> {
             let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
             c.start().map_err(|e| e.to_string())
         })
         .await?
         .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
-        rec.started_at = Some(state::now_nanos());
+        rec.started_at = Some(started_at);
         self.put(rec)?;
         self.emit(id, ContainerEventType::ContainerStartedEvent);
         Ok(())

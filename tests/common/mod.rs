@@ -215,8 +215,161 @@ impl Shim {
     }
 }
 
+impl Shim {
+    /// A cgroup parent for a test pod, unique to this shim; removed on drop.
+    pub fn cgroup_parent(&self, pod: &str) -> String {
+        format!(
+            "/picolet-test/{}/{pod}",
+            self.dir.path().file_name().expect("name").to_string_lossy()
+        )
+    }
+
+    /// Kills what is left in this shim's test cgroups and removes them, and
+    /// unmounts everything under its directory: a failed test leaks nothing.
+    fn cleanup_host(&self) {
+        let name = self
+            .dir
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let mut roots: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path().join("picolet-test").join(&name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        roots.push(PathBuf::from("/sys/fs/cgroup/picolet-test").join(&name));
+        for root in roots.iter().filter(|r| r.is_dir()) {
+            let mut dirs = Vec::new();
+            let mut stack = vec![root.clone()];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    if e.path().is_dir() {
+                        stack.push(e.path());
+                    }
+                }
+                dirs.push(d);
+            }
+            for d in &dirs {
+                for pid in std::fs::read_to_string(d.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                {
+                    if let Ok(pid) = pid.trim().parse::<i32>() {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+            for d in dirs {
+                let _ = std::fs::remove_dir(d);
+            }
+            if let Some(parent) = root.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| Path::new(m).starts_with(self.dir.path()))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+impl Shim {
+    /// Asserts that nothing of this shim's pods remains on the host: no
+    /// mounts under its dirs, no container cgroups, no processes (monitors
+    /// or containers) still running, beyond the shim itself.
+    pub fn assert_host_clean(&self) {
+        let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| Path::new(m).starts_with(self.dir.path()))
+            .collect();
+        assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+        let name = self
+            .dir
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let mut hierarchies: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        hierarchies.push(PathBuf::from("/sys/fs/cgroup"));
+        for hierarchy in hierarchies {
+            let root = hierarchy.join("picolet-test").join(&name);
+            for pod in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+                let children: Vec<String> = std::fs::read_dir(pod.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                assert!(
+                    children.is_empty(),
+                    "container cgroups left in {}: {children:?}",
+                    pod.path().display()
+                );
+                let procs =
+                    std::fs::read_to_string(pod.path().join("cgroup.procs")).unwrap_or_default();
+                assert!(
+                    procs.trim().is_empty(),
+                    "processes left in {}: {procs}",
+                    pod.path().display()
+                );
+            }
+        }
+        let shim_pid = self.child.as_ref().map(|c| c.id());
+        let dir = self.dir.path().to_string_lossy().into_owned();
+        let mut left = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if Some(pid) == shim_pid {
+                continue;
+            }
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&dir) {
+                left.push(pid);
+            }
+        }
+        assert!(
+            left.is_empty(),
+            "processes of this test still running: {left:?}"
+        );
+    }
+}
+
 impl Drop for Shim {
     fn drop(&mut self) {
+        self.stop();
+        self.cleanup_host();
+    }
+}
+
+impl Shim {
+    /// Stops the shim we started: SIGTERM, then SIGKILL after 5 s.
+    pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             // SIGTERM first so the shim shuts down cleanly.
             let _ = nix::sys::signal::kill(
@@ -310,7 +463,12 @@ pub mod cri {
         RuntimeServiceClient::new(cri_proto::connect(socket).await.expect("connect"))
     }
 
-    pub fn pod(name: &str, log_dir: &Path, host_network: bool) -> PodSandboxConfig {
+    pub fn pod(
+        name: &str,
+        log_dir: &Path,
+        host_network: bool,
+        cgroup_parent: &str,
+    ) -> PodSandboxConfig {
         let uid = format!("uid-{name}-{}", std::process::id());
         PodSandboxConfig {
             metadata: Some(PodSandboxMetadata {
@@ -323,7 +481,7 @@ pub mod cri {
             log_directory: log_dir.display().to_string(),
             labels: HashMap::from([("app".to_string(), name.to_string())]),
             linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: format!("/picolet-test/{name}-{}", std::process::id()),
+                cgroup_parent: cgroup_parent.to_string(),
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
                         network: if host_network {
