@@ -600,3 +600,144 @@ async fn malformed_requests_get_the_right_codes() {
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_over_its_memory_limit_is_reported_oomkilled() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "oom",
+        &logs(&shim, "oom"),
+        false,
+        &shim.cgroup_parent("oom"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    // busybox tail buffers an endless line from /dev/zero until the kernel kills it.
+    let mut cfg = cri::container("hog", "busybox", &["tail", "/dev/zero"]);
+    cfg.linux.as_mut().expect("linux").resources = Some(LinuxContainerResources {
+        memory_limit_in_bytes: 16 << 20,
+        memory_swap_limit_in_bytes: 16 << 20,
+        ..Default::default()
+    });
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    let st = cri::wait_state(
+        &mut c,
+        &id,
+        ContainerState::ContainerExited,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        (st.exit_code, st.reason.as_str()),
+        (137, "OOMKilled"),
+        "{st:?}"
+    );
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stats_reflect_a_known_allocation_and_writable_layer() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "stats",
+        &logs(&shim, "stats"),
+        false,
+        &shim.cgroup_parent("stats"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    // 32 MiB in the pod's /dev/shm (charged to the container's memory
+    // cgroup) and 8 MiB in the writable layer.
+    let cmd = "dd if=/dev/zero of=/dev/shm/fill bs=1M count=32 && dd if=/dev/zero of=/data.bin bs=1M count=8 && echo filled && sleep 60";
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("app", "busybox", &["sh", "-c", cmd]),
+    )
+    .await;
+    cri::start(&mut c, &id).await;
+    wait_log(&logs(&shim, "stats").join("app/0.log"), "filled").await;
+    let s1 = c
+        .container_stats(cri_proto::v1::ContainerStatsRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("ContainerStats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    let ws = s1
+        .memory
+        .as_ref()
+        .and_then(|m| m.working_set_bytes.clone())
+        .expect("working set")
+        .value;
+    assert!(ws >= 32 << 20 && ws < 64 << 20, "working set {ws}");
+    let wl = s1
+        .writable_layer
+        .as_ref()
+        .and_then(|w| w.used_bytes.clone())
+        .expect("writable")
+        .value;
+    assert!(wl >= 8 << 20, "writable layer {wl}");
+    assert!(
+        s1.cpu
+            .as_ref()
+            .and_then(|c| c.usage_core_nano_seconds.clone())
+            .expect("cpu")
+            .value
+            > 0
+    );
+    let list = c
+        .list_container_stats(cri_proto::v1::ListContainerStatsRequest { filter: None })
+        .await
+        .expect("ListContainerStats")
+        .into_inner()
+        .stats;
+    assert_eq!(list.len(), 1);
+    assert!(
+        list[0]
+            .cpu
+            .as_ref()
+            .and_then(|c| c.usage_nano_cores.clone())
+            .is_some(),
+        "second sample gives a rate"
+    );
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_in_use_cannot_be_removed() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "inuse",
+        &logs(&shim, "inuse"),
+        false,
+        &shim.cgroup_parent("inuse"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("app", "busybox", &["sleep", "60"]),
+    )
+    .await;
+    let mut images = shim.client().await;
+    let rm = || cri_proto::v1::RemoveImageRequest {
+        image: Some(common::spec("busybox")),
+    };
+    let err = images.remove_image(rm()).await.expect_err("in use");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+    cri::teardown(&mut c, &pod_id).await;
+    images
+        .remove_image(rm())
+        .await
+        .expect("free after teardown");
+    shim.assert_host_clean();
+}

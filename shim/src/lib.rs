@@ -19,6 +19,7 @@ mod runtime_service;
 mod sandbox;
 mod spec;
 mod state;
+mod stats;
 mod users;
 
 use std::future::Future;

@@ -29,6 +29,8 @@ pub struct Runtime {
     pub(crate) events: broadcast::Sender<ContainerEventResponse>,
     /// The `picolet` binary, run as `picolet monitor`.
     pub(crate) monitor_bin: PathBuf,
+    /// Last CPU sample per container (time, cpu ns), for usage_nano_cores.
+    pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
 }
 
 impl Runtime {
@@ -54,6 +56,7 @@ impl Runtime {
             create_lock: tokio::sync::Mutex::new(()),
             events,
             monitor_bin,
+            cpu_samples: Mutex::new(HashMap::new()),
         })
     }
 

@@ -1,6 +1,6 @@
 //! CRI RuntimeService: thin handlers over [`Runtime`]. Not yet implemented
 //! (UNIMPLEMENTED): streaming Exec/Attach/PortForward, CheckpointContainer,
-//! the stats RPCs and the metrics RPCs.
+//! the pod sandbox stats RPCs and the metrics RPCs.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -316,16 +316,22 @@ impl RuntimeService for RuntimeSvc {
 
     async fn container_stats(
         &self,
-        _req: Request<ContainerStatsRequest>,
+        req: Request<ContainerStatsRequest>,
     ) -> Result<Response<ContainerStatsResponse>, Status> {
-        unimplemented("ContainerStats")
+        let id = req.into_inner().container_id;
+        id_of(&id, "container_id")?;
+        Ok(Response::new(ContainerStatsResponse {
+            stats: Some(self.rt.container_stats(&id)?),
+        }))
     }
 
     async fn list_container_stats(
         &self,
-        _req: Request<ListContainerStatsRequest>,
+        req: Request<ListContainerStatsRequest>,
     ) -> Result<Response<ListContainerStatsResponse>, Status> {
-        unimplemented("ListContainerStats")
+        Ok(Response::new(ListContainerStatsResponse {
+            stats: self.rt.list_container_stats(req.into_inner().filter),
+        }))
     }
 
     async fn pod_sandbox_stats(
