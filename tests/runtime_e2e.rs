@@ -672,21 +672,21 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
     let ws = s1
         .memory
         .as_ref()
-        .and_then(|m| m.working_set_bytes.clone())
+        .and_then(|m| m.working_set_bytes)
         .expect("working set")
         .value;
-    assert!(ws >= 32 << 20 && ws < 64 << 20, "working set {ws}");
+    assert!((32 << 20..64 << 20).contains(&ws), "working set {ws}");
     let wl = s1
         .writable_layer
         .as_ref()
-        .and_then(|w| w.used_bytes.clone())
+        .and_then(|w| w.used_bytes)
         .expect("writable")
         .value;
     assert!(wl >= 8 << 20, "writable layer {wl}");
     assert!(
         s1.cpu
             .as_ref()
-            .and_then(|c| c.usage_core_nano_seconds.clone())
+            .and_then(|c| c.usage_core_nano_seconds)
             .expect("cpu")
             .value
             > 0
@@ -702,7 +702,7 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
         list[0]
             .cpu
             .as_ref()
-            .and_then(|c| c.usage_nano_cores.clone())
+            .and_then(|c| c.usage_nano_cores)
             .is_some(),
         "second sample gives a rate"
     );
