@@ -12,6 +12,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("shim", &["cri-proto", "cgroup", "images", "edge-config"]),
     ("agent", &["cri-proto", "cgroup", "edge-config"]),
     ("xtask", &[]),
+    ("bench", &["cri-proto"]),
     (
         "picolet",
         &[

@@ -741,3 +741,74 @@ async fn an_image_in_use_cannot_be_removed() {
         .expect("free after teardown");
     shim.assert_host_clean();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seccomp_runtime_default_is_enforced() {
+    require_root!();
+    use cri_proto::v1::{SecurityProfile, security_profile::ProfileType};
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "seccomp",
+        &logs(&shim, "seccomp"),
+        false,
+        &shim.cgroup_parent("seccomp"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    // unshare(CLONE_NEWUSER) needs no capability, so only seccomp stops it.
+    let cmd = "echo alive; if unshare -U true; then echo escaped; else echo blocked; fi";
+    for (name, profile, want) in [
+        ("confined", ProfileType::RuntimeDefault, "blocked"),
+        ("free", ProfileType::Unconfined, "escaped"),
+    ] {
+        let mut cfg = cri::container(name, "busybox", &["sh", "-c", cmd]);
+        cfg.linux
+            .as_mut()
+            .expect("linux")
+            .security_context
+            .as_mut()
+            .expect("sc")
+            .seccomp = Some(SecurityProfile {
+            profile_type: profile as i32,
+            localhost_ref: String::new(),
+        });
+        let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+        cri::start(&mut c, &id).await;
+        let st = cri::wait_state(
+            &mut c,
+            &id,
+            ContainerState::ContainerExited,
+            Duration::from_secs(20),
+        )
+        .await;
+        let log = std::fs::read_to_string(&st.log_path).expect("log");
+        assert!(log.contains("stdout F alive"), "{name}: {log}");
+        assert!(
+            log.contains(&format!("stdout F {want}")),
+            "{name}: want {want}: {log}"
+        );
+    }
+    // A Localhost profile that is not a file is a clear InvalidArgument.
+    let mut cfg = cri::container("bad", "busybox", &["true"]);
+    cfg.linux
+        .as_mut()
+        .expect("linux")
+        .security_context
+        .as_mut()
+        .expect("sc")
+        .seccomp = Some(SecurityProfile {
+        profile_type: ProfileType::Localhost as i32,
+        localhost_ref: "/nonexistent/profile.json".into(),
+    });
+    let err = c
+        .create_container(cri_proto::v1::CreateContainerRequest {
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(cfg),
+            sandbox_config: Some(pod.clone()),
+        })
+        .await
+        .expect_err("missing profile");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("localhost_ref"), "{}", err.message());
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}

@@ -245,6 +245,7 @@ impl Runtime {
             group: group.as_deref(),
             devices: &devices,
             min_oom_score_adj: own_oom_score_adj(),
+            localhost_seccomp: load_localhost_seccomp(&rec.config)?,
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle)
@@ -751,6 +752,44 @@ fn read_image_file(rootfs: &Path, rel: &str) -> Option<String> {
         }
     }
     fs::read_to_string(p).ok()
+}
+
+/// Reads the file a Localhost seccomp profile names (OCI / docker JSON),
+/// and checks that it compiles.
+fn load_localhost_seccomp(config: &ContainerConfig) -> Result<Option<serde_json::Value>, Error> {
+    use cri_proto::v1::security_profile::ProfileType;
+    let field = "linux.security_context.seccomp.localhost_ref";
+    let Some(p) = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.seccomp.as_ref())
+    else {
+        return Ok(None);
+    };
+    if p.profile_type != ProfileType::Localhost as i32 {
+        return Ok(None);
+    }
+    let path = p
+        .localhost_ref
+        .strip_prefix("localhost/")
+        .unwrap_or(&p.localhost_ref);
+    if !path.starts_with('/') {
+        return Err(Error::InvalidArgument(format!(
+            "{field}: {path:?} is not an absolute path"
+        )));
+    }
+    let raw =
+        fs::read(path).map_err(|e| Error::InvalidArgument(format!("{field}: {path}: {e}")))?;
+    let value: serde_json::Value = serde_json::from_slice(&raw)
+        .map_err(|e| Error::InvalidArgument(format!("{field}: {path}: {e}")))?;
+    let profile: oci_spec::runtime::LinuxSeccomp =
+        serde_json::from_value(value.clone()).map_err(|e| {
+            Error::InvalidArgument(format!("{field}: {path}: not an OCI seccomp profile: {e}"))
+        })?;
+    crate::seccomp::compile(&profile)
+        .map_err(|e| Error::InvalidArgument(format!("{field}: {path}: {e}")))?;
+    Ok(Some(value))
 }
 
 fn own_oom_score_adj() -> i64 {

@@ -17,6 +17,7 @@ mod namespaces;
 mod runtime;
 mod runtime_service;
 mod sandbox;
+pub mod seccomp;
 mod spec;
 mod state;
 mod stats;

@@ -89,9 +89,20 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(f) => OwnedFd::from(f),
         Err(e) => return fail(format!("open /dev/null: {e}")),
     };
+    // Compile seccomp here, in the parent, so a bad profile fails the create
+    // with a clear message; the container's init only installs the result.
+    let filters = match seccomp_filters(&args.bundle) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
     let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
         .with_root_path(&args.state_root)
-        .map(|b| b.with_stdin(devnull).with_stdout(out_w).with_stderr(err_w))
+        .map(|b| {
+            b.with_stdin(devnull)
+                .with_stdout(out_w)
+                .with_stderr(err_w)
+                .with_executor(crate::seccomp::SeccompExecutor { filters })
+        })
         .and_then(|b| b.validate_id())
         .and_then(|b| {
             b.as_init(&args.bundle)
@@ -132,6 +143,16 @@ pub fn run(args: MonitorArgs) -> i32 {
             tracing::error!(error = %e, "cannot record exit");
             1
         }
+    }
+}
+
+fn seccomp_filters(bundle: &Path) -> Result<Vec<seccompiler::BpfProgram>, String> {
+    let config = bundle.join("config.json");
+    let spec = oci_spec::runtime::Spec::load(&config)
+        .map_err(|e| format!("load {}: {e}", config.display()))?;
+    match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
+        Some(profile) => crate::seccomp::compile(profile),
+        None => Ok(Vec::new()),
     }
 }
 

@@ -145,6 +145,8 @@ pub struct SpecInput<'a> {
     pub devices: &'a [ResolvedDevice],
     /// The runtime's own oom_score_adj: the kernel will not let us go lower.
     pub min_oom_score_adj: i64,
+    /// The file a Localhost seccomp profile names, already read and parsed.
+    pub localhost_seccomp: Option<Value>,
 }
 
 fn invalid(field: &str, what: impl std::fmt::Display) -> Error {
@@ -261,15 +263,6 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     let sc = linux.security_context.clone().unwrap_or_default();
     let res = linux.resources.clone().unwrap_or_default();
     let sb = input.sandbox;
-
-    if let Some(p) = &sc.seccomp {
-        use cri_proto::v1::security_profile::ProfileType;
-        if p.profile_type != ProfileType::Unconfined as i32 {
-            return Err(Error::Unimplemented(
-                "seccomp profiles other than Unconfined",
-            ));
-        }
-    }
 
     let args = process_args(c, input.image);
     if args.is_empty() {
@@ -453,6 +446,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             },
         )
     };
+    let seccomp = seccomp_section(&sc, &caps, input.localhost_seccomp.as_ref())?;
     let oom = res
         .oom_score_adj
         .clamp(-1000, 1000)
@@ -486,10 +480,42 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             "maskedPaths": masked,
             "readonlyPaths": readonly,
             "rootfsPropagation": "private",
+            "seccomp": seccomp,
         },
     });
     serde_json::from_value(spec)
         .map_err(|e| Error::Internal(format!("generated spec does not parse: {e}")))
+}
+
+/// The OCI seccomp section: none for Unconfined, privileged or no profile
+/// (as containerd), containerd's default for RuntimeDefault, the named
+/// file's profile for Localhost.
+fn seccomp_section(
+    sc: &cri_proto::v1::LinuxContainerSecurityContext,
+    caps: &[String],
+    localhost: Option<&Value>,
+) -> Result<Value, Error> {
+    use cri_proto::v1::security_profile::ProfileType;
+    let Some(p) = &sc.seccomp else {
+        return Ok(Value::Null);
+    };
+    if sc.privileged {
+        return Ok(Value::Null);
+    }
+    match ProfileType::try_from(p.profile_type) {
+        Ok(ProfileType::Unconfined) => Ok(Value::Null),
+        Ok(ProfileType::RuntimeDefault) => Ok(crate::seccomp::runtime_default(caps)),
+        Ok(ProfileType::Localhost) => localhost.cloned().ok_or_else(|| {
+            invalid(
+                "linux.security_context.seccomp.localhost_ref",
+                "profile not loaded",
+            )
+        }),
+        Err(_) => Err(invalid(
+            "linux.security_context.seccomp.profile_type",
+            p.profile_type,
+        )),
+    }
 }
 
 fn default_mounts(privileged: bool, sb: &SandboxView) -> Vec<Value> {

@@ -30,6 +30,26 @@ fn main() -> Result<()> {
             std::fs::remove_dir_all(&dir)?;
             println!("wrote {out} ({})", xtask::BUSYBOX_REF);
         }
+        ["pause-image", out] => {
+            // For containerd's CRI in benchmarks: a sandbox image made of busybox.
+            let base = xtask::busybox_layer(&busybox)?;
+            let mut img = xtask::busybox_image(&base);
+            img.name = "localhost/picolet-bench/pause:v1".into();
+            img.cmd = vec!["sleep".into(), "2147483647".into()];
+            xtask::write_docker_archive(
+                Path::new(out),
+                &[(img, vec!["localhost/picolet-bench/pause:v1".into()])],
+            )?;
+            println!("wrote {out} (localhost/picolet-bench/pause:v1)");
+        }
+        ["busybox-docker", out] => {
+            let base = xtask::busybox_layer(&busybox)?;
+            xtask::write_docker_archive(
+                Path::new(out),
+                &[(xtask::busybox_image(&base), vec![xtask::BUSYBOX_REF.into()])],
+            )?;
+            println!("wrote {out} ({})", xtask::BUSYBOX_REF);
+        }
         ["bench-image", out, rest @ ..] => {
             let mb: usize = rest
                 .first()

@@ -1,0 +1,137 @@
+//! `cri-bench SOCKET IMAGE ITERATIONS`: drives one CRI runtime the way kubelet
+//! does — RunPodSandbox, CreateContainer, StartContainer, StopContainer,
+//! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
+//! of each call in milliseconds as JSON (`{"RunPodSandbox": [..], ...}`).
+//! The same client runs against picolet and containerd, so only the runtimes
+//! differ; no CLI start-up is counted.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
+use cri_proto::v1::*;
+
+fn pod(i: usize) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: format!("bench-{i}"),
+            uid: format!("bench-uid-{}-{i}", std::process::id()),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: format!("bench-{i}"),
+        log_directory: format!("/var/log/pods/bench-{}-{i}", std::process::id()),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: format!("/picolet-bench/pod-{i}"),
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    network: NamespaceMode::Pod as i32,
+                    pid: NamespaceMode::Container as i32,
+                    ipc: NamespaceMode::Pod as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn container(image: &str) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "app".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: vec!["sleep".into(), "3600".into()],
+        log_path: "app/0.log".into(),
+        linux: Some(LinuxContainerConfig::default()),
+        ..Default::default()
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, socket, image, n] = args.as_slice() else {
+        bail!("usage: cri-bench SOCKET IMAGE ITERATIONS");
+    };
+    let n: usize = n.parse().context("ITERATIONS")?;
+    let mut c = RuntimeServiceClient::new(cri_proto::connect(socket).await?);
+    let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut record = |name: &'static str, t: Instant| {
+        times
+            .entry(name)
+            .or_default()
+            .push(t.elapsed().as_secs_f64() * 1000.0)
+    };
+    for i in 0..n {
+        let config = pod(i);
+        let t = Instant::now();
+        let pod_id = c
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .context("RunPodSandbox")?
+            .into_inner()
+            .pod_sandbox_id;
+        record("RunPodSandbox", t);
+        let t = Instant::now();
+        let id = c
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod_id.clone(),
+                config: Some(container(image)),
+                sandbox_config: Some(config),
+            })
+            .await
+            .context("CreateContainer")?
+            .into_inner()
+            .container_id;
+        record("CreateContainer", t);
+        let t = Instant::now();
+        c.start_container(StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .context("StartContainer")?;
+        record("StartContainer", t);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t = Instant::now();
+        c.stop_container(StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 10,
+        })
+        .await
+        .context("StopContainer")?;
+        record("StopContainer", t);
+        let t = Instant::now();
+        c.remove_container(RemoveContainerRequest { container_id: id })
+            .await
+            .context("RemoveContainer")?;
+        record("RemoveContainer", t);
+        let t = Instant::now();
+        c.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: pod_id.clone(),
+        })
+        .await
+        .context("StopPodSandbox")?;
+        record("StopPodSandbox", t);
+        let t = Instant::now();
+        c.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: pod_id,
+        })
+        .await
+        .context("RemovePodSandbox")?;
+        record("RemovePodSandbox", t);
+    }
+    println!("{}", serde_json::to_string(&times)?);
+    Ok(())
+}
