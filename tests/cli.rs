@@ -21,13 +21,7 @@ fn version_prints_the_crate_version() {
 
 #[test]
 fn unfinished_subcommands_say_so_and_fail() {
-    for cmd in [
-        &["agent"][..],
-        &["up"],
-        &["monitor"],
-        &["ctl", "ps"],
-        &["ctl", "pods"],
-    ] {
+    for cmd in [&["agent"][..], &["up"], &["ctl", "ps"], &["ctl", "pods"]] {
         let out = picolet(cmd);
         assert_eq!(out.status.code(), Some(1), "{cmd:?}");
         assert!(

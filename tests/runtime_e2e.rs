@@ -812,3 +812,64 @@ async fn seccomp_runtime_default_is_enforced() {
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn container_events_stream_the_lifecycle() {
+    require_root!();
+    use cri_proto::v1::{ContainerEventType, GetEventsRequest};
+    let (shim, mut c) = ready_shim().await;
+    let mut events = cri::client(&shim.socket())
+        .await
+        .get_container_events(GetEventsRequest {})
+        .await
+        .expect("events")
+        .into_inner();
+    let pod = cri::pod(
+        "events",
+        &logs(&shim, "events"),
+        false,
+        &shim.cgroup_parent("events"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("app", "busybox", &["true"]),
+    )
+    .await;
+    cri::start(&mut c, &id).await;
+    cri::wait_state(
+        &mut c,
+        &id,
+        ContainerState::ContainerExited,
+        Duration::from_secs(20),
+    )
+    .await;
+    c.remove_container(RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .expect("remove");
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.message())
+            .await
+            .expect("event in time")
+            .expect("stream")
+            .expect("open");
+        if e.container_id == id {
+            seen.push(e.container_event_type);
+        }
+    }
+    let want = [
+        ContainerEventType::ContainerCreatedEvent,
+        ContainerEventType::ContainerStartedEvent,
+        ContainerEventType::ContainerStoppedEvent,
+        ContainerEventType::ContainerDeletedEvent,
+    ]
+    .map(|t| t as i32);
+    assert_eq!(seen, want);
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}

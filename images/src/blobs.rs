@@ -100,18 +100,7 @@ impl Blobs {
 
     /// Every stored blob.
     pub fn list(&self) -> Result<Vec<Digest>> {
-        let mut out = Vec::new();
-        for e in fs::read_dir(&self.root).map_err(Error::io("list", &self.root))? {
-            let e = e.map_err(Error::io("list", &self.root))?;
-            if let Some(d) = e
-                .file_name()
-                .to_str()
-                .and_then(|n| Digest::parse(&format!("sha256:{n}")).ok())
-            {
-                out.push(d);
-            }
-        }
-        Ok(out)
+        fsutil::digests_in(&self.root)
     }
 
     /// Deletes a blob; a missing blob is not an error.

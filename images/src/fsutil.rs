@@ -55,6 +55,22 @@ pub fn remove_dir_all_if_exists(path: &Path) -> Result<()> {
     }
 }
 
+/// The entries of `dir` named by a sha256 hex digest (blobs, snapshots).
+pub(crate) fn digests_in(dir: &Path) -> Result<Vec<crate::Digest>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let e = e.map_err(Error::io("list", dir))?;
+        if let Some(d) = e
+            .file_name()
+            .to_str()
+            .and_then(|n| crate::Digest::parse(&format!("sha256:{n}")).ok())
+        {
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
 /// Removes everything inside `dir`, keeping `dir`.
 pub(crate) fn empty_dir(dir: &Path) -> Result<()> {
     for e in fs::read_dir(dir).map_err(Error::io("list", dir))? {

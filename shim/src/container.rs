@@ -26,7 +26,17 @@ use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META, SandboxRecord}
 const MAX_EXEC_OUTPUT: u64 = 16 << 20;
 
 impl Runtime {
-    fn container(&self, id: &str) -> Result<ContainerRecord, Error> {
+    /// A snapshot of every container record.
+    pub(crate) fn all_containers(&self) -> Vec<ContainerRecord> {
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn container(&self, id: &str) -> Result<ContainerRecord, Error> {
         self.containers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -150,6 +160,7 @@ impl Runtime {
                 .and_then(|c| c.stop_signal().clone()),
             cgroup,
             monitor_pid: None,
+            monitor_start_time: None,
             init_pid: None,
             init_start_time: None,
             dir: dir.clone(),
@@ -285,6 +296,7 @@ impl Runtime {
             .spawn()
             .map_err(|e| Error::Internal(format!("start monitor: {e}")))?;
         rec.monitor_pid = child.id().map(|p| p as i32);
+        rec.monitor_start_time = rec.monitor_pid.and_then(proc_start_time);
         let stdout = child
             .stdout
             .take()
@@ -395,12 +407,12 @@ impl Runtime {
         if let Some(exit) = self.exit_of(rec) {
             return (ContainerState::ContainerExited, Some(exit));
         }
-        let init_alive = rec.init_pid.is_some_and(|p| {
-            proc_start_time(p).is_some() && proc_start_time(p) == rec.init_start_time
-        });
-        let monitor_alive = rec
-            .monitor_pid
-            .is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        // A pid counts only with the start time we recorded: pids get reused.
+        let alive = |pid: Option<i32>, start: Option<u64>| {
+            pid.is_some_and(|p| start.is_some() && proc_start_time(p) == start)
+        };
+        let init_alive = alive(rec.init_pid, rec.init_start_time);
+        let monitor_alive = alive(rec.monitor_pid, rec.monitor_start_time);
         if !init_alive && !monitor_alive {
             // Nobody will ever record this exit: do it ourselves.
             let exit = ExitRecord {
@@ -481,6 +493,7 @@ impl Runtime {
         if self.state_of(&rec).0 != ContainerState::ContainerExited {
             self.stop_container(id, 0).await?;
         }
+        self.emit_stopped_once(id);
         self.destroy_container_resources(&rec).await?;
         if let Ok(d) = images::Digest::parse(&rec.image_id) {
             self.store.unpin(&d);
@@ -550,13 +563,7 @@ impl Runtime {
 
     pub fn list_containers(&self, filter: Option<ContainerFilter>) -> Vec<Container> {
         let f = filter.unwrap_or_default();
-        let recs: Vec<ContainerRecord> = self
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let recs = self.all_containers();
         let mut out: Vec<Container> = recs
             .iter()
             .filter(|c| f.id.is_empty() || c.id.starts_with(&f.id))
@@ -689,19 +696,15 @@ impl Runtime {
 
     /// Emits STOPPED events for containers whose exit appeared. Runs forever.
     pub async fn watch_exits(self: std::sync::Arc<Self>) {
-        let mut seen = std::collections::HashSet::new();
         loop {
-            let recs: Vec<ContainerRecord> = self
-                .containers
+            let recs = self.all_containers();
+            self.stopped_sent
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .cloned()
-                .collect();
+                .retain(|id| recs.iter().any(|r| &r.id == id));
             for r in recs {
-                if !seen.contains(&r.id) && self.state_of(&r).0 == ContainerState::ContainerExited {
-                    seen.insert(r.id.clone());
-                    self.emit(&r.id, ContainerEventType::ContainerStoppedEvent);
+                if self.state_of(&r).0 == ContainerState::ContainerExited {
+                    self.emit_stopped_once(&r.id);
                 }
             }
             tokio::time::sleep(Duration::from_millis(250)).await;

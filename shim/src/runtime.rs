@@ -31,6 +31,8 @@ pub struct Runtime {
     pub(crate) monitor_bin: PathBuf,
     /// Last CPU sample per container (time, cpu ns), for usage_nano_cores.
     pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
+    /// Containers whose STOPPED event went out (each is sent once).
+    pub(crate) stopped_sent: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Runtime {
@@ -57,6 +59,7 @@ impl Runtime {
             events,
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),
+            stopped_sent: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -129,6 +132,18 @@ impl Runtime {
                 .map(|c| vec![self.container_status_of(&c)])
                 .unwrap_or_default(),
         });
+    }
+
+    /// Sends the STOPPED event of a container once.
+    pub(crate) fn emit_stopped_once(&self, container_id: &str) {
+        if self
+            .stopped_sent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(container_id.to_string())
+        {
+            self.emit(container_id, ContainerEventType::ContainerStoppedEvent);
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<ContainerEventResponse> {

@@ -50,6 +50,9 @@ pub struct ContainerRecord {
     /// Container cgroup path (the spec's cgroupsPath).
     pub cgroup: String,
     pub monitor_pid: Option<i32>,
+    /// Start time of the monitor, against pid reuse.
+    #[serde(default)]
+    pub monitor_start_time: Option<u64>,
     pub init_pid: Option<i32>,
     /// Start time (clock ticks since boot) of init, against pid reuse.
     pub init_start_time: Option<u64>,

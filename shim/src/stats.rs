@@ -99,13 +99,7 @@ impl Runtime {
     }
 
     pub fn container_stats(&self, id: &str) -> Result<ContainerStats, Error> {
-        let rec = self
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("container {id:?} not found")))?;
+        let rec = self.container(id)?;
         let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
         Ok(self.stats_of(&rec, &mut last))
     }
