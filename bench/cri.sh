@@ -24,6 +24,9 @@ cleanup() {
   [ -n "${SHIM:-}" ] && kill "$SHIM" 2>/dev/null || true
   [ -n "${CTRD:-}" ] && kill "$CTRD" 2>/dev/null || true
   wait 2>/dev/null || true
+  # Containers a failed run left behind: everything in our bench cgroups.
+  cat /sys/fs/cgroup/*/picolet-bench/*/*/cgroup.procs 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
+  sleep 0.5
   grep " $W" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   for h in /sys/fs/cgroup/*/picolet-bench; do [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null; done
   rm -rf "$W" /var/log/pods/bench-*

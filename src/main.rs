@@ -54,6 +54,12 @@ enum MonitorCommand {
         #[arg(long)]
         cgroup: String,
     },
+    /// Be pid 1 of a pod's shared pid namespace (pid mode POD).
+    PodInit {
+        /// The sandbox's runtime dir: names the process in `ps`.
+        #[arg(long)]
+        sandbox: PathBuf,
+    },
     /// Run a command in a running container (ExecSync).
     Exec {
         #[arg(long)]
@@ -86,7 +92,11 @@ struct ShimArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // `monitor exec` hands its stdio to the exec'd process: no logging there.
-    if !matches!(cli.command, Command::Monitor(MonitorCommand::Exec { .. })) {
+    // `monitor pod-init` forks: keep it free of anything that could start threads.
+    if !matches!(
+        cli.command,
+        Command::Monitor(MonitorCommand::Exec { .. } | MonitorCommand::PodInit { .. })
+    ) {
         init_tracing();
     }
     match cli.command {
@@ -131,6 +141,7 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             exit_file,
             cgroup,
         }),
+        MonitorCommand::PodInit { sandbox: _ } => shim::pod_init::run(),
         MonitorCommand::Exec {
             id,
             state_root,

@@ -873,3 +873,111 @@ async fn container_events_stream_the_lifecycle() {
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pid_namespace_modes_pod_and_target_share_processes() {
+    require_root!();
+    use cri_proto::v1::NamespaceMode;
+    let (shim, mut c) = ready_shim().await;
+    let mut pod = cri::pod(
+        "sharepid",
+        &logs(&shim, "sharepid"),
+        false,
+        &shim.cgroup_parent("sharepid"),
+    );
+    let set_pid =
+        |opts: &mut Option<cri_proto::v1::NamespaceOption>, mode: NamespaceMode, target: &str| {
+            let o = opts.get_or_insert_with(Default::default);
+            o.pid = mode as i32;
+            o.target_id = target.to_string();
+        };
+    set_pid(
+        &mut pod
+            .linux
+            .as_mut()
+            .expect("linux")
+            .security_context
+            .as_mut()
+            .expect("sc")
+            .namespace_options,
+        NamespaceMode::Pod,
+        "",
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let with_pid = |name: &str, cmd: &[&str], mode: NamespaceMode, target: &str| {
+        let mut cfg = cri::container(name, "busybox", cmd);
+        set_pid(
+            &mut cfg
+                .linux
+                .as_mut()
+                .expect("linux")
+                .security_context
+                .as_mut()
+                .expect("sc")
+                .namespace_options,
+            mode,
+            target,
+        );
+        cfg
+    };
+    let a = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("a", &["sleep", "301"], NamespaceMode::Pod, ""),
+    )
+    .await;
+    cri::start(&mut c, &a).await;
+    let b = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("b", &["sleep", "302"], NamespaceMode::Pod, ""),
+    )
+    .await;
+    cri::start(&mut c, &b).await;
+    let ps = |id: &str| ExecSyncRequest {
+        container_id: id.to_string(),
+        cmd: vec!["ps".into()],
+        timeout: 10,
+    };
+    let out = String::from_utf8_lossy(&c.exec_sync(ps(&b)).await.expect("ps").into_inner().stdout)
+        .into_owned();
+    assert!(
+        out.contains("sleep 301") && out.contains("sleep 302"),
+        "POD mode must share processes:\n{out}"
+    );
+
+    // TARGET joins one container's namespace; CONTAINER sees only itself.
+    let t = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("t", &["sleep", "303"], NamespaceMode::Target, &a),
+    )
+    .await;
+    cri::start(&mut c, &t).await;
+    let out = String::from_utf8_lossy(&c.exec_sync(ps(&t)).await.expect("ps").into_inner().stdout)
+        .into_owned();
+    assert!(
+        out.contains("sleep 301") && out.contains("sleep 303"),
+        "TARGET must see its target:\n{out}"
+    );
+    let own = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("own", &["sleep", "304"], NamespaceMode::Container, ""),
+    )
+    .await;
+    cri::start(&mut c, &own).await;
+    let out =
+        String::from_utf8_lossy(&c.exec_sync(ps(&own)).await.expect("ps").into_inner().stdout)
+            .into_owned();
+    assert!(
+        out.contains("sleep 304") && !out.contains("sleep 301"),
+        "CONTAINER must be alone:\n{out}"
+    );
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}

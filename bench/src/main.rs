@@ -49,9 +49,25 @@ fn container(image: &str) -> ContainerConfig {
             image: image.into(),
             ..Default::default()
         }),
-        command: vec!["sleep".into(), "3600".into()],
+        // Exits on SIGTERM at once (a bare `sleep` as pid 1 would ignore it
+        // and every stop would wait for the timeout).
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "trap 'exit 0' TERM; sleep 3600 & wait".into(),
+        ],
         log_path: "app/0.log".into(),
-        linux: Some(LinuxContainerConfig::default()),
+        // As kubelet sends it: each container has its own pid namespace.
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                namespace_options: Some(NamespaceOption {
+                    pid: NamespaceMode::Container as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }

@@ -1,11 +1,17 @@
-//! picolet's configuration: the on-disk layout defaults every part agrees on.
+//! picolet's configuration: the on-disk layout defaults every part agrees on
+//! (DESIGN.md §4), the config file ([`config`]: a KubeletConfiguration subset
+//! plus picolet's own section, with file + field-path errors) and the
+//! Kubernetes quantity and duration formats it uses ([`quantity`]).
 //!
-//! Today this crate holds the default paths of DESIGN.md §4. The config file
-//! (a KubeletConfiguration subset plus picolet's own section, with field-path
-//! validation errors) arrives with the agent issue; until then no subcommand
-//! accepts `--config`, so nothing pretends to read one.
+//! The agent is the first user of [`Config`]; `--config` is wired into the
+//! subcommands together with it.
+
+pub mod config;
+pub mod quantity;
 
 use std::path::PathBuf;
+
+pub use config::{Config, ConfigError};
 
 /// Default data root (`--root`).
 pub const DEFAULT_ROOT: &str = "/var/lib/picolet";

@@ -230,6 +230,8 @@ impl Runtime {
             netns: sandbox.netns.clone(),
             ipcns: sandbox.ipcns.clone(),
             utsns: sandbox.utsns.clone(),
+            pidns: Runtime::pod_pidns(sandbox),
+            target_pidns: self.target_pidns(sandbox, &rec.config),
             shm: sandbox
                 .shm
                 .clone()
@@ -342,6 +344,25 @@ impl Runtime {
         rec.init_pid = hs.pid;
         rec.init_start_time = hs.start_time;
         Ok(())
+    }
+
+    /// The pid namespace of the container a TARGET pid mode names.
+    fn target_pidns(&self, sandbox: &SandboxRecord, config: &ContainerConfig) -> Option<PathBuf> {
+        let target = config
+            .linux
+            .as_ref()?
+            .security_context
+            .as_ref()?
+            .namespace_options
+            .as_ref()
+            .map(|n| n.target_id.clone())
+            .filter(|t| !t.is_empty())?;
+        let rec = self
+            .container(&target)
+            .ok()
+            .filter(|c| c.sandbox_id == sandbox.id)?;
+        let (pid, start) = (rec.init_pid?, rec.init_start_time?);
+        (proc_start_time(pid) == Some(start)).then(|| PathBuf::from(format!("/proc/{pid}/ns/pid")))
     }
 
     /// Kills, deletes and unmounts whatever exists of a container.

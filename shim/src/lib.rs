@@ -14,6 +14,7 @@ mod image_service;
 mod import_service;
 pub mod monitor;
 mod namespaces;
+pub mod pod_init;
 mod runtime;
 mod runtime_service;
 mod sandbox;

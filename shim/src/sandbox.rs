@@ -92,8 +92,10 @@ impl Runtime {
             )));
         }
         let ns = ns_options(&config);
-        if ns.pid == NamespaceMode::Pod as i32 || ns.pid == NamespaceMode::Target as i32 {
-            return Err(Error::Unimplemented("pid namespace modes POD and TARGET"));
+        if ns.pid == NamespaceMode::Target as i32 {
+            return Err(Error::InvalidArgument(
+                "linux.security_context.namespace_options.pid: TARGET applies to containers, not sandboxes".into(),
+            ));
         }
         let id = state::new_id();
         let mut rec = SandboxRecord {
@@ -107,6 +109,7 @@ impl Runtime {
             shm: None,
             dir: self.sandbox_dir(&id),
             run_dir: self.sandbox_run_dir(&id),
+            pod_init: None,
             complete: false,
         };
         for d in [&rec.dir, &rec.run_dir] {
@@ -181,6 +184,11 @@ impl Runtime {
         };
         write(&rec.dir.join("resolv.conf"), &resolv)?;
 
+        if ns.pid == NamespaceMode::Pod as i32 {
+            rec.pod_init = Some(self.start_pod_init(&rec.run_dir).await?);
+            state::save(&rec.dir, META, &*rec)?;
+        }
+
         if !host_ipc {
             let shm = rec.run_dir.join("shm");
             fs::create_dir_all(&shm)
@@ -200,8 +208,46 @@ impl Runtime {
         Ok(())
     }
 
+    /// Starts `picolet monitor pod-init`; returns its init's pid and start time.
+    async fn start_pod_init(&self, run_dir: &std::path::Path) -> Result<(i32, u64), Error> {
+        let out = tokio::process::Command::new(&self.monitor_bin)
+            .args(["monitor", "pod-init", "--sandbox"])
+            .arg(run_dir)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .output()
+            .await
+            .map_err(|e| Error::Internal(format!("start pod init: {e}")))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let pid: i32 = text.trim().parse().map_err(|_| {
+            Error::Internal(format!(
+                "pod init failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        })?;
+        let start = crate::monitor::proc_start_time(pid)
+            .ok_or_else(|| Error::Internal(format!("pod init {pid} exited at once")))?;
+        Ok((pid, start))
+    }
+
+    /// The pod's shared pid namespace, while its init lives.
+    pub(crate) fn pod_pidns(rec: &SandboxRecord) -> Option<std::path::PathBuf> {
+        let (pid, start) = rec.pod_init?;
+        (crate::monitor::proc_start_time(pid) == Some(start))
+            .then(|| std::path::PathBuf::from(format!("/proc/{pid}/ns/pid")))
+    }
+
     /// Unmounts and removes everything a sandbox record points at.
     pub(crate) fn destroy_sandbox_resources(&self, rec: &SandboxRecord) -> Result<(), Error> {
+        if let Some((pid, start)) = rec.pod_init
+            && crate::monitor::proc_start_time(pid) == Some(start)
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         for p in [&rec.netns, &rec.ipcns, &rec.utsns, &rec.shm]
             .into_iter()
             .flatten()

@@ -111,6 +111,10 @@ pub struct SandboxView {
     pub netns: Option<PathBuf>,
     pub ipcns: Option<PathBuf>,
     pub utsns: Option<PathBuf>,
+    /// The pod's shared pid namespace (pid mode POD), when it has one.
+    pub pidns: Option<PathBuf>,
+    /// The target container's pid namespace (pid mode TARGET).
+    pub target_pidns: Option<PathBuf>,
     /// The pod's /dev/shm (a tmpfs), or the host's.
     pub shm: PathBuf,
     pub hosts: PathBuf,
@@ -315,9 +319,23 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     match NamespaceMode::try_from(ns.pid).unwrap_or(NamespaceMode::Container) {
         NamespaceMode::Node => {}
         NamespaceMode::Container => namespaces.push(json!({"type": "pid"})),
-        NamespaceMode::Pod | NamespaceMode::Target => {
-            return Err(Error::Unimplemented("pid namespace modes POD and TARGET"));
-        }
+        NamespaceMode::Pod => match &sb.pidns {
+            Some(p) => namespaces.push(json!({"type": "pid", "path": p})),
+            None => {
+                return Err(Error::FailedPrecondition(
+                    "linux.security_context.namespace_options.pid: POD, but the sandbox was created without a shared pid namespace".into(),
+                ));
+            }
+        },
+        NamespaceMode::Target => match &sb.target_pidns {
+            Some(p) => namespaces.push(json!({"type": "pid", "path": p})),
+            None => {
+                return Err(invalid(
+                    "linux.security_context.namespace_options.target_id",
+                    "no running container with that id in this sandbox",
+                ));
+            }
+        },
     }
     for (kind, path) in [
         ("network", &sb.netns),

@@ -30,6 +30,10 @@ pub struct SandboxRecord {
     pub dir: PathBuf,
     /// Runtime dir (namespace files, shm).
     pub run_dir: PathBuf,
+    /// Pid 1 of the pod's shared pid namespace (pid mode POD) and its start
+    /// time, against pid reuse.
+    #[serde(default)]
+    pub pod_init: Option<(i32, u64)>,
     /// False until every resource is in place: a record left false by a
     /// crash marks a half-created sandbox to clean up.
     pub complete: bool,

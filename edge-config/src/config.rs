@@ -1,0 +1,495 @@
+//! The config file: kubelet's `KubeletConfiguration`
+//! (kubelet.config.k8s.io/v1beta1) as far as it applies to picolet, plus a
+//! `picolet:` section. Unknown or invalid fields are errors that name the
+//! file, the field path and what was expected; nothing starts with a
+//! half-understood config.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::quantity::{Threshold, parse_duration, parse_quantity, parse_threshold};
+
+/// A config error: file, field path, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() || self.field == "." {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                self.field,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Raw {
+    api_version: Option<String>,
+    kind: Option<String>,
+    static_pod_path: Option<String>,
+    file_check_frequency: Option<String>,
+    sync_frequency: Option<String>,
+    healthz_bind_address: Option<String>,
+    healthz_port: Option<u16>,
+    address: Option<String>,
+    port: Option<u16>,
+    max_pods: Option<u32>,
+    cgroup_driver: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
+    cgroups_per_qos: Option<bool>,
+    cgroup_root: Option<String>,
+    pod_pids_limit: Option<i64>,
+    container_log_max_size: Option<String>,
+    container_log_max_files: Option<u32>,
+    eviction_hard: Option<BTreeMap<String, String>>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    image_gc_high_threshold_percent: Option<u8>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    image_gc_low_threshold_percent: Option<u8>,
+    #[serde(rename = "imageMinimumGCAge")]
+    image_minimum_gc_age: Option<String>,
+    runtime_request_timeout: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    cluster_dns: Option<Vec<String>>,
+    cluster_domain: Option<String>,
+    resolv_conf: Option<String>,
+    node_status_update_frequency: Option<String>,
+    serialize_image_pulls: Option<bool>,
+    picolet: Option<RawPicolet>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPicolet {
+    node_name: Option<String>,
+    cri_socket: Option<String>,
+    data_dir: Option<String>,
+    images_dir: Option<String>,
+    run_dir: Option<String>,
+    /// First restart back-off (kubelet: 10s); tests shorten it.
+    restart_backoff_initial: Option<String>,
+    /// Back-off cap (kubelet: 300s).
+    restart_backoff_max: Option<String>,
+}
+
+/// Eviction signals kubelet knows.
+pub const EVICTION_SIGNALS: [&str; 7] = [
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+    "allocatableMemory.available",
+];
+
+/// The validated configuration, defaults as kubelet's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub static_pod_path: PathBuf,
+    pub file_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub healthz_bind_address: IpAddr,
+    pub healthz_port: u16,
+    pub address: IpAddr,
+    pub port: u16,
+    pub max_pods: u32,
+    pub cgroups_per_qos: bool,
+    pub cgroup_root: String,
+    pub pod_pids_limit: i64,
+    pub container_log_max_size: u128,
+    pub container_log_max_files: u32,
+    pub eviction_hard: BTreeMap<String, Threshold>,
+    pub image_gc_high_threshold_percent: u8,
+    pub image_gc_low_threshold_percent: u8,
+    pub image_minimum_gc_age: Duration,
+    pub runtime_request_timeout: Duration,
+    pub cluster_dns: Vec<IpAddr>,
+    pub cluster_domain: String,
+    pub resolv_conf: PathBuf,
+    pub node_status_update_frequency: Duration,
+    pub serialize_image_pulls: bool,
+    pub node_name: String,
+    pub cri_socket: PathBuf,
+    pub data_dir: PathBuf,
+    pub images_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub restart_backoff_initial: Duration,
+    pub restart_backoff_max: Duration,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_raw(Raw::default(), Path::new("<defaults>")).expect("the defaults are valid")
+    }
+}
+
+impl Config {
+    /// Loads `path`. A missing file gives the defaults when `must_exist` is
+    /// false (the default path); otherwise it is an error.
+    pub fn load(path: &Path, must_exist: bool) -> Result<Self, ConfigError> {
+        let err = |field: &str, message: String| ConfigError {
+            file: path.to_path_buf(),
+            field: field.into(),
+            message,
+        };
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
+                return Ok(Self::default());
+            }
+            Err(e) => return Err(err("", format!("cannot read: {e}"))),
+        };
+        Self::parse(&text, path)
+    }
+
+    /// Parses config text (YAML or JSON); `file` names it in errors.
+    pub fn parse(text: &str, file: &Path) -> Result<Self, ConfigError> {
+        let raw: Raw = if text.trim().is_empty() {
+            Raw::default()
+        } else {
+            let de = serde_yaml::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let field = e.path().to_string();
+                let inner = e.into_inner().to_string();
+                // serde_yaml appends " at line L column C"; keep it, it helps.
+                ConfigError {
+                    file: file.to_path_buf(),
+                    field,
+                    message: inner,
+                }
+            })?
+        };
+        Self::from_raw(raw, file)
+    }
+
+    fn from_raw(raw: Raw, file: &Path) -> Result<Self, ConfigError> {
+        let err = |field: &str, message: String| ConfigError {
+            file: file.to_path_buf(),
+            field: field.into(),
+            message,
+        };
+        if let Some(k) = &raw.kind
+            && k != "KubeletConfiguration"
+        {
+            return Err(err(
+                "kind",
+                format!("{k:?} (want \"KubeletConfiguration\")"),
+            ));
+        }
+        if let Some(v) = &raw.api_version
+            && v != "kubelet.config.k8s.io/v1beta1"
+        {
+            return Err(err(
+                "apiVersion",
+                format!("{v:?} (want \"kubelet.config.k8s.io/v1beta1\")"),
+            ));
+        }
+        let dur =
+            |field: &str, v: &Option<String>, default: &str| -> Result<Duration, ConfigError> {
+                let s = v.as_deref().unwrap_or(default);
+                parse_duration(s).ok_or_else(|| {
+                    err(
+                        field,
+                        format!("{s:?} is not a duration (e.g. \"20s\", \"1m30s\")"),
+                    )
+                })
+            };
+        let ip = |field: &str, v: &Option<String>, default: &str| -> Result<IpAddr, ConfigError> {
+            let s = v.as_deref().unwrap_or(default);
+            s.parse()
+                .map_err(|_| err(field, format!("{s:?} is not an IP address")))
+        };
+        if let Some(d) = &raw.cgroup_driver
+            && d != "cgroupfs"
+        {
+            return Err(err(
+                "cgroupDriver",
+                format!("{d:?} is not supported (picolet manages cgroups itself: \"cgroupfs\")"),
+            ));
+        }
+        let mut eviction_hard = BTreeMap::new();
+        let eh = raw.eviction_hard.clone().unwrap_or_else(|| {
+            [
+                ("memory.available", "100Mi"),
+                ("nodefs.available", "10%"),
+                ("nodefs.inodesFree", "5%"),
+                ("imagefs.available", "15%"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+        });
+        for (signal, value) in &eh {
+            let field = format!("evictionHard.{signal}");
+            if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+                return Err(err(
+                    &field,
+                    format!(
+                        "unknown eviction signal (known: {})",
+                        EVICTION_SIGNALS.join(", ")
+                    ),
+                ));
+            }
+            let t = parse_threshold(value)
+                .ok_or_else(|| err(&field, format!("{value:?} is not a quantity or percentage")))?;
+            eviction_hard.insert(signal.clone(), t);
+        }
+        let high = raw.image_gc_high_threshold_percent.unwrap_or(85);
+        let low = raw.image_gc_low_threshold_percent.unwrap_or(80);
+        if high > 100 {
+            return Err(err(
+                "imageGCHighThresholdPercent",
+                format!("{high} is over 100"),
+            ));
+        }
+        if low > high {
+            return Err(err(
+                "imageGCLowThresholdPercent",
+                format!("{low} is above imageGCHighThresholdPercent ({high})"),
+            ));
+        }
+        let log_size = raw.container_log_max_size.as_deref().unwrap_or("10Mi");
+        let container_log_max_size =
+            parse_quantity(log_size).filter(|v| *v > 0).ok_or_else(|| {
+                err(
+                    "containerLogMaxSize",
+                    format!("{log_size:?} is not a quantity"),
+                )
+            })?;
+        let container_log_max_files = raw.container_log_max_files.unwrap_or(5);
+        if container_log_max_files < 2 {
+            return Err(err(
+                "containerLogMaxFiles",
+                format!("{container_log_max_files} (must be at least 2)"),
+            ));
+        }
+        let mut cluster_dns = Vec::new();
+        for (i, s) in raw.cluster_dns.iter().flatten().enumerate() {
+            cluster_dns.push(s.parse().map_err(|_| {
+                err(
+                    &format!("clusterDNS[{i}]"),
+                    format!("{s:?} is not an IP address"),
+                )
+            })?);
+        }
+        let p = raw.picolet.unwrap_or_default();
+        let node_name = p.node_name.unwrap_or_else(hostname);
+        if node_name.is_empty()
+            || node_name.len() > 253
+            || !node_name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        {
+            return Err(err(
+                "picolet.nodeName",
+                format!("{node_name:?} is not a valid DNS subdomain"),
+            ));
+        }
+        let backoff_initial = dur(
+            "picolet.restartBackoffInitial",
+            &p.restart_backoff_initial,
+            "10s",
+        )?;
+        let backoff_max = dur("picolet.restartBackoffMax", &p.restart_backoff_max, "300s")?;
+        if backoff_max < backoff_initial {
+            return Err(err(
+                "picolet.restartBackoffMax",
+                "is shorter than restartBackoffInitial".into(),
+            ));
+        }
+        let max_pods = raw.max_pods.unwrap_or(110);
+        if max_pods == 0 {
+            return Err(err("maxPods", "must be at least 1".into()));
+        }
+        Ok(Self {
+            static_pod_path: PathBuf::from(
+                raw.static_pod_path
+                    .unwrap_or_else(|| "/etc/picolet/manifests".into()),
+            ),
+            file_check_frequency: dur("fileCheckFrequency", &raw.file_check_frequency, "20s")?,
+            sync_frequency: dur("syncFrequency", &raw.sync_frequency, "1m")?,
+            healthz_bind_address: ip("healthzBindAddress", &raw.healthz_bind_address, "127.0.0.1")?,
+            healthz_port: raw.healthz_port.unwrap_or(10248),
+            address: ip("address", &raw.address, "127.0.0.1")?,
+            port: raw.port.unwrap_or(10250),
+            max_pods,
+            cgroups_per_qos: raw.cgroups_per_qos.unwrap_or(true),
+            cgroup_root: raw.cgroup_root.unwrap_or_else(|| "/".into()),
+            pod_pids_limit: raw.pod_pids_limit.unwrap_or(-1),
+            container_log_max_size,
+            container_log_max_files,
+            eviction_hard,
+            image_gc_high_threshold_percent: high,
+            image_gc_low_threshold_percent: low,
+            image_minimum_gc_age: dur("imageMinimumGCAge", &raw.image_minimum_gc_age, "2m")?,
+            runtime_request_timeout: dur(
+                "runtimeRequestTimeout",
+                &raw.runtime_request_timeout,
+                "2m",
+            )?,
+            cluster_dns,
+            cluster_domain: raw.cluster_domain.unwrap_or_default(),
+            resolv_conf: PathBuf::from(
+                raw.resolv_conf.unwrap_or_else(|| "/etc/resolv.conf".into()),
+            ),
+            node_status_update_frequency: dur(
+                "nodeStatusUpdateFrequency",
+                &raw.node_status_update_frequency,
+                "10s",
+            )?,
+            serialize_image_pulls: raw.serialize_image_pulls.unwrap_or(true),
+            node_name,
+            cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
+            data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),
+            images_dir: PathBuf::from(
+                p.images_dir
+                    .unwrap_or_else(|| crate::DEFAULT_IMAGES_DIR.into()),
+            ),
+            run_dir: PathBuf::from(p.run_dir.unwrap_or_else(|| crate::DEFAULT_RUN_DIR.into())),
+            restart_backoff_initial: backoff_initial,
+            restart_backoff_max: backoff_max,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, Path::new("/etc/picolet/config.yaml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_are_kubelets() {
+        let c = parse("").expect("empty is defaults");
+        assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+        assert_eq!(c.sync_frequency, Duration::from_secs(60));
+        assert_eq!((c.healthz_port, c.port, c.max_pods), (10248, 10250, 110));
+        assert_eq!(c.container_log_max_size, 10 << 20);
+        assert_eq!(
+            c.eviction_hard.get("memory.available"),
+            Some(&Threshold::Quantity(100 << 20))
+        );
+        assert_eq!(
+            c.eviction_hard.get("nodefs.available"),
+            Some(&Threshold::Percent(10.0))
+        );
+        assert_eq!(
+            (
+                c.image_gc_high_threshold_percent,
+                c.image_gc_low_threshold_percent
+            ),
+            (85, 80)
+        );
+        assert_eq!(c.restart_backoff_initial, Duration::from_secs(10));
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn a_kubelet_file_works() {
+        let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\ncgroupDriver: cgroupfs\ncgroupsPerQOS: true\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nimageGCHighThresholdPercent: 90\nevictionHard:\n  memory.available: 200Mi\n  pid.available: 10%\npicolet:\n  nodeName: edge-1\n  restartBackoffInitial: 1s\n";
+        let c = parse(text).expect("valid");
+        assert_eq!(
+            c.static_pod_path,
+            PathBuf::from("/etc/kubernetes/manifests")
+        );
+        assert_eq!(c.file_check_frequency, Duration::from_secs(5));
+        assert_eq!(
+            c.cluster_dns,
+            vec!["10.96.0.10".parse::<IpAddr>().expect("ip")]
+        );
+        assert_eq!(c.node_name, "edge-1");
+        assert_eq!(c.eviction_hard.len(), 2);
+        assert_eq!(c.restart_backoff_initial, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn errors_name_file_field_and_expectation() {
+        let cases = [
+            (
+                "evictionHard:\n  memory.available: 100Zi\n",
+                "/etc/picolet/config.yaml: evictionHard.memory.available: \"100Zi\" is not a quantity",
+            ),
+            (
+                "fileCheckFrequency: soon\n",
+                "fileCheckFrequency: \"soon\" is not a duration",
+            ),
+            ("staticPodPth: /x\n", "unknown field `staticPodPth`"),
+            (
+                "picolet:\n  nodeName: Edge_1\n",
+                "picolet.nodeName: \"Edge_1\" is not a valid DNS subdomain",
+            ),
+            ("healthzPort: lots\n", "healthzPort: invalid type"),
+            (
+                "kind: Pod\n",
+                "kind: \"Pod\" (want \"KubeletConfiguration\")",
+            ),
+            (
+                "cgroupDriver: systemd\n",
+                "cgroupDriver: \"systemd\" is not supported",
+            ),
+            (
+                "imageGCLowThresholdPercent: 95\n",
+                "imageGCLowThresholdPercent: 95 is above",
+            ),
+            (
+                "clusterDNS: [10.0.0.300]\n",
+                "clusterDNS[0]: \"10.0.0.300\" is not an IP address",
+            ),
+            (
+                "evictionHard:\n  memory.free: 1Gi\n",
+                "evictionHard.memory.free: unknown eviction signal",
+            ),
+            (
+                "picolet:\n  criSockt: /x\n",
+                "picolet: unknown field `criSockt`",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse(text).expect_err(text);
+            assert!(
+                e.contains(want),
+                "{text:?}: got {e:?}, want it to contain {want:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_default_file_is_defaults_but_missing_named_file_is_an_error() {
+        let p = Path::new("/nonexistent/picolet.yaml");
+        assert_eq!(Config::load(p, false).expect("defaults"), Config::default());
+        assert!(
+            Config::load(p, true)
+                .expect_err("must exist")
+                .to_string()
+                .contains("/nonexistent/picolet.yaml")
+        );
+    }
+}
