@@ -1,4 +1,4 @@
-//! `cri-bench SOCKET IMAGE ITERATIONS`: drives one CRI runtime the way kubelet
+//! `cri-bench SOCKET IMAGE ITERATIONS [pod|host]`: drives one CRI runtime the way kubelet
 //! does — RunPodSandbox, CreateContainer, StartContainer, StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
 //! of each call in milliseconds as JSON (`{"RunPodSandbox": [..], ...}`).
@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::*;
 
-fn pod(i: usize) -> PodSandboxConfig {
+fn pod(i: usize, host_network: bool) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: format!("bench-{i}"),
@@ -20,13 +20,22 @@ fn pod(i: usize) -> PodSandboxConfig {
             namespace: "default".into(),
             attempt: 0,
         }),
-        hostname: format!("bench-{i}"),
+        // As kubelet: a host-network pod has the host's name.
+        hostname: if host_network {
+            String::new()
+        } else {
+            format!("bench-{i}")
+        },
         log_directory: format!("/var/log/pods/bench-{}-{i}", std::process::id()),
         linux: Some(LinuxPodSandboxConfig {
             cgroup_parent: format!("/picolet-bench/pod-{i}"),
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(NamespaceOption {
-                    network: NamespaceMode::Pod as i32,
+                    network: if host_network {
+                        NamespaceMode::Node
+                    } else {
+                        NamespaceMode::Pod
+                    } as i32,
                     pid: NamespaceMode::Container as i32,
                     ipc: NamespaceMode::Pod as i32,
                     ..Default::default()
@@ -75,8 +84,10 @@ fn container(image: &str) -> ContainerConfig {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, socket, image, n] = args.as_slice() else {
-        bail!("usage: cri-bench SOCKET IMAGE ITERATIONS");
+    let (socket, image, n, host_network) = match args.as_slice() {
+        [_, s, i, n] => (s, i, n, false),
+        [_, s, i, n, net] if net == "pod" || net == "host" => (s, i, n, net == "host"),
+        _ => bail!("usage: cri-bench SOCKET IMAGE ITERATIONS [pod|host]"),
     };
     let n: usize = n.parse().context("ITERATIONS")?;
     let mut c = RuntimeServiceClient::new(cri_proto::connect(socket).await?);
@@ -88,7 +99,7 @@ async fn main() -> Result<()> {
             .push(t.elapsed().as_secs_f64() * 1000.0)
     };
     for i in 0..n {
-        let config = pod(i);
+        let config = pod(i, host_network);
         let t = Instant::now();
         let pod_id = c
             .run_pod_sandbox(RunPodSandboxRequest {

@@ -385,7 +385,7 @@ impl Runtime {
         }
         crate::namespaces::release(&rec.rootfs)?;
         images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
-        images::fsutil::remove_dir_all_if_exists(&rec.dir)?;
+        crate::state::remove_record_dir(&rec.dir)?;
         Ok(())
     }
 

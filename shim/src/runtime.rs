@@ -156,6 +156,11 @@ fn load_all<T: serde::de::DeserializeOwned>(dir: &std::path::Path) -> Result<Vec
     let entries = std::fs::read_dir(dir)
         .map_err(|e| Error::Internal(format!("list {}: {e}", dir.display())))?;
     for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with('.') {
+            // A tombstone a crash left mid-removal.
+            let _ = images::fsutil::remove_dir_all_if_exists(&e.path());
+            continue;
+        }
         match state::load::<T>(&e.path().join(META)) {
             Ok(Some(r)) => out.push(r),
             Ok(None) => {

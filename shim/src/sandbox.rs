@@ -261,10 +261,8 @@ impl Runtime {
                 namespaces::release(&p)?;
             }
         }
-        for d in [&rec.run_dir, &rec.dir] {
-            images::fsutil::remove_dir_all_if_exists(d)?;
-        }
-        Ok(())
+        images::fsutil::remove_dir_all_if_exists(&rec.run_dir)?;
+        crate::state::remove_record_dir(&rec.dir)
     }
 
     fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {

@@ -94,6 +94,22 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, Error> {
     }
 }
 
+/// Removes an object's record directory. It is first renamed to a hidden
+/// tombstone, atomically, so nothing can write into it while it is deleted
+/// (e.g. an exit record arriving late) and a crash midway leaves no record.
+pub fn remove_record_dir(dir: &Path) -> Result<(), Error> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(Error::Internal(format!("bad record dir {}", dir.display())));
+    };
+    let tomb = parent.join(format!(".{}.removing", name.to_string_lossy()));
+    match std::fs::rename(dir, &tomb) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::Internal(format!("remove {}: {e}", dir.display()))),
+    }
+    images::fsutil::remove_dir_all_if_exists(&tomb).map_err(Error::from)
+}
+
 /// A new 64-hex-digit object ID, as containerd makes them.
 pub fn new_id() -> String {
     let a: u128 = rand::random();
