@@ -56,6 +56,8 @@ state = "$W/c/state"
   address = "$W/c/c.sock"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "localhost/picolet-bench/pause:v1"
+  # Root in this VM cannot lower oom_score_adj (no CAP_SYS_RESOURCE).
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"

@@ -169,6 +169,9 @@ fn fail(msg: String) -> i32 {
 fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRecord {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGUSR1);
+    // SIGCHLD wakes the loop the moment init exits (exit time and StopContainer
+    // latency would otherwise wait for the poll timeout).
+    mask.add(Signal::SIGCHLD);
     let sigfd = mask.thread_block().ok().and_then(|()| {
         SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).ok()
     });
@@ -209,10 +212,15 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
                     }
                 }
                 None => {
+                    let mut reopen = false;
                     if let Some(s) = &sigfd {
-                        while let Ok(Some(_)) = s.read_signal() {}
+                        while let Ok(Some(info)) = s.read_signal() {
+                            reopen |= info.ssi_signo == Signal::SIGUSR1 as u32;
+                        }
                     }
-                    log = open_log(args.log.as_deref());
+                    if reopen {
+                        log = open_log(args.log.as_deref());
+                    }
                 }
             }
         }
