@@ -587,13 +587,7 @@ impl Runtime {
         let recs = self.all_containers();
         let mut out: Vec<Container> = recs
             .iter()
-            .filter(|c| f.id.is_empty() || c.id.starts_with(&f.id))
-            .filter(|c| f.pod_sandbox_id.is_empty() || c.sandbox_id.starts_with(&f.pod_sandbox_id))
-            .filter(|c| {
-                f.label_selector
-                    .iter()
-                    .all(|(k, v)| c.config.labels.get(k) == Some(v))
-            })
+            .filter(|c| c.matches(&f.id, &f.pod_sandbox_id, &f.label_selector))
             .map(|c| (c, self.state_of(c).0))
             .filter(|(_, st)| f.state.as_ref().is_none_or(|s| s.state == *st as i32))
             .map(|(c, st)| Container {

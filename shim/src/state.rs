@@ -67,6 +67,23 @@ pub struct ContainerRecord {
     pub complete: bool,
 }
 
+impl ContainerRecord {
+    /// CRI list filters: id and sandbox id by prefix (as crictl's short ids),
+    /// every selector label equal.
+    pub fn matches(
+        &self,
+        id: &str,
+        sandbox_id: &str,
+        labels: &std::collections::HashMap<String, String>,
+    ) -> bool {
+        self.id.starts_with(id)
+            && self.sandbox_id.starts_with(sandbox_id)
+            && labels
+                .iter()
+                .all(|(k, v)| self.config.labels.get(k) == Some(v))
+    }
+}
+
 /// What the monitor records when the container's init exits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitRecord {

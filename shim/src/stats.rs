@@ -110,18 +110,9 @@ impl Runtime {
     ) -> Vec<ContainerStats> {
         let f = filter.unwrap_or_default();
         let recs: Vec<ContainerRecord> = self
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|c| f.id.is_empty() || c.id.starts_with(&f.id))
-            .filter(|c| f.pod_sandbox_id.is_empty() || c.sandbox_id.starts_with(&f.pod_sandbox_id))
-            .filter(|c| {
-                f.label_selector
-                    .iter()
-                    .all(|(k, v)| c.config.labels.get(k) == Some(v))
-            })
-            .cloned()
+            .all_containers()
+            .into_iter()
+            .filter(|c| c.matches(&f.id, &f.pod_sandbox_id, &f.label_selector))
             .collect();
         let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
         recs.iter()
