@@ -2,7 +2,6 @@
 //! create) → start/stop/remove through `Container::load`, which never forks.
 
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -14,16 +13,13 @@ use cri_proto::v1::{
 use libcontainer::container::Container as LcContainer;
 use nix::mount::{MsFlags, mount};
 use nix::sys::signal::Signal;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use tokio::io::AsyncBufReadExt;
 
 use crate::error::Error;
-use crate::monitor::{EXEC_TIMEOUT_CODE, Handshake, proc_start_time};
+use crate::monitor::{Handshake, proc_start_time};
 use crate::runtime::Runtime;
-use crate::spec::{self, ResolvedDevice, SandboxView, SpecInput};
+use crate::spec::{self, SandboxView, SpecInput};
 use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META, SandboxRecord};
-
-/// Output cap of ExecSync, as kubelet.
-const MAX_EXEC_OUTPUT: u64 = 16 << 20;
 
 impl Runtime {
     /// A snapshot of every container record.
@@ -213,7 +209,7 @@ impl Runtime {
         )
         .map_err(|e| Error::Internal(format!("mount rootfs at {}: {e}", rec.rootfs.display())))?;
 
-        let devices = resolve_devices(&rec.config)?;
+        let devices = crate::host_inputs::resolve_devices(&rec.config)?;
         for (i, m) in rec.config.mounts.iter().enumerate() {
             // As containerd: a missing host path becomes a directory.
             if !m.host_path.is_empty() && !Path::new(&m.host_path).exists() {
@@ -246,8 +242,8 @@ impl Runtime {
                 .map(|l| l.cgroup_parent.clone())
                 .unwrap_or_default(),
         };
-        let passwd = read_image_file(&rec.rootfs, "etc/passwd");
-        let group = read_image_file(&rec.rootfs, "etc/group");
+        let passwd = crate::host_inputs::read_image_file(&rec.rootfs, "etc/passwd");
+        let group = crate::host_inputs::read_image_file(&rec.rootfs, "etc/group");
         let spec = spec::build(&SpecInput {
             id: &rec.id,
             config: &rec.config,
@@ -257,8 +253,8 @@ impl Runtime {
             passwd: passwd.as_deref(),
             group: group.as_deref(),
             devices: &devices,
-            min_oom_score_adj: own_oom_score_adj(),
-            localhost_seccomp: load_localhost_seccomp(&rec.config)?,
+            min_oom_score_adj: crate::host_inputs::own_oom_score_adj(),
+            localhost_seccomp: crate::host_inputs::load_localhost_seccomp(&rec.config)?,
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle)
@@ -610,76 +606,6 @@ impl Runtime {
         out
     }
 
-    /// Runs `cmd` in the container; returns (stdout, stderr, exit code).
-    pub async fn exec_sync(
-        &self,
-        id: &str,
-        cmd: Vec<String>,
-        timeout: i64,
-    ) -> Result<(Vec<u8>, Vec<u8>, i32), Error> {
-        let rec = self.container(id)?;
-        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
-            return Err(Error::FailedPrecondition(format!(
-                "container {id} is not running"
-            )));
-        }
-        if cmd.is_empty() {
-            return Err(Error::InvalidArgument("cmd: must not be empty".into()));
-        }
-        let mut c = tokio::process::Command::new(&self.monitor_bin);
-        c.args(["monitor", "exec", "--id", id, "--state-root"])
-            .arg(self.libcontainer_root());
-        if timeout > 0 {
-            c.arg("--timeout-ms").arg((timeout * 1000).to_string());
-        }
-        c.arg("--")
-            .args(&cmd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = c
-            .spawn()
-            .map_err(|e| Error::Internal(format!("start exec helper: {e}")))?;
-        let out = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Internal("exec stdout".into()))?;
-        let err = child
-            .stderr
-            .take()
-            .ok_or_else(|| Error::Internal("exec stderr".into()))?;
-        let run = async {
-            let (mut o, mut e) = (Vec::new(), Vec::new());
-            let (mut out, mut err) = (out.take(MAX_EXEC_OUTPUT), err.take(MAX_EXEC_OUTPUT));
-            // Past the cap, keep draining so the process never blocks on a full pipe.
-            let (ro, re) =
-                tokio::join!(read_capped(&mut out, &mut o), read_capped(&mut err, &mut e));
-            ro.and(re)
-                .map_err(|e| Error::Internal(format!("read exec output: {e}")))?;
-            let status = child
-                .wait()
-                .await
-                .map_err(|e| Error::Internal(format!("wait exec helper: {e}")))?;
-            Ok::<_, Error>((o, e, status.code().unwrap_or(255)))
-        };
-        // The helper enforces the timeout; this is the backstop.
-        let backstop = Duration::from_secs(if timeout > 0 {
-            timeout as u64 + 10
-        } else {
-            24 * 3600
-        });
-        let (o, e, code) = tokio::time::timeout(backstop, run)
-            .await
-            .map_err(|_| Error::DeadlineExceeded(format!("exec in {id} timed out")))??;
-        if timeout > 0 && code == EXEC_TIMEOUT_CODE {
-            return Err(Error::DeadlineExceeded(format!(
-                "command {cmd:?} in container {id} timed out after {timeout}s"
-            )));
-        }
-        Ok((o, e, code))
-    }
-
     /// Asks the monitor to reopen the log file (after rotation).
     pub fn reopen_container_log(&self, id: &str) -> Result<(), Error> {
         let rec = self.container(id)?;
@@ -727,15 +653,6 @@ impl Runtime {
     }
 }
 
-/// Reads up to the cap, then keeps draining so the writer never blocks.
-async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
-    r: &mut tokio::io::Take<R>,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<u64> {
-    r.read_to_end(buf).await?;
-    tokio::io::copy(r.get_mut(), &mut tokio::io::sink()).await
-}
-
 fn state_name(s: ContainerState) -> &'static str {
     match s {
         ContainerState::ContainerCreated => "created",
@@ -757,108 +674,6 @@ pub fn parse_signal(s: &str) -> Option<Signal> {
         format!("SIG{up}")
     };
     name.parse().ok()
-}
-
-/// Reads a small file of the image rootfs, refusing symlinks (which could
-/// point at the host's files).
-fn read_image_file(rootfs: &Path, rel: &str) -> Option<String> {
-    let mut p = rootfs.to_path_buf();
-    for c in Path::new(rel).components() {
-        p.push(c);
-        if fs::symlink_metadata(&p).ok()?.file_type().is_symlink() {
-            return None;
-        }
-    }
-    fs::read_to_string(p).ok()
-}
-
-/// Reads the file a Localhost seccomp profile names (OCI / docker JSON),
-/// and checks that it compiles.
-fn load_localhost_seccomp(config: &ContainerConfig) -> Result<Option<serde_json::Value>, Error> {
-    use cri_proto::v1::security_profile::ProfileType;
-    let field = "linux.security_context.seccomp.localhost_ref";
-    let Some(p) = config
-        .linux
-        .as_ref()
-        .and_then(|l| l.security_context.as_ref())
-        .and_then(|s| s.seccomp.as_ref())
-    else {
-        return Ok(None);
-    };
-    if p.profile_type != ProfileType::Localhost as i32 {
-        return Ok(None);
-    }
-    let path = p
-        .localhost_ref
-        .strip_prefix("localhost/")
-        .unwrap_or(&p.localhost_ref);
-    if !path.starts_with('/') {
-        return Err(Error::InvalidArgument(format!(
-            "{field}: {path:?} is not an absolute path"
-        )));
-    }
-    let raw =
-        fs::read(path).map_err(|e| Error::InvalidArgument(format!("{field}: {path}: {e}")))?;
-    let value: serde_json::Value = serde_json::from_slice(&raw)
-        .map_err(|e| Error::InvalidArgument(format!("{field}: {path}: {e}")))?;
-    let profile: oci_spec::runtime::LinuxSeccomp =
-        serde_json::from_value(value.clone()).map_err(|e| {
-            Error::InvalidArgument(format!("{field}: {path}: not an OCI seccomp profile: {e}"))
-        })?;
-    crate::seccomp::compile(&profile)
-        .map_err(|e| Error::InvalidArgument(format!("{field}: {path}: {e}")))?;
-    Ok(Some(value))
-}
-
-fn own_oom_score_adj() -> i64 {
-    fs::read_to_string("/proc/self/oom_score_adj")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(-1000)
-}
-
-fn resolve_devices(config: &ContainerConfig) -> Result<Vec<ResolvedDevice>, Error> {
-    let mut out = Vec::new();
-    for (i, d) in config.devices.iter().enumerate() {
-        let m = fs::metadata(&d.host_path).map_err(|e| {
-            Error::InvalidArgument(format!("devices[{i}].host_path: {}: {e}", d.host_path))
-        })?;
-        let ft = m.file_type();
-        let kind = if ft.is_char_device() {
-            'c'
-        } else if ft.is_block_device() {
-            'b'
-        } else {
-            return Err(Error::InvalidArgument(format!(
-                "devices[{i}].host_path: {} is not a device",
-                d.host_path
-            )));
-        };
-        let rdev = m.rdev();
-        let perms = if d.permissions.is_empty() {
-            "rwm".to_string()
-        } else {
-            d.permissions.clone()
-        };
-        if !perms.chars().all(|c| "rwm".contains(c)) {
-            return Err(Error::InvalidArgument(format!(
-                "devices[{i}].permissions: {perms:?} (want r, w, m)"
-            )));
-        }
-        out.push(ResolvedDevice {
-            container_path: if d.container_path.is_empty() {
-                d.host_path.clone()
-            } else {
-                d.container_path.clone()
-            },
-            kind,
-            major: nix::sys::stat::major(rdev) as i64,
-            minor: nix::sys::stat::minor(rdev) as i64,
-            file_mode: m.mode() & 0o777,
-            permissions: perms,
-        });
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@
 
 mod cgroupfs;
 mod container;
+mod container_exec;
 mod error;
+mod host_inputs;
 mod image_service;
 mod import_service;
 pub mod monitor;
