@@ -22,6 +22,17 @@ async fn ready_shim() -> (Shim, Client) {
     (shim, client)
 }
 
+/// Runs a pod-network pod with its own log dir and test cgroup parent.
+async fn new_pod(
+    shim: &Shim,
+    c: &mut Client,
+    name: &str,
+) -> (cri_proto::v1::PodSandboxConfig, String) {
+    let pod = cri::pod(name, &logs(shim, name), false, &shim.cgroup_parent(name));
+    let pod_id = cri::run_pod(c, &pod).await;
+    (pod, pod_id)
+}
+
 fn logs(shim: &Shim, pod: &str) -> PathBuf {
     shim.dir.path().join("pods").join(pod)
 }
@@ -57,13 +68,7 @@ fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {
 async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "demo",
-        &logs(&shim, "demo"),
-        false,
-        &shim.cgroup_parent("demo"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "demo").await;
     let cfg = cri::container(
         "app",
         "busybox",
@@ -181,13 +186,7 @@ async fn resource_limits_land_in_the_container_cgroup_and_update_live() {
 async fn exec_sync_returns_output_and_exit_code_and_enforces_its_timeout() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "exec",
-        &logs(&shim, "exec"),
-        false,
-        &shim.cgroup_parent("exec"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "exec").await;
     let id = cri::create(
         &mut c,
         &pod_id,
@@ -249,13 +248,7 @@ async fn exec_sync_returns_output_and_exit_code_and_enforces_its_timeout() {
 async fn stop_is_graceful_then_forceful() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "stop",
-        &logs(&shim, "stop"),
-        false,
-        &shim.cgroup_parent("stop"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "stop").await;
     let polite = cri::create(
         &mut c,
         &pod_id,
@@ -343,13 +336,7 @@ async fn stop_is_graceful_then_forceful() {
 async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
     require_root!();
     let (mut shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "survive",
-        &logs(&shim, "survive"),
-        false,
-        &shim.cgroup_parent("survive"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "survive").await;
     let long = cri::create(
         &mut c,
         &pod_id,
@@ -605,13 +592,7 @@ async fn malformed_requests_get_the_right_codes() {
 async fn a_container_over_its_memory_limit_is_reported_oomkilled() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "oom",
-        &logs(&shim, "oom"),
-        false,
-        &shim.cgroup_parent("oom"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "oom").await;
     // busybox tail buffers an endless line from /dev/zero until the kernel kills it.
     let mut cfg = cri::container("hog", "busybox", &["tail", "/dev/zero"]);
     cfg.linux.as_mut().expect("linux").resources = Some(LinuxContainerResources {
@@ -641,13 +622,7 @@ async fn a_container_over_its_memory_limit_is_reported_oomkilled() {
 async fn stats_reflect_a_known_allocation_and_writable_layer() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "stats",
-        &logs(&shim, "stats"),
-        false,
-        &shim.cgroup_parent("stats"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "stats").await;
     // 32 MiB in the pod's /dev/shm (charged to the container's memory
     // cgroup) and 8 MiB in the writable layer.
     let cmd = "dd if=/dev/zero of=/dev/shm/fill bs=1M count=32 && dd if=/dev/zero of=/data.bin bs=1M count=8 && echo filled && sleep 60";
@@ -714,13 +689,7 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
 async fn an_image_in_use_cannot_be_removed() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "inuse",
-        &logs(&shim, "inuse"),
-        false,
-        &shim.cgroup_parent("inuse"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "inuse").await;
     cri::create(
         &mut c,
         &pod_id,
@@ -747,13 +716,7 @@ async fn seccomp_runtime_default_is_enforced() {
     require_root!();
     use cri_proto::v1::{SecurityProfile, security_profile::ProfileType};
     let (shim, mut c) = ready_shim().await;
-    let pod = cri::pod(
-        "seccomp",
-        &logs(&shim, "seccomp"),
-        false,
-        &shim.cgroup_parent("seccomp"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "seccomp").await;
     // unshare(CLONE_NEWUSER) needs no capability, so only seccomp stops it.
     let cmd = "echo alive; if unshare -U true; then echo escaped; else echo blocked; fi";
     for (name, profile, want) in [
@@ -824,13 +787,7 @@ async fn container_events_stream_the_lifecycle() {
         .await
         .expect("events")
         .into_inner();
-    let pod = cri::pod(
-        "events",
-        &logs(&shim, "events"),
-        false,
-        &shim.cgroup_parent("events"),
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "events").await;
     let id = cri::create(
         &mut c,
         &pod_id,

@@ -216,6 +216,26 @@ impl Shim {
 }
 
 impl Shim {
+    /// This shim's directory name: unique, and names its test cgroups.
+    fn name(&self) -> String {
+        self.dir
+            .path()
+            .file_name()
+            .expect("tempdir has a name")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Mount points under this shim's directory.
+    fn mounts_under_dir(&self) -> Vec<String> {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .filter(|m| Path::new(m).starts_with(self.dir.path()))
+            .collect()
+    }
+
     /// A cgroup parent for a test pod, unique to this shim; removed on drop.
     pub fn cgroup_parent(&self, pod: &str) -> String {
         format!(
@@ -227,13 +247,7 @@ impl Shim {
     /// Kills what is left in this shim's test cgroups and removes them, and
     /// unmounts everything under its directory: a failed test leaks nothing.
     fn cleanup_host(&self) {
-        let name = self
-            .dir
-            .path()
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
+        let name = self.name();
         let mut roots: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
             .map(|d| {
                 d.flatten()
@@ -275,12 +289,7 @@ impl Shim {
                 let _ = std::fs::remove_dir(parent);
             }
         }
-        let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| Path::new(m).starts_with(self.dir.path()))
-            .collect();
+        let mut mounts = self.mounts_under_dir();
         mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
         for m in mounts {
             let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
@@ -293,20 +302,9 @@ impl Shim {
     /// mounts under its dirs, no container cgroups, no processes (monitors
     /// or containers) still running, beyond the shim itself.
     pub fn assert_host_clean(&self) {
-        let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-            .filter(|m| Path::new(m).starts_with(self.dir.path()))
-            .collect();
+        let mounts = self.mounts_under_dir();
         assert!(mounts.is_empty(), "mounts left: {mounts:?}");
-        let name = self
-            .dir
-            .path()
-            .file_name()
-            .expect("name")
-            .to_string_lossy()
-            .into_owned();
+        let name = self.name();
         let mut hierarchies: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
             .into_iter()
             .flatten()
