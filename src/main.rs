@@ -7,7 +7,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use edge_config::{DEFAULT_IMAGES_DIR, DEFAULT_ROOT, DEFAULT_RUN_DIR, DEFAULT_SOCKET, ShimPaths};
+use edge_config::{Config, ShimPaths};
+
+mod up;
+
+/// Where the config file is looked for when `--config` is not given.
+const DEFAULT_CONFIG: &str = "/etc/picolet/config.yaml";
 
 #[derive(Parser)]
 #[command(
@@ -22,12 +27,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the CRI server (images today; sandboxes and containers next).
+    /// Run the CRI server: images, sandboxes, containers.
     Shim(ShimArgs),
-    /// Run the node agent (not implemented yet).
-    Agent,
-    /// Run shim and agent together (not implemented yet: needs the agent).
-    Up,
+    /// Run the node agent: static pods from a folder, synced over CRI.
+    Agent(AgentArgs),
+    /// Run shim and agent together, supervised.
+    Up(UpArgs),
     /// Per-container monitor, started by the shim (internal).
     #[command(hide = true, subcommand)]
     Monitor(MonitorCommand),
@@ -73,20 +78,106 @@ enum MonitorCommand {
     },
 }
 
-#[derive(clap::Args)]
-struct ShimArgs {
-    /// CRI socket to serve.
-    #[arg(long, default_value = DEFAULT_SOCKET)]
-    socket: PathBuf,
-    /// Data root; the shim keeps its state under <root>/shim.
-    #[arg(long, default_value = DEFAULT_ROOT)]
-    root: PathBuf,
-    /// Runtime directory.
-    #[arg(long, default_value = DEFAULT_RUN_DIR)]
-    run_dir: PathBuf,
-    /// Preload folder: every image archive here is imported.
-    #[arg(long, default_value = DEFAULT_IMAGES_DIR)]
-    images_dir: PathBuf,
+/// `--config` and the flags that override the file (DESIGN.md §6).
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct CommonArgs {
+    /// Config file (KubeletConfiguration + `picolet:`); a missing default
+    /// file means all defaults.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data root (`picolet.dataDir`); the shim keeps its state under <root>/shim.
+    #[arg(long)]
+    root: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct ShimArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// CRI socket to serve (`picolet.criSocket`).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Runtime directory (`picolet.runDir`).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Preload folder: every image archive here is imported (`picolet.imagesDir`).
+    #[arg(long)]
+    images_dir: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct AgentArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// CRI socket of the runtime (`picolet.criSocket`); containerd's works too.
+    #[arg(long)]
+    cri_socket: Option<PathBuf>,
+    /// Static pod folder (`staticPodPath`).
+    #[arg(long)]
+    static_pod_path: Option<PathBuf>,
+    /// Node name (`picolet.nodeName`; default: the hostname).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// `/healthz` port (`healthzPort`).
+    #[arg(long)]
+    healthz_port: Option<u16>,
+    /// API port for `/pods` and `/events` (`port`).
+    #[arg(long)]
+    port: Option<u16>,
+    /// API address (`address`; loopback only until authentication exists).
+    #[arg(long)]
+    address: Option<std::net::IpAddr>,
+}
+
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct UpArgs {
+    #[command(flatten)]
+    agent: AgentArgs,
+    /// Runtime directory (`picolet.runDir`).
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Image preload folder (`picolet.imagesDir`).
+    #[arg(long)]
+    images_dir: Option<PathBuf>,
+}
+
+/// Loads the config file and applies the flags; exit code 2 on error.
+fn load_config(common: &CommonArgs) -> Result<Config, ExitCode> {
+    let (path, must_exist) = match &common.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let mut c = Config::load(&path, must_exist).map_err(|e| {
+        eprintln!("picolet: {e}");
+        ExitCode::from(2)
+    })?;
+    if let Some(r) = &common.root {
+        c.data_dir = r.clone();
+    }
+    Ok(c)
+}
+
+impl AgentArgs {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = &self.cri_socket {
+            c.cri_socket = v.clone();
+        }
+        if let Some(v) = &self.static_pod_path {
+            c.static_pod_path = v.clone();
+        }
+        if let Some(v) = &self.node_name {
+            c.node_name = v.clone();
+        }
+        if let Some(v) = self.healthz_port {
+            c.healthz_port = v;
+        }
+        if let Some(v) = self.port {
+            c.port = v;
+        }
+        if let Some(v) = self.address {
+            c.address = v;
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -106,21 +197,9 @@ fn main() -> ExitCode {
         }
         Command::Shim(args) => run_shim(args),
         Command::Ctl(args) => ctl::run(args),
-        Command::Agent => not_yet(&agent::run().map_err(|e| e.to_string())),
-        Command::Up => not_yet(&Err(
-            "`picolet up` is not implemented yet: it needs the agent".into(),
-        )),
+        Command::Agent(args) => run_agent(args),
+        Command::Up(args) => up::run(args),
         Command::Monitor(m) => run_monitor(m),
-    }
-}
-
-fn not_yet(res: &Result<(), String>) -> ExitCode {
-    match res {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("picolet: {e}");
-            ExitCode::FAILURE
-        }
     }
 }
 
@@ -167,12 +246,38 @@ fn init_tracing() {
         .init();
 }
 
+fn run_agent(args: AgentArgs) -> ExitCode {
+    let mut config = match load_config(&args.common) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    args.apply(&mut config);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("picolet agent: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(agent::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("picolet agent: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn run_shim(args: ShimArgs) -> ExitCode {
+    let config = match load_config(&args.common) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let paths = ShimPaths {
-        root: args.root,
-        run_dir: args.run_dir,
-        socket: args.socket,
-        images_dir: args.images_dir,
+        root: config.data_dir,
+        run_dir: args.run_dir.unwrap_or(config.run_dir),
+        socket: args.socket.unwrap_or(config.cri_socket),
+        images_dir: args.images_dir.unwrap_or(config.images_dir),
     };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

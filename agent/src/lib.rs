@@ -1,21 +1,363 @@
-//! The node agent: pod sources, sync loop, probes, PLEG, status, eviction,
-//! GC policy and HTTP endpoints. Talks to the runtime only through CRI.
-//!
-//! Not implemented yet: arrives with the agent issue. [`run`] says so.
+//! The node agent: static pods from a folder, one worker per pod syncing it
+//! through CRI (kubelet's `computePodActions`, restart back-off, init
+//! containers, hooks, graceful termination), PLEG, pod status, events and
+//! the HTTP endpoints. It talks to the runtime only through CRI, keeps no
+//! state of its own that CRI and the pod folder cannot rebuild, and can be
+//! killed at any moment: a restarted agent recognises its containers by
+//! their labels and spec hash and restarts nothing that is healthy.
 
-/// Error returned while the agent does not exist yet.
-#[derive(Debug)]
-pub struct NotImplemented;
+pub mod backoff;
+pub mod cri_config;
+pub mod events;
+pub mod hooks;
+mod http;
+pub mod manifest;
+pub mod plan;
+mod pleg;
+pub mod runtime;
+pub mod source;
+pub mod status;
+pub mod validate;
+pub mod volumes;
+mod worker;
 
-impl std::fmt::Display for NotImplemented {
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use edge_config::Config;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::backoff::Backoff;
+use crate::cri_config::NodeInfo;
+use crate::events::{Events, Object};
+use crate::runtime::Cri;
+
+/// Why the agent could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot reach the CRI runtime at {path}: {msg}")]
+    Connect { path: String, msg: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// State shared by the workers, PLEG and the HTTP endpoints.
+pub struct Shared {
+    pub(crate) cri: Cri,
+    pub(crate) config: Config,
+    pub(crate) node: NodeInfo,
+    pub(crate) runtime_name: String,
+    pub(crate) cgroups: Option<cgroup::Hierarchy>,
+    events: Mutex<Events>,
+    pub(crate) backoff: Mutex<Backoff>,
+    pub(crate) image_backoff: Mutex<Backoff>,
+    workers: Mutex<HashMap<String, worker::Handle>>,
+    statuses: Mutex<BTreeMap<String, Pod>>,
+    /// Grace periods of orphan containers (from their annotations).
+    orphan_graces: Mutex<HashMap<String, Duration>>,
+    /// When PLEG last relisted and the source loop last ran: `/healthz`.
+    pub(crate) last_relist: Mutex<Instant>,
+    pub(crate) last_source: Mutex<Instant>,
+    pub(crate) manifest_errors: Mutex<Vec<String>>,
+}
+
+impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the agent is not implemented yet (static pods arrive with the agent issue)")
+        f.debug_struct("Shared").field("node", &self.node).finish()
     }
 }
 
-impl std::error::Error for NotImplemented {}
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
-/// Runs the agent. Today it only reports that it does not exist yet.
-pub fn run() -> Result<(), NotImplemented> {
-    Err(NotImplemented)
+impl Shared {
+    pub(crate) fn event(&self, obj: &Object, kind: &str, reason: &str, msg: &str) {
+        lock(&self.events).record(obj, kind, reason, msg);
+    }
+
+    pub(crate) fn set_status(&self, uid: &str, pod: Pod) {
+        lock(&self.statuses).insert(uid.to_string(), pod);
+    }
+
+    pub(crate) fn status_of(&self, uid: &str) -> Option<Pod> {
+        lock(&self.statuses).get(uid).cloned()
+    }
+
+    /// A worker has finished: forget its pod.
+    pub(crate) fn forget(&self, uid: &str) {
+        lock(&self.statuses).remove(uid);
+        lock(&self.workers).remove(uid);
+        lock(&self.backoff).forget_prefix(&format!("{uid}/"));
+        lock(&self.image_backoff).forget_prefix(&format!("{uid}/"));
+    }
+
+    pub(crate) fn orphan_grace(&self, id: &str) -> Option<Duration> {
+        lock(&self.orphan_graces).get(id).copied()
+    }
+
+    /// Wakes the worker of pod `uid`, if any.
+    pub(crate) fn notify(&self, uid: &str) {
+        if let Some(h) = lock(&self.workers).get(uid) {
+            let _ = h.tx.try_send(worker::Msg::Sync);
+        }
+    }
+
+    pub(crate) fn pods(&self) -> Vec<Pod> {
+        lock(&self.statuses).values().cloned().collect()
+    }
+
+    pub(crate) fn events_list(&self) -> Vec<k8s_openapi::api::core::v1::Event> {
+        lock(&self.events).list()
+    }
+}
+
+/// Facts about this node: name, an address, CPUs and memory.
+fn node_info(name: &str) -> NodeInfo {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1) as u128;
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u128>().ok())
+        })
+        .unwrap_or(0)
+        * 1024;
+    NodeInfo {
+        name: name.into(),
+        host_ip: host_ip().unwrap_or_else(|| "127.0.0.1".into()),
+        cpu_milli: cpus * 1000,
+        memory_bytes: mem,
+    }
+}
+
+/// The first non-loopback IPv4 address of an interface that is up
+/// (kubelet: the node's InternalIP).
+fn host_ip() -> Option<String> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        if a.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK)
+            || !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP)
+        {
+            continue;
+        }
+        if let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+            return Some(sin.ip().to_string());
+        }
+    }
+    None
+}
+
+/// Runs the agent until `shutdown` resolves. Containers keep running when
+/// it returns.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    // The runtime may still be starting (`picolet up`, boot): wait for it.
+    let socket = config.cri_socket.clone();
+    let deadline = Instant::now() + config.runtime_request_timeout;
+    let (cri, runtime_name) = loop {
+        let attempt = async {
+            let cri = Cri::connect(&socket, config.runtime_request_timeout)
+                .await
+                .map_err(|e| e.to_string())?;
+            let name = cri.runtime_name().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((cri, name))
+        };
+        match attempt.await {
+            Ok(v) => break v,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::Connect {
+                    path: socket.display().to_string(),
+                    msg: e,
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    tracing::info!(runtime = %runtime_name, socket = %socket.display(), node = %config.node_name, "agent connected to the CRI runtime");
+    let cgroups = match cgroup::Hierarchy::detect() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("no pod cgroups: {e}");
+            None
+        }
+    };
+    let node = node_info(&config.node_name);
+    let shared = Arc::new(Shared {
+        cri,
+        node,
+        runtime_name,
+        cgroups,
+        events: Mutex::new(Events::new(1000, &config.node_name)),
+        backoff: Mutex::new(Backoff::new(
+            config.restart_backoff_initial,
+            config.restart_backoff_max,
+        )),
+        image_backoff: Mutex::new(Backoff::new(
+            config.restart_backoff_initial,
+            config.restart_backoff_max,
+        )),
+        workers: Mutex::new(HashMap::new()),
+        statuses: Mutex::new(BTreeMap::new()),
+        orphan_graces: Mutex::new(HashMap::new()),
+        last_relist: Mutex::new(Instant::now()),
+        last_source: Mutex::new(Instant::now()),
+        manifest_errors: Mutex::new(Vec::new()),
+        config,
+    });
+
+    let cfg = &shared.config;
+    let healthz = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+    let api_ip = if cfg.address.is_loopback() {
+        cfg.address
+    } else {
+        tracing::warn!(
+            "address: {} ignored: the API has no authentication yet and binds 127.0.0.1 only",
+            cfg.address
+        );
+        std::net::IpAddr::from([127, 0, 0, 1])
+    };
+    let api = SocketAddr::new(api_ip, cfg.port);
+    http::serve(shared.clone(), healthz, api)
+        .await
+        .map_err(|source| Error::Io {
+            what: format!("listen on {healthz} / {api}"),
+            source,
+        })?;
+    tokio::spawn(pleg::run(shared.clone()));
+
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {
+        what: format!("watch {}", cfg.static_pod_path.display()),
+        source,
+    })?;
+    let mut src = source::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
+    let mut tick = tokio::time::interval(cfg.file_check_frequency);
+    let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
+    tokio::pin!(shutdown);
+    let mut desired = BTreeMap::new();
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tick.tick() => desired = sync_source(&shared, &mut src),
+            Some(()) = rx.recv() => {
+                // Let an editor finish its rename dance, then read.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                while rx.try_recv().is_ok() {}
+                desired = sync_source(&shared, &mut src);
+            }
+            _ = housekeeping.tick() => {
+                *lock(&shared.last_source) = Instant::now();
+                cleanup_orphans(&shared, &desired).await;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                lock(&shared.backoff).gc(now);
+            }
+        }
+    }
+    tracing::info!("agent stopping; containers keep running");
+    Ok(())
+}
+
+/// Rescans the folder and starts/terminates workers to match.
+fn sync_source(
+    shared: &Arc<Shared>,
+    src: &mut source::FileSource,
+) -> BTreeMap<String, Arc<Pod>> {
+    *lock(&shared.last_source) = Instant::now();
+    let scan = src.scan();
+    for e in &scan.new_errors {
+        let obj = Object {
+            kind: "Node",
+            name: shared.config.node_name.clone(),
+            ..Default::default()
+        };
+        shared.event(&obj, "Warning", "InvalidManifest", e);
+    }
+    *lock(&shared.manifest_errors) = scan.errors.clone();
+    let mut desired: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+    for (uid, (path, pod)) in scan.pods {
+        if desired.len() >= shared.config.max_pods as usize {
+            let obj = Object {
+                kind: "Node",
+                name: shared.config.node_name.clone(),
+                ..Default::default()
+            };
+            shared.event(
+                &obj,
+                "Warning",
+                "OutOfpods",
+                &format!(
+                    "{}: not admitted: the node already runs maxPods={} pods",
+                    path.display(),
+                    shared.config.max_pods
+                ),
+            );
+            continue;
+        }
+        desired.insert(uid, pod);
+    }
+    let mut workers = lock(&shared.workers);
+    // Gone from the source: terminate.
+    for (uid, h) in workers.iter() {
+        if !desired.contains_key(uid) && !*h.done.borrow() {
+            let _ = h.tx.try_send(worker::Msg::Terminate);
+        }
+    }
+    // New: start, after any pod of the same name has finished terminating.
+    for (uid, pod) in &desired {
+        if workers.contains_key(uid) {
+            continue;
+        }
+        let full = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        let after = workers
+            .values()
+            .find(|h| h.full_name == full)
+            .map(|h| h.done.clone());
+        tracing::info!(pod = %full, uid = %uid, "pod added");
+        let h = worker::spawn(shared.clone(), uid.clone(), Some(pod.clone()), after);
+        workers.insert(uid.clone(), h);
+    }
+    desired
+}
+
+/// Pods the runtime has that no source wants (a file removed while the
+/// agent was down): terminate them with the grace they were created with.
+async fn cleanup_orphans(shared: &Arc<Shared>, desired: &BTreeMap<String, Arc<Pod>>) {
+    let Ok(list) = shared.cri.list_pod_uids().await else {
+        return;
+    };
+    let mut orphans: Vec<String> = Vec::new();
+    {
+        let workers = lock(&shared.workers);
+        for (uid, _, _) in &list {
+            if !desired.contains_key(uid) && !workers.contains_key(uid) && !orphans.contains(uid)
+            {
+                orphans.push(uid.clone());
+            }
+        }
+    }
+    for uid in orphans {
+        if let Ok(list) = shared.cri.list_container_graces(&uid).await {
+            lock(&shared.orphan_graces).extend(list);
+        }
+        tracing::info!(uid = %uid, "terminating a pod no source defines");
+        let h = worker::spawn(shared.clone(), uid.clone(), None, None);
+        let _ = h.tx.try_send(worker::Msg::Terminate);
+        lock(&shared.workers).insert(uid, h);
+    }
 }

@@ -74,6 +74,7 @@ struct Raw {
     resolv_conf: Option<String>,
     node_status_update_frequency: Option<String>,
     serialize_image_pulls: Option<bool>,
+    pod_logs_dir: Option<String>,
     picolet: Option<RawPicolet>,
 }
 
@@ -128,6 +129,8 @@ pub struct Config {
     pub resolv_conf: PathBuf,
     pub node_status_update_frequency: Duration,
     pub serialize_image_pulls: bool,
+    /// `podLogsDir`: where container logs go (kubelet: /var/log/pods).
+    pub pod_logs_dir: PathBuf,
     pub node_name: String,
     pub cri_socket: PathBuf,
     pub data_dir: PathBuf,
@@ -364,6 +367,9 @@ impl Config {
                 "10s",
             )?,
             serialize_image_pulls: raw.serialize_image_pulls.unwrap_or(true),
+            pod_logs_dir: PathBuf::from(
+                raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
+            ),
             node_name,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
             data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),

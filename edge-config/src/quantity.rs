@@ -7,6 +7,16 @@ use std::time::Duration;
 /// Parses a quantity to its value in base units, rounded up to an integer
 /// (`100Mi` → 104857600, `0.5` → 1). Milli values (`500m`) round up too.
 pub fn parse_quantity(s: &str) -> Option<u128> {
+    parse_scaled(s, 1)
+}
+
+/// Parses a quantity to thousandths of its base unit, rounded up: CPU
+/// millicores (`100m` → 100, `1.5` → 1500, `2` → 2000).
+pub fn parse_quantity_milli(s: &str) -> Option<u128> {
+    parse_scaled(s, 1000)
+}
+
+fn parse_scaled(s: &str, factor: u128) -> Option<u128> {
     let s = s.trim();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
@@ -57,7 +67,7 @@ pub fn parse_quantity(s: &str) -> Option<u128> {
             } else {
                 None
             })?;
-    let num = digits.checked_mul(mult_num)?;
+    let num = digits.checked_mul(mult_num)?.checked_mul(factor)?;
     let den = scale.checked_mul(mult_den)?;
     Some(num.div_ceil(den))
 }
@@ -119,6 +129,15 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn milli_quantities() {
+        assert_eq!(parse_quantity_milli("100m"), Some(100));
+        assert_eq!(parse_quantity_milli("1.5"), Some(1500));
+        assert_eq!(parse_quantity_milli("2"), Some(2000));
+        assert_eq!(parse_quantity_milli("0.0001"), Some(1));
+        assert_eq!(parse_quantity_milli("x"), None);
+    }
 
     #[test]
     fn quantities() {

@@ -1,0 +1,929 @@
+//! Pod → CRI: the sandbox and container configs kubelet's
+//! `kuberuntime` builds (labels, annotations, namespaces, security
+//! context, resources, env with field refs, mounts, DNS), and the pod's
+//! QoS class. Pure: node facts and resolved volume paths come in as values.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use cri_proto::v1::{
+    Capability, ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, Int64Value, KeyValue,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
+    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption,
+    PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol, SecurityProfile,
+    security_profile::ProfileType,
+};
+use edge_config::quantity::{parse_quantity, parse_quantity_milli};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, SeccompProfile};
+use sha2::{Digest, Sha256};
+
+pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
+pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub const LABEL_POD_UID: &str = "io.kubernetes.pod.uid";
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub const ANN_CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+pub const ANN_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub const ANN_GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const ANN_TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+
+/// The `fieldRef` paths env vars may use.
+pub const FIELD_REFS: [&str; 9] = [
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "spec.nodeName",
+    "spec.serviceAccountName",
+    "status.podIP",
+    "status.podIPs",
+    "status.hostIP",
+    "status.hostIPs",
+];
+
+/// kubelet's default masked and read-only paths for unprivileged containers.
+const MASKED_PATHS: [&str; 11] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// CFS period kubelet uses (100 ms).
+pub const CPU_PERIOD_US: i64 = 100_000;
+
+/// Facts about the node that pod configs depend on.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub name: String,
+    pub host_ip: String,
+    pub cpu_milli: u128,
+    pub memory_bytes: u128,
+}
+
+/// Node-level settings for sandbox configs.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxEnv {
+    pub cgroup_parent: String,
+    pub pod_logs_dir: PathBuf,
+    /// The host's resolv.conf text (`resolvConf`).
+    pub host_resolv_conf: String,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+}
+
+/// QoS class as `v1.PodQOSClass`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl Qos {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Qos::Guaranteed => "Guaranteed",
+            Qos::Burstable => "Burstable",
+            Qos::BestEffort => "BestEffort",
+        }
+    }
+}
+
+fn all_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+}
+
+fn quantity(c: &Container, kind: &str, res: &str) -> Option<u128> {
+    let r = c.resources.as_ref()?;
+    let map = if kind == "limits" {
+        r.limits.as_ref()?
+    } else {
+        r.requests.as_ref()?
+    };
+    let q = map.get(res)?;
+    if res == "cpu" {
+        parse_quantity_milli(&q.0)
+    } else {
+        parse_quantity(&q.0)
+    }
+}
+
+/// kubelet's `GetPodQOS` (cpu and memory only).
+pub fn qos_class(spec: &PodSpec) -> Qos {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in all_containers(spec) {
+        for res in ["cpu", "memory"] {
+            let req = quantity(c, "requests", res).filter(|v| *v > 0);
+            let lim = quantity(c, "limits", res).filter(|v| *v > 0);
+            if req.is_some() || lim.is_some() {
+                any = true;
+            }
+            if lim.is_none() || req.is_some_and(|r| Some(r) != lim) {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => Qos::BestEffort,
+        (true, true) => Qos::Guaranteed,
+        (true, false) => Qos::Burstable,
+    }
+}
+
+/// The pod cgroup (cgroupfs driver): `<root>/kubepods[/burstable|/besteffort]/pod<uid>`.
+pub fn pod_cgroup_parent(cgroup_root: &str, qos: Qos, uid: &str) -> String {
+    let root = cgroup_root.trim_end_matches('/');
+    match qos {
+        Qos::Guaranteed => format!("{root}/kubepods/pod{uid}"),
+        Qos::Burstable => format!("{root}/kubepods/burstable/pod{uid}"),
+        Qos::BestEffort => format!("{root}/kubepods/besteffort/pod{uid}"),
+    }
+}
+
+/// cpu.shares from a request in millicores (kubelet's `MilliCPUToShares`).
+pub fn milli_cpu_to_shares(milli: u128) -> u64 {
+    if milli == 0 {
+        return 2;
+    }
+    u64::try_from((milli * 1024 / 1000).max(2)).unwrap_or(262_144)
+}
+
+/// CFS quota from a limit in millicores (kubelet's `MilliCPUToQuota`).
+pub fn milli_cpu_to_quota(milli: u128) -> i64 {
+    if milli == 0 {
+        return 0;
+    }
+    let q = i64::try_from(milli * CPU_PERIOD_US as u128 / 1000).unwrap_or(i64::MAX);
+    q.max(1000)
+}
+
+/// The pod-level cgroup limits kubelet sets (`ResourceConfigForPod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PodResources {
+    pub cpu_shares: u64,
+    pub cpu_quota: Option<i64>,
+    pub memory_limit: Option<u64>,
+}
+
+pub fn pod_resources(spec: &PodSpec) -> PodResources {
+    let app = || spec.containers.iter();
+    let sum_or_max = |kind: &str, res: &str| -> Option<u128> {
+        // Apps run together (sum); init containers one at a time (max).
+        let mut sum = 0u128;
+        for c in app() {
+            sum += quantity(c, kind, res)?;
+        }
+        let mut init_max = 0u128;
+        for c in spec.init_containers.iter().flatten() {
+            init_max = init_max.max(quantity(c, kind, res)?);
+        }
+        Some(sum.max(init_max))
+    };
+    let req_cpu: u128 = app()
+        .filter_map(|c| quantity(c, "requests", "cpu"))
+        .sum::<u128>()
+        .max(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .filter_map(|c| quantity(c, "requests", "cpu"))
+                .max()
+                .unwrap_or(0),
+        );
+    PodResources {
+        cpu_shares: milli_cpu_to_shares(req_cpu),
+        cpu_quota: sum_or_max("limits", "cpu").map(milli_cpu_to_quota),
+        memory_limit: sum_or_max("limits", "memory").and_then(|m| u64::try_from(m).ok()),
+    }
+}
+
+/// oom_score_adj by QoS (kubelet's `GetContainerOOMScoreAdjust`).
+pub fn oom_score_adj(qos: Qos, c: &Container, node_memory: u128) -> i64 {
+    match qos {
+        Qos::Guaranteed => -997,
+        Qos::BestEffort => 1000,
+        Qos::Burstable => {
+            let req = quantity(c, "requests", "memory").unwrap_or(0);
+            let adj = 1000 - (1000 * req / node_memory.max(1)).min(1000) as i64;
+            if adj < 3 {
+                3
+            } else if adj == 1000 {
+                999
+            } else {
+                adj
+            }
+        }
+    }
+}
+
+/// A hash of the container spec: a changed container restarts, and a
+/// restarted agent recognises the containers it made.
+pub fn container_hash(c: &Container) -> String {
+    let json = serde_json::to_vec(c).unwrap_or_default();
+    hex::encode(&Sha256::digest(&json)[..8])
+}
+
+fn labels(pod: &Pod) -> (String, String, String) {
+    (
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+/// The pod's log directory, `<podLogsDir>/<ns>_<name>_<uid>`.
+pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
+    let (name, ns, uid) = labels(pod);
+    root.join(format!("{ns}_{name}_{uid}"))
+}
+
+/// Parses resolv.conf text into (servers, searches, options).
+pub fn parse_resolv_conf(text: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut servers, mut searches, mut options) = (Vec::new(), Vec::new(), Vec::new());
+    for line in text.lines() {
+        let line = line.split(['#', ';']).next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("nameserver") => servers.extend(words.next().map(String::from)),
+            Some("search" | "domain") => searches = words.map(String::from).collect(),
+            Some("options") => options.extend(words.map(String::from)),
+            _ => {}
+        }
+    }
+    (servers, searches, options)
+}
+
+fn dns_config(spec: &PodSpec, ns: &str, env: &SandboxEnv) -> Option<DnsConfig> {
+    let host_network = spec.host_network.unwrap_or(false);
+    let mut policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    if policy == "ClusterFirst" && host_network {
+        policy = "Default";
+    }
+    if policy.starts_with("ClusterFirst") && env.cluster_dns.is_empty() {
+        // kubelet: no clusterDNS → falls back to the node's resolver.
+        policy = "Default";
+    }
+    let (mut servers, mut searches, mut options) = match policy {
+        "None" => (Vec::new(), Vec::new(), Vec::new()),
+        "Default" => parse_resolv_conf(&env.host_resolv_conf),
+        _ => {
+            let (_, host_search, _) = parse_resolv_conf(&env.host_resolv_conf);
+            let d = &env.cluster_domain;
+            let mut s = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
+            s.extend(host_search);
+            (env.cluster_dns.clone(), s, vec!["ndots:5".into()])
+        }
+    };
+    if let Some(extra) = &spec.dns_config {
+        servers.extend(extra.nameservers.iter().flatten().cloned());
+        searches.extend(extra.searches.iter().flatten().cloned());
+        for o in extra.options.iter().flatten() {
+            let name = o.name.clone().unwrap_or_default();
+            options.retain(|x| x.split(':').next() != Some(name.as_str()));
+            options.push(match &o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name,
+            });
+        }
+    }
+    if policy == "Default" && servers.is_empty() && searches.is_empty() && options.is_empty() {
+        return None; // the runtime copies the host's file
+    }
+    Some(DnsConfig {
+        servers,
+        searches,
+        options,
+    })
+}
+
+fn ns_mode(host: Option<bool>, otherwise: NamespaceMode) -> i32 {
+    if host.unwrap_or(false) {
+        NamespaceMode::Node as i32
+    } else {
+        otherwise as i32
+    }
+}
+
+fn namespace_options(spec: &PodSpec) -> NamespaceOption {
+    let pid_otherwise = if spec.share_process_namespace.unwrap_or(false) {
+        NamespaceMode::Pod
+    } else {
+        NamespaceMode::Container
+    };
+    NamespaceOption {
+        network: ns_mode(spec.host_network, NamespaceMode::Pod),
+        pid: ns_mode(spec.host_pid, pid_otherwise),
+        ipc: ns_mode(spec.host_ipc, NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+/// The sandbox's hostname (empty for host network: the runtime keeps the node's).
+fn hostname(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+        return String::new();
+    }
+    let h = spec
+        .and_then(|s| s.hostname.clone())
+        .unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    let mut h: String = h.chars().take(63).collect();
+    while h.ends_with(['-', '.']) {
+        h.pop();
+    }
+    h
+}
+
+/// kubelet's `generatePodSandboxConfig`.
+pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> PodSandboxConfig {
+    let (name, ns, uid) = labels(pod);
+    let default_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    labels.insert(LABEL_POD_NAME.into(), name.clone());
+    labels.insert(LABEL_POD_NAMESPACE.into(), ns.clone());
+    labels.insert(LABEL_POD_UID.into(), uid.clone());
+    let annotations = pod
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let mut port_mappings = Vec::new();
+    for c in &spec.containers {
+        for p in c.ports.iter().flatten() {
+            let host_port = p.host_port.unwrap_or(0);
+            if host_port == 0 {
+                continue;
+            }
+            port_mappings.push(PortMapping {
+                protocol: match p.protocol.as_deref() {
+                    Some("UDP") => Protocol::Udp,
+                    Some("SCTP") => Protocol::Sctp,
+                    _ => Protocol::Tcp,
+                } as i32,
+                container_port: p.container_port,
+                host_port,
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+    let psc = spec.security_context.as_ref();
+    let privileged = spec.containers.iter().any(|c| {
+        c.security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false)
+    });
+    let sysctls = psc
+        .and_then(|s| s.sysctls.as_ref())
+        .map(|v| v.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .unwrap_or_default();
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name,
+            uid,
+            namespace: ns.clone(),
+            attempt,
+        }),
+        hostname: hostname(pod),
+        log_directory: pod_log_dir(&env.pod_logs_dir, pod)
+            .to_string_lossy()
+            .into_owned(),
+        dns_config: dns_config(spec, &ns, env),
+        port_mappings,
+        labels,
+        annotations,
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: env.cgroup_parent.clone(),
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(spec)),
+                run_as_user: psc.and_then(|s| s.run_as_user).map(|value| Int64Value { value }),
+                run_as_group: psc
+                    .and_then(|s| s.run_as_group)
+                    .map(|value| Int64Value { value }),
+                supplemental_groups: supplemental_groups(spec),
+                privileged,
+                ..Default::default()
+            }),
+            sysctls,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn supplemental_groups(spec: &PodSpec) -> Vec<i64> {
+    let psc = spec.security_context.as_ref();
+    let mut g: Vec<i64> = psc
+        .and_then(|s| s.supplemental_groups.clone())
+        .unwrap_or_default();
+    if let Some(fs) = psc.and_then(|s| s.fs_group) {
+        g.push(fs);
+    }
+    g
+}
+
+fn seccomp(p: Option<&SeccompProfile>) -> Option<SecurityProfile> {
+    let p = p?;
+    Some(match p.type_.as_str() {
+        "RuntimeDefault" => SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        },
+        "Localhost" => SecurityProfile {
+            profile_type: ProfileType::Localhost as i32,
+            localhost_ref: p.localhost_profile.clone().unwrap_or_default(),
+        },
+        _ => SecurityProfile {
+            profile_type: ProfileType::Unconfined as i32,
+            localhost_ref: String::new(),
+        },
+    })
+}
+
+/// Everything about the running pod that a container config depends on.
+#[derive(Debug, Clone)]
+pub struct ContainerEnv<'a> {
+    pub node: &'a NodeInfo,
+    pub pod_ip: &'a str,
+    /// Volume name → host path, prepared by the agent.
+    pub volumes: &'a BTreeMap<String, PathBuf>,
+    pub qos: Qos,
+}
+
+/// Expands `$(VAR)` as kubelet does (`$$` escapes; unknown stays as is).
+pub fn expand(s: &str, vars: &HashMap<String, String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            out.push('$');
+            rest = a;
+        } else if let Some(a) = after.strip_prefix('(')
+            && let Some(end) = a.find(')')
+        {
+            let name = &a[..end];
+            match vars.get(name) {
+                Some(v) => out.push_str(v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &a[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, String> {
+    let lookup = |map: &Option<BTreeMap<String, String>>, key: &str| {
+        map.as_ref()
+            .and_then(|m| m.get(key).cloned())
+            .unwrap_or_default()
+    };
+    let key_of = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix("']"))
+            .map(String::from)
+    };
+    let spec = pod.spec.as_ref();
+    Ok(match path {
+        "metadata.name" => pod.metadata.name.clone().unwrap_or_default(),
+        "metadata.namespace" => pod.metadata.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => pod.metadata.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => env.node.name.clone(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.podIP" | "status.podIPs" => env.pod_ip.to_string(),
+        "status.hostIP" | "status.hostIPs" => env.node.host_ip.clone(),
+        p => {
+            if let Some(k) = key_of("metadata.labels['") {
+                lookup(&pod.metadata.labels, &k)
+            } else if let Some(k) = key_of("metadata.annotations['") {
+                lookup(&pod.metadata.annotations, &k)
+            } else {
+                return Err(format!("unsupported fieldRef {p:?}"));
+            }
+        }
+    })
+}
+
+fn resource_field_ref(
+    c: &Container,
+    resource: &str,
+    divisor: Option<&str>,
+    node: &NodeInfo,
+) -> Result<String, String> {
+    let (kind, res) = resource
+        .split_once('.')
+        .ok_or_else(|| format!("bad resource {resource:?}"))?;
+    let cpu = res == "cpu";
+    let value = quantity(c, kind, res).unwrap_or(match (kind, res) {
+        ("limits", "cpu") => node.cpu_milli,
+        ("limits", "memory") => node.memory_bytes,
+        _ => 0,
+    });
+    let div = match divisor {
+        Some(d) if cpu => parse_quantity_milli(d),
+        Some(d) => parse_quantity(d),
+        None if cpu => Some(1000),
+        None => Some(1),
+    }
+    .filter(|d| *d > 0)
+    .ok_or_else(|| format!("bad divisor {divisor:?}"))?;
+    Ok(value.div_ceil(div).to_string())
+}
+
+/// kubelet's `generateContainerConfig`. An error is a
+/// `CreateContainerConfigError`.
+pub fn container_config(
+    pod: &Pod,
+    c: &Container,
+    restart_count: u32,
+    image_ref: &str,
+    env: &ContainerEnv<'_>,
+) -> Result<ContainerConfig, String> {
+    let (name, ns, uid) = labels(pod);
+    let default_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    // Environment, in order; later entries may refer to earlier ones.
+    let mut vars: HashMap<String, String> = HashMap::new();
+    let mut envs = Vec::new();
+    for e in c.env.iter().flatten() {
+        let value = match &e.value_from {
+            None => expand(e.value.as_deref().unwrap_or(""), &vars),
+            Some(vf) => match (&vf.field_ref, &vf.resource_field_ref) {
+                (Some(f), _) => field_ref(pod, &f.field_path, env)?,
+                (None, Some(r)) => {
+                    let target = match r.container_name.as_deref() {
+                        Some(n) if !n.is_empty() => all_containers(spec)
+                            .find(|x| x.name == n)
+                            .ok_or_else(|| format!("env {}: no container {n:?}", e.name))?,
+                        _ => c,
+                    };
+                    resource_field_ref(
+                        target,
+                        &r.resource,
+                        r.divisor.as_ref().map(|d| d.0.as_str()),
+                        env.node,
+                    )?
+                }
+                _ => return Err(format!("env {}: unsupported valueFrom", e.name)),
+            },
+        };
+        vars.insert(e.name.clone(), value.clone());
+        envs.push(KeyValue {
+            key: e.name.clone(),
+            value,
+        });
+    }
+    let command = c
+        .command
+        .iter()
+        .flatten()
+        .map(|s| expand(s, &vars))
+        .collect();
+    let args = c
+        .args
+        .iter()
+        .flatten()
+        .map(|s| expand(s, &vars))
+        .collect();
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let base = env
+            .volumes
+            .get(&m.name)
+            .ok_or_else(|| format!("volume {:?} is not prepared", m.name))?;
+        let host = match m.sub_path.as_deref() {
+            Some(sp) if !sp.is_empty() => base.join(expand(sp, &vars)),
+            _ => base.clone(),
+        };
+        mounts.push(Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host.to_string_lossy().into_owned(),
+            readonly: m.read_only.unwrap_or(false),
+            ..Default::default()
+        });
+    }
+    let mut labels = HashMap::from([
+        (LABEL_POD_NAME.to_string(), name),
+        (LABEL_POD_NAMESPACE.to_string(), ns),
+        (LABEL_POD_UID.to_string(), uid),
+        (LABEL_CONTAINER_NAME.to_string(), c.name.clone()),
+    ]);
+    labels.retain(|_, v| !v.is_empty());
+    let annotations = HashMap::from([
+        (ANN_CONTAINER_HASH.to_string(), container_hash(c)),
+        (ANN_RESTART_COUNT.to_string(), restart_count.to_string()),
+        (
+            ANN_GRACE.to_string(),
+            spec.termination_grace_period_seconds
+                .unwrap_or(30)
+                .to_string(),
+        ),
+        (
+            ANN_TERMINATION_MESSAGE_PATH.to_string(),
+            c.termination_message_path.clone().unwrap_or_default(),
+        ),
+    ]);
+    // Security context: the container's fields override the pod's.
+    let psc = spec.security_context.as_ref();
+    let csc = c.security_context.as_ref();
+    let privileged = csc.and_then(|s| s.privileged).unwrap_or(false);
+    let run_as_user = csc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    let run_as_group = csc
+        .and_then(|s| s.run_as_group)
+        .or_else(|| psc.and_then(|s| s.run_as_group));
+    let seccomp = seccomp(
+        csc.and_then(|s| s.seccomp_profile.as_ref())
+            .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+    );
+    let caps = csc.and_then(|s| s.capabilities.as_ref());
+    let mut resources = LinuxContainerResources {
+        cpu_period: CPU_PERIOD_US,
+        cpu_shares: i64::try_from(milli_cpu_to_shares(
+            quantity(c, "requests", "cpu").unwrap_or(0),
+        ))
+        .unwrap_or(2),
+        oom_score_adj: oom_score_adj(env.qos, c, env.node.memory_bytes),
+        ..Default::default()
+    };
+    if let Some(l) = quantity(c, "limits", "cpu") {
+        resources.cpu_quota = milli_cpu_to_quota(l);
+    }
+    if let Some(m) = quantity(c, "limits", "memory") {
+        resources.memory_limit_in_bytes = i64::try_from(m).unwrap_or(i64::MAX);
+    }
+    Ok(ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: c.name.clone(),
+            attempt: restart_count,
+        }),
+        image: Some(ImageSpec {
+            image: image_ref.to_string(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command,
+        args,
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs,
+        mounts,
+        labels,
+        annotations,
+        log_path: format!("{}/{restart_count}.log", c.name),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(LinuxContainerConfig {
+            resources: Some(resources),
+            security_context: Some(LinuxContainerSecurityContext {
+                capabilities: caps.map(|k| Capability {
+                    add_capabilities: k.add.clone().unwrap_or_default(),
+                    drop_capabilities: k.drop.clone().unwrap_or_default(),
+                    ..Default::default()
+                }),
+                privileged,
+                namespace_options: Some(namespace_options(spec)),
+                run_as_user: run_as_user.map(|value| Int64Value { value }),
+                run_as_group: run_as_group.map(|value| Int64Value { value }),
+                readonly_rootfs: csc
+                    .and_then(|s| s.read_only_root_filesystem)
+                    .unwrap_or(false),
+                supplemental_groups: supplemental_groups(spec),
+                no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+                masked_paths: if privileged {
+                    Vec::new()
+                } else {
+                    MASKED_PATHS.iter().map(|s| s.to_string()).collect()
+                },
+                readonly_paths: if privileged {
+                    Vec::new()
+                } else {
+                    READONLY_PATHS.iter().map(|s| s.to_string()).collect()
+                },
+                seccomp,
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn pod(yaml_spec: &str) -> Pod {
+        let text = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{app: x}}\nspec:\n{yaml_spec}");
+        crate::manifest::parse(Path::new("f"), &text, "node", "t")
+            .expect("valid")
+            .remove(0)
+    }
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            name: "node".into(),
+            host_ip: "10.0.0.5".into(),
+            cpu_milli: 4000,
+            memory_bytes: 8 << 30,
+        }
+    }
+
+    #[test]
+    fn qos_classes() {
+        let be = pod("  containers:\n  - {name: a, image: i}\n");
+        assert_eq!(qos_class(be.spec.as_ref().expect("spec")), Qos::BestEffort);
+        let g = pod(
+            "  containers:\n  - name: a\n    image: i\n    resources: {limits: {cpu: 500m, memory: 64Mi}}\n",
+        );
+        assert_eq!(qos_class(g.spec.as_ref().expect("spec")), Qos::Guaranteed);
+        let b = pod(
+            "  containers:\n  - name: a\n    image: i\n    resources: {requests: {memory: 64Mi}}\n  - {name: b, image: i}\n",
+        );
+        let spec = b.spec.as_ref().expect("spec");
+        assert_eq!(qos_class(spec), Qos::Burstable);
+        assert_eq!(
+            pod_cgroup_parent("/", Qos::Burstable, "u1"),
+            "/kubepods/burstable/podu1"
+        );
+        assert_eq!(
+            pod_cgroup_parent("/", Qos::Guaranteed, "u1"),
+            "/kubepods/podu1"
+        );
+        // 64 MiB of 8 GiB → 1000 - 7 = 993.
+        assert_eq!(
+            oom_score_adj(Qos::Burstable, &spec.containers[0], 8 << 30),
+            993
+        );
+        assert_eq!(
+            oom_score_adj(Qos::Burstable, &spec.containers[1], 8 << 30),
+            999
+        );
+    }
+
+    #[test]
+    fn cpu_formulas() {
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(250), 256);
+        assert_eq!(milli_cpu_to_shares(1000), 1024);
+        assert_eq!(milli_cpu_to_quota(500), 50_000);
+        assert_eq!(milli_cpu_to_quota(5), 1000);
+        let p = pod(
+            "  containers:\n  - name: a\n    image: i\n    resources: {limits: {cpu: 500m, memory: 64Mi}}\n  - name: b\n    image: i\n    resources: {limits: {cpu: 250m, memory: 32Mi}}\n",
+        );
+        let r = pod_resources(p.spec.as_ref().expect("spec"));
+        assert_eq!(r.cpu_shares, 768);
+        assert_eq!(r.cpu_quota, Some(75_000));
+        assert_eq!(r.memory_limit, Some(96 << 20));
+        let p = pod(
+            "  containers:\n  - name: a\n    image: i\n    resources: {limits: {memory: 64Mi}}\n  - {name: b, image: i}\n",
+        );
+        let r = pod_resources(p.spec.as_ref().expect("spec"));
+        assert_eq!((r.cpu_quota, r.memory_limit), (None, None));
+    }
+
+    #[test]
+    fn container_config_as_kubelet_builds_it() {
+        let p = pod(concat!(
+            "  volumes:\n  - {name: data, emptyDir: {}}\n",
+            "  containers:\n  - name: c\n    image: busybox:1\n",
+            "    command: [sh, -c]\n    args: ['echo $(GREETING) $(NODE) $$(x) $(NOPE)']\n",
+            "    env:\n    - {name: NAME, value: world}\n    - {name: GREETING, value: 'hi $(NAME)'}\n",
+            "    - name: NODE\n      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n",
+            "    - name: POD\n      valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+            "    - name: APP\n      valueFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}\n",
+            "    - name: MEM\n      valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}\n",
+            "    - name: CPU\n      valueFrom: {resourceFieldRef: {resource: limits.cpu}}\n",
+            "    resources: {limits: {memory: 64Mi, cpu: 1500m}}\n",
+            "    volumeMounts:\n    - {name: data, mountPath: /data, subPath: sub, readOnly: true}\n",
+        ));
+        let volumes = BTreeMap::from([("data".to_string(), PathBuf::from("/v/data"))]);
+        let n = node();
+        let env = ContainerEnv {
+            node: &n,
+            pod_ip: "10.1.0.2",
+            volumes: &volumes,
+            qos: Qos::Guaranteed,
+        };
+        let spec = p.spec.as_ref().expect("spec");
+        let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");
+        assert_eq!(cfg.command, ["sh", "-c"]);
+        assert_eq!(cfg.args, ["echo hi world node $(x) $(NOPE)"]);
+        let env_of = |k: &str| {
+            cfg.envs
+                .iter()
+                .find(|e| e.key == k)
+                .map(|e| e.value.clone())
+        };
+        assert_eq!(env_of("POD").as_deref(), Some("p-node"));
+        assert_eq!(env_of("APP").as_deref(), Some("x"));
+        assert_eq!(env_of("MEM").as_deref(), Some("64"));
+        assert_eq!(env_of("CPU").as_deref(), Some("2"));
+        assert_eq!(cfg.mounts[0].host_path, "/v/data/sub");
+        assert!(cfg.mounts[0].readonly);
+        assert_eq!(cfg.log_path, "c/3.log");
+        assert_eq!(cfg.metadata.as_ref().map(|m| m.attempt), Some(3));
+        assert_eq!(cfg.labels[LABEL_CONTAINER_NAME], "c");
+        assert_eq!(cfg.annotations[ANN_RESTART_COUNT], "3");
+        let r = cfg
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .expect("resources");
+        assert_eq!(
+            (r.cpu_quota, r.cpu_shares, r.memory_limit_in_bytes),
+            (150_000, 1536, 64 << 20)
+        );
+        assert_eq!(r.oom_score_adj, -997);
+    }
+
+    #[test]
+    fn sandbox_config_namespaces_and_dns() {
+        let p = pod(
+            "  hostNetwork: true\n  hostPID: true\n  containers:\n  - name: a\n    image: i\n    ports: [{containerPort: 80, hostPort: 80}]\n",
+        );
+        let env = SandboxEnv {
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            host_resolv_conf: "nameserver 1.1.1.1\nsearch lan\n".into(),
+            ..Default::default()
+        };
+        let s = sandbox_config(&p, 1, &env);
+        let ns = s
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|sc| sc.namespace_options.as_ref())
+            .expect("ns");
+        assert_eq!(ns.network, NamespaceMode::Node as i32);
+        assert_eq!(ns.pid, NamespaceMode::Node as i32);
+        assert_eq!(ns.ipc, NamespaceMode::Pod as i32);
+        assert_eq!(s.hostname, "");
+        assert_eq!(s.port_mappings.len(), 1);
+        let dns = s.dns_config.as_ref().expect("dns");
+        assert_eq!(dns.servers, ["1.1.1.1"]);
+        assert_eq!(s.labels[LABEL_POD_NAME], "p-node");
+        assert_eq!(s.labels["app"], "x");
+        let uid = p.metadata.uid.clone().expect("uid");
+        assert_eq!(s.log_directory, format!("/var/log/pods/default_p-node_{uid}"));
+        let env = SandboxEnv {
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            ..env
+        };
+        let p = pod("  containers:\n  - {name: a, image: i}\n");
+        let dns = sandbox_config(&p, 0, &env).dns_config.expect("dns");
+        assert_eq!(dns.servers, ["10.96.0.10"]);
+        assert_eq!(dns.searches[0], "default.svc.cluster.local");
+        assert_eq!(dns.options, ["ndots:5"]);
+    }
+
+    #[test]
+    fn hash_changes_with_the_spec() {
+        let a = pod("  containers:\n  - {name: a, image: 'i:1'}\n");
+        let b = pod("  containers:\n  - {name: a, image: 'i:2'}\n");
+        let ha = container_hash(&a.spec.as_ref().expect("s").containers[0]);
+        let hb = container_hash(&b.spec.as_ref().expect("s").containers[0]);
+        assert_ne!(ha, hb);
+        assert_eq!(ha.len(), 16);
+    }
+}

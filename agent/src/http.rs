@@ -1,0 +1,115 @@
+//! HTTP endpoints: `/healthz` on healthzBindAddress:healthzPort (failing
+//! when PLEG or the source loop stalls), and on the API port `/pods`
+//! (a v1 `PodList` with status) and `/events` (a v1 `EventList`).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+
+use crate::{Shared, lock};
+
+/// kubelet's PLEG health threshold.
+const STALL: Duration = Duration::from_secs(180);
+
+/// Binds both listeners (so a port clash is an error at start) and serves
+/// them in the background.
+pub async fn serve(shared: Arc<Shared>, healthz: SocketAddr, api: SocketAddr) -> std::io::Result<()> {
+    let mut listeners = vec![tokio::net::TcpListener::bind(healthz).await?];
+    if api != healthz {
+        listeners.push(tokio::net::TcpListener::bind(api).await?);
+    }
+    for l in listeners {
+        tracing::info!(addr = %l.local_addr()?, "serving HTTP");
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = l.accept().await else {
+                    continue;
+                };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(route(&shared, req)) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+    }
+    Ok(())
+}
+
+fn reply(code: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = code;
+    if let Ok(v) = ctype.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn json_reply(v: &serde_json::Value) -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::OK,
+        "application/json",
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
+}
+
+fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+    }
+    match req.uri().path() {
+        "/healthz" => {
+            let relist = lock(&shared.last_relist).elapsed();
+            let source = lock(&shared.last_source).elapsed();
+            if relist > STALL {
+                reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("pleg was last seen active {relist:?} ago; threshold is {STALL:?}\n"),
+                )
+            } else if source > STALL {
+                reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    format!("the sync loop was last seen active {source:?} ago\n"),
+                )
+            } else {
+                reply(StatusCode::OK, "text/plain", "ok")
+            }
+        }
+        "/pods" | "/pods/" => {
+            let items = shared.pods();
+            json_reply(&json!({
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": items,
+            }))
+        }
+        "/events" => json_reply(&json!({
+            "kind": "EventList",
+            "apiVersion": "v1",
+            "metadata": {},
+            "items": shared.events_list(),
+        })),
+        "/manifests" => json_reply(&json!({
+            "errors": lock(&shared.manifest_errors).clone(),
+        })),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"),
+    }
+}
+

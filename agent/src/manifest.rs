@@ -1,0 +1,362 @@
+//! Static pod manifests: one file → pods, with kubelet's static pod rules
+//! (UID from the content hash, name suffixed `-<nodeName>`, namespace
+//! defaulted, `kubernetes.io/config.*` annotations) and the API server's
+//! defaulting, then [`crate::validate`]. Pure: the caller reads the file.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use sha2::{Digest, Sha256};
+
+/// Annotation: where the pod came from (`file`).
+pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
+/// Annotation: the pod's content hash (= its UID for static pods).
+pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+/// Annotation: when the source first saw this version of the pod.
+pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
+
+/// A manifest error: the file, the field path in it, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    pub file: PathBuf,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                self.field,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// Parses one manifest file's text into its pods (a `Pod`, or the items of
+/// a `PodList`/`List`), applies static pod rules and defaults, validates.
+/// `seen` is the RFC 3339 time stamped into `config.seen`.
+pub fn parse(
+    file: &Path,
+    text: &str,
+    node_name: &str,
+    seen: &str,
+) -> Result<Vec<Pod>, ManifestError> {
+    let err = |field: &str, message: String| ManifestError {
+        file: file.to_path_buf(),
+        field: field.to_string(),
+        message,
+    };
+    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
+        err(
+            "",
+            format!("not valid YAML or JSON: {}", e.to_string().trim()),
+        )
+    })?;
+    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or("");
+    let (objects, prefix): (Vec<serde_yaml::Value>, bool) = match (api_version, kind) {
+        ("v1", "Pod") => (vec![value], false),
+        ("v1", "PodList" | "List") => {
+            let items = value
+                .get("items")
+                .and_then(|i| i.as_sequence())
+                .cloned()
+                .ok_or_else(|| err("items", "a list needs an items array".into()))?;
+            (items, true)
+        }
+        ("", _) if value.as_mapping().is_none() => {
+            return Err(err("", "want a v1 Pod object, found no mapping".into()));
+        }
+        ("", _) => return Err(err("apiVersion", "missing (want \"v1\")".into())),
+        ("v1", "") => return Err(err("kind", "missing (want \"Pod\")".into())),
+        ("v1", k) => {
+            return Err(err(
+                "kind",
+                format!("{k:?} is not a pod (want \"Pod\" or \"PodList\")"),
+            ));
+        }
+        (v, _) => return Err(err("apiVersion", format!("{v:?} (want \"v1\")"))),
+    };
+    let mut pods = Vec::with_capacity(objects.len());
+    for (i, obj) in objects.into_iter().enumerate() {
+        let at = |field: &str| {
+            if prefix {
+                if field.is_empty() {
+                    format!("items[{i}]")
+                } else {
+                    format!("items[{i}].{field}")
+                }
+            } else {
+                field.to_string()
+            }
+        };
+        if prefix && obj.get("kind").and_then(|k| k.as_str()) != Some("Pod") {
+            return Err(err(&at("kind"), "want \"Pod\"".into()));
+        }
+        let canonical = serde_json::to_vec(&obj).unwrap_or_default();
+        let mut pod: Pod = serde_path_to_error::deserialize(obj).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            err(&at(&path), e.into_inner().to_string())
+        })?;
+        apply_static_rules(&mut pod, file, &canonical, node_name, seen);
+        apply_defaults(&mut pod);
+        crate::validate::pod(&pod).map_err(|(field, message)| err(&at(&field), message))?;
+        pods.push(pod);
+    }
+    if pods.is_empty() {
+        return Err(err("items", "the list has no pods".into()));
+    }
+    Ok(pods)
+}
+
+/// kubelet's `applyDefaults` for file sources. The UID hashes the pod as
+/// written, the node and the file, so the same file gives the same UID
+/// across agent restarts and a changed file gives a new one (kubelet hashes
+/// the decoded object with md5; we hash its canonical JSON with SHA-256 and
+/// keep 128 bits, the same length).
+fn apply_static_rules(pod: &mut Pod, file: &Path, canonical: &[u8], node_name: &str, seen: &str) {
+    let meta = &mut pod.metadata;
+    let uid = match &meta.uid {
+        Some(uid) if !uid.is_empty() => uid.clone(),
+        _ => {
+            let mut h = Sha256::new();
+            h.update(canonical);
+            h.update(format!("host:{node_name}").as_bytes());
+            h.update(format!("file:{}", file.display()).as_bytes());
+            let uid = hex::encode(&h.finalize()[..16]);
+            meta.uid = Some(uid.clone());
+            uid
+        }
+    };
+    if let Some(name) = &meta.name
+        && !name.is_empty()
+    {
+        meta.name = Some(format!("{name}-{node_name}"));
+    }
+    if meta.namespace.as_deref().unwrap_or("").is_empty() {
+        meta.namespace = Some("default".into());
+    }
+    let ann = meta.annotations.get_or_insert_with(BTreeMap::new);
+    ann.insert(CONFIG_SOURCE.into(), "file".into());
+    ann.insert(CONFIG_HASH.into(), uid);
+    ann.insert(CONFIG_SEEN.into(), seen.into());
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node_name.into());
+    }
+}
+
+/// The API server's defaulting (`SetDefaults_Pod` and friends) for the
+/// fields picolet reads.
+fn apply_defaults(pod: &mut Pod) {
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.scheduler_name
+        .get_or_insert_with(|| "default-scheduler".into());
+    spec.security_context.get_or_insert_with(Default::default);
+    for c in spec
+        .init_containers
+        .iter_mut()
+        .flatten()
+        .chain(spec.containers.iter_mut())
+    {
+        default_container(c);
+    }
+    for v in spec.volumes.iter_mut().flatten() {
+        if let Some(hp) = v.host_path.as_mut() {
+            hp.type_.get_or_insert_with(String::new);
+        }
+    }
+}
+
+fn default_container(c: &mut Container) {
+    if c.image_pull_policy.is_none() {
+        let image = c.image.as_deref().unwrap_or("");
+        let tag = image_tag(image);
+        c.image_pull_policy = Some(
+            if tag.is_none_or(|t| t == "latest") && !image.contains('@') {
+                "Always"
+            } else {
+                "IfNotPresent"
+            }
+            .into(),
+        );
+    }
+    c.termination_message_path
+        .get_or_insert_with(|| "/dev/termination-log".into());
+    c.termination_message_policy
+        .get_or_insert_with(|| "File".into());
+    for p in c.ports.iter_mut().flatten() {
+        p.protocol.get_or_insert_with(|| "TCP".into());
+    }
+    for probe in [
+        c.liveness_probe.as_mut(),
+        c.readiness_probe.as_mut(),
+        c.startup_probe.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        default_probe(probe);
+    }
+    for e in c.env.iter_mut().flatten() {
+        if let Some(f) = e.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            f.api_version.get_or_insert_with(|| "v1".into());
+        }
+    }
+    // Requests default to limits where only limits are given.
+    if let Some(r) = c.resources.as_mut()
+        && let Some(limits) = r.limits.clone()
+    {
+        let req = r.requests.get_or_insert_with(BTreeMap::new);
+        for (k, v) in limits {
+            req.entry(k).or_insert(v);
+        }
+    }
+}
+
+fn default_probe(p: &mut Probe) {
+    p.period_seconds.get_or_insert(10);
+    p.timeout_seconds.get_or_insert(1);
+    p.success_threshold.get_or_insert(1);
+    p.failure_threshold.get_or_insert(3);
+    p.initial_delay_seconds.get_or_insert(0);
+    if let Some(h) = p.http_get.as_mut() {
+        h.path.get_or_insert_with(|| "/".into());
+        h.scheme.get_or_insert_with(|| "HTTP".into());
+    }
+}
+
+/// The tag of an image reference, if it has one (`busybox:1.36` → `1.36`;
+/// `host:5000/busybox` → none).
+pub fn image_tag(image: &str) -> Option<&str> {
+    let image = image.split('@').next().unwrap_or(image);
+    let last = image.rsplit('/').next().unwrap_or(image);
+    last.split_once(':').map(|(_, t)| t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(text: &str) -> Vec<Pod> {
+        parse(
+            Path::new("/m/p.yaml"),
+            text,
+            "edge-1",
+            "2026-01-01T00:00:00Z",
+        )
+        .expect("valid")
+    }
+
+    fn parse_err(text: &str) -> String {
+        parse(
+            Path::new("/m/p.yaml"),
+            text,
+            "edge-1",
+            "2026-01-01T00:00:00Z",
+        )
+        .expect_err("invalid")
+        .to_string()
+    }
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n";
+
+    #[test]
+    fn static_pod_rules() {
+        let pods = parse_ok(POD);
+        let p = &pods[0];
+        assert_eq!(p.metadata.name.as_deref(), Some("web-edge-1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+        let uid = p.metadata.uid.clone().expect("uid");
+        assert_eq!(uid.len(), 32);
+        let ann = p.metadata.annotations.as_ref().expect("annotations");
+        assert_eq!(ann[CONFIG_SOURCE], "file");
+        assert_eq!(ann[CONFIG_HASH], uid);
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("edge-1"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("IfNotPresent")
+        );
+        // Same content → same UID; changed content or node → another.
+        assert_eq!(parse_ok(POD)[0].metadata.uid, Some(uid.clone()));
+        let changed = POD.replace("1.36", "1.37");
+        assert_ne!(parse_ok(&changed)[0].metadata.uid, Some(uid.clone()));
+        let other_node = parse(Path::new("/m/p.yaml"), POD, "edge-2", "t").expect("valid");
+        assert_ne!(other_node[0].metadata.uid, Some(uid));
+    }
+
+    #[test]
+    fn json_and_lists() {
+        let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}"#;
+        let p = parse_ok(json);
+        assert_eq!(
+            p[0].spec.as_ref().expect("spec").containers[0]
+                .image_pull_policy
+                .as_deref(),
+            Some("Always")
+        );
+        let list = format!(
+            "apiVersion: v1\nkind: PodList\nitems:\n- {}\n- {}\n",
+            json,
+            json.replace("\"j\"", "\"k\"")
+        );
+        let pods = parse_ok(&list);
+        assert_eq!(pods.len(), 2);
+        assert_ne!(pods[0].metadata.uid, pods[1].metadata.uid);
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        assert!(parse_err("a: [").starts_with("/m/p.yaml: not valid YAML"));
+        assert_eq!(
+            parse_err("apiVersion: v1\nkind: Service\n"),
+            "/m/p.yaml: kind: \"Service\" is not a pod (want \"Pod\" or \"PodList\")"
+        );
+        assert_eq!(
+            parse_err("apiVersion: apps/v1\nkind: Pod\n"),
+            "/m/p.yaml: apiVersion: \"apps/v1\" (want \"v1\")"
+        );
+        let e = parse_err(&POD.replace("image: busybox:1.36", "image: [1]"));
+        assert!(
+            e.starts_with("/m/p.yaml: spec.containers[0].image: invalid type"),
+            "{e}"
+        );
+        let e = parse_err(&POD.replace("name: c", "name: C_1"));
+        assert!(e.starts_with("/m/p.yaml: spec.containers[0].name:"), "{e}");
+        let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\n  spec: {containers: []}\n";
+        assert_eq!(
+            parse_err(list),
+            "/m/p.yaml: items[0].spec.containers: at least one container is required"
+        );
+    }
+
+    #[test]
+    fn image_tags() {
+        assert_eq!(image_tag("busybox"), None);
+        assert_eq!(image_tag("busybox:1"), Some("1"));
+        assert_eq!(image_tag("reg:5000/busybox"), None);
+        assert_eq!(image_tag("reg:5000/busybox:x@sha256:ab"), Some("x"));
+    }
+}

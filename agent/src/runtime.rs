@@ -1,0 +1,457 @@
+//! The agent's CRI client: RuntimeService + ImageService over the unix
+//! socket, every call bounded by `runtimeRequestTimeout`, and the
+//! translation of CRI listings into [`Observed`] for one pod.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use cri_proto::Channel;
+use cri_proto::v1::image_service_client::ImageServiceClient;
+use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
+use cri_proto::v1::{
+    ContainerConfig, ContainerFilter, ContainerStatusRequest, CreateContainerRequest,
+    ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
+    ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter, PodSandboxStatusRequest,
+    PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
+};
+use tonic::{Request, Status};
+
+use crate::cri_config::{
+    ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_UID,
+};
+use crate::plan::{Observed, ObservedContainer, ObservedSandbox, State};
+
+/// A CRI connection (cheap to clone: one HTTP/2 channel underneath).
+#[derive(Clone)]
+pub struct Cri {
+    rt: RuntimeServiceClient<Channel>,
+    img: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Cri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cri").field("timeout", &self.timeout).finish()
+    }
+}
+
+/// A CRI call failed: which call, and the status.
+#[derive(Debug, thiserror::Error)]
+#[error("CRI {call}: {}", .status.message())]
+pub struct CriError {
+    pub call: &'static str,
+    pub status: Status,
+}
+
+pub type Result<T> = std::result::Result<T, CriError>;
+
+fn e(call: &'static str) -> impl FnOnce(Status) -> CriError {
+    move |status| CriError { call, status }
+}
+
+fn uid_filter(uid: &str) -> HashMap<String, String> {
+    HashMap::from([(LABEL_POD_UID.to_string(), uid.to_string())])
+}
+
+impl Cri {
+    /// Connects to the CRI socket.
+    pub async fn connect(socket: &Path, timeout: Duration) -> std::io::Result<Self> {
+        let ch = cri_proto::connect(socket)
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Self {
+            rt: RuntimeServiceClient::new(ch.clone()),
+            img: ImageServiceClient::new(ch),
+            timeout,
+        })
+    }
+
+    fn req<T>(&self, msg: T) -> Request<T> {
+        self.req_for(msg, self.timeout)
+    }
+
+    fn req_for<T>(&self, msg: T, timeout: Duration) -> Request<T> {
+        let mut r = Request::new(msg);
+        r.set_timeout(timeout);
+        r
+    }
+
+    /// The runtime's name (`picolet`, `containerd`), for container IDs.
+    pub async fn runtime_name(&self) -> Result<String> {
+        let v = self
+            .rt
+            .clone()
+            .version(self.req(VersionRequest::default()))
+            .await
+            .map_err(e("Version"))?;
+        Ok(v.into_inner().runtime_name)
+    }
+
+    /// Every sandbox and container the runtime has for the pod `uid`.
+    pub async fn observe(&self, uid: &str) -> Result<Observed> {
+        let sandboxes = self
+            .rt
+            .clone()
+            .list_pod_sandbox(self.req(ListPodSandboxRequest {
+                filter: Some(PodSandboxFilter {
+                    label_selector: uid_filter(uid),
+                    ..Default::default()
+                }),
+            }))
+            .await
+            .map_err(e("ListPodSandbox"))?
+            .into_inner()
+            .items;
+        let mut o = Observed::default();
+        for s in sandboxes {
+            let ready = s.state == cri_proto::v1::PodSandboxState::SandboxReady as i32;
+            let mut ip = String::new();
+            if ready {
+                let st = self
+                    .rt
+                    .clone()
+                    .pod_sandbox_status(self.req(PodSandboxStatusRequest {
+                        pod_sandbox_id: s.id.clone(),
+                        verbose: false,
+                    }))
+                    .await
+                    .map_err(e("PodSandboxStatus"))?
+                    .into_inner();
+                ip = st
+                    .status
+                    .and_then(|s| s.network)
+                    .map(|n| n.ip)
+                    .unwrap_or_default();
+            }
+            o.sandboxes.push(ObservedSandbox {
+                id: s.id,
+                attempt: s.metadata.map(|m| m.attempt).unwrap_or(0),
+                ready,
+                created_at: s.created_at,
+                ip,
+            });
+        }
+        let containers = self
+            .rt
+            .clone()
+            .list_containers(self.req(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    label_selector: uid_filter(uid),
+                    ..Default::default()
+                }),
+            }))
+            .await
+            .map_err(e("ListContainers"))?
+            .into_inner()
+            .containers;
+        for c in containers {
+            let st = match self
+                .rt
+                .clone()
+                .container_status(self.req(ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                }))
+                .await
+            {
+                Ok(r) => r.into_inner().status,
+                // Removed between the list and the status: skip it.
+                Err(s) if s.code() == tonic::Code::NotFound => continue,
+                Err(s) => return Err(e("ContainerStatus")(s)),
+            };
+            let Some(st) = st else { continue };
+            let state = match st.state {
+                0 => State::Created,
+                1 => State::Running,
+                2 => State::Exited,
+                _ => State::Unknown,
+            };
+            let name = st
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .or_else(|| c.labels.get(LABEL_CONTAINER_NAME).cloned())
+                .unwrap_or_default();
+            o.containers.push(ObservedContainer {
+                id: st.id,
+                sandbox_id: c.pod_sandbox_id,
+                name,
+                state,
+                hash: st
+                    .annotations
+                    .get(ANN_CONTAINER_HASH)
+                    .cloned()
+                    .unwrap_or_default(),
+                restart_count: st
+                    .annotations
+                    .get(ANN_RESTART_COUNT)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+                created_at: st.created_at,
+                started_at: st.started_at,
+                finished_at: st.finished_at,
+                exit_code: st.exit_code,
+                reason: st.reason,
+                message: st.message,
+                image: st.image.map(|i| i.image).unwrap_or_default(),
+                image_ref: st.image_ref,
+            });
+        }
+        o.sort();
+        Ok(o)
+    }
+
+    /// (pod uid, sandbox id, ready) of every sandbox that carries a pod UID.
+    pub async fn list_pod_uids(&self) -> Result<Vec<(String, String, bool)>> {
+        let items = self
+            .rt
+            .clone()
+            .list_pod_sandbox(self.req(ListPodSandboxRequest::default()))
+            .await
+            .map_err(e("ListPodSandbox"))?
+            .into_inner()
+            .items;
+        Ok(items
+            .into_iter()
+            .filter_map(|s| {
+                let uid = s.labels.get(LABEL_POD_UID)?.clone();
+                Some((
+                    uid,
+                    s.id,
+                    s.state == cri_proto::v1::PodSandboxState::SandboxReady as i32,
+                ))
+            })
+            .collect())
+    }
+
+    /// (container id, pod uid, state) of every container (PLEG relist).
+    pub async fn list_containers(&self) -> Result<Vec<(String, String, i32)>> {
+        let items = self
+            .rt
+            .clone()
+            .list_containers(self.req(ListContainersRequest::default()))
+            .await
+            .map_err(e("ListContainers"))?
+            .into_inner()
+            .containers;
+        Ok(items
+            .into_iter()
+            .map(|c| {
+                let uid = c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default();
+                (c.id, uid, c.state)
+            })
+            .collect())
+    }
+
+    /// (container id, grace period) of the pod's containers, from the
+    /// grace annotation they were created with.
+    pub async fn list_container_graces(&self, uid: &str) -> Result<Vec<(String, Duration)>> {
+        let items = self
+            .rt
+            .clone()
+            .list_containers(self.req(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    label_selector: uid_filter(uid),
+                    ..Default::default()
+                }),
+            }))
+            .await
+            .map_err(e("ListContainers"))?
+            .into_inner()
+            .containers;
+        Ok(items
+            .into_iter()
+            .filter_map(|c| {
+                let secs: u64 = c.annotations.get(ANN_GRACE)?.parse().ok()?;
+                Some((c.id, Duration::from_secs(secs)))
+            })
+            .collect())
+    }
+
+    pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String> {
+        Ok(self
+            .rt
+            .clone()
+            .run_pod_sandbox(self.req(RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            }))
+            .await
+            .map_err(e("RunPodSandbox"))?
+            .into_inner()
+            .pod_sandbox_id)
+    }
+
+    pub async fn sandbox_ip(&self, id: &str) -> Result<String> {
+        let st = self
+            .rt
+            .clone()
+            .pod_sandbox_status(self.req(PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            }))
+            .await
+            .map_err(e("PodSandboxStatus"))?
+            .into_inner();
+        Ok(st
+            .status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default())
+    }
+
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<()> {
+        self.rt
+            .clone()
+            .stop_pod_sandbox(self.req(StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }))
+            .await
+            .map_err(e("StopPodSandbox"))?;
+        Ok(())
+    }
+
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<()> {
+        self.rt
+            .clone()
+            .remove_pod_sandbox(self.req(RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }))
+            .await
+            .map_err(e("RemovePodSandbox"))?;
+        Ok(())
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        sandbox_config: PodSandboxConfig,
+    ) -> Result<String> {
+        Ok(self
+            .rt
+            .clone()
+            .create_container(self.req(CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            }))
+            .await
+            .map_err(e("CreateContainer"))?
+            .into_inner()
+            .container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<()> {
+        self.rt
+            .clone()
+            .start_container(self.req(StartContainerRequest {
+                container_id: id.into(),
+            }))
+            .await
+            .map_err(e("StartContainer"))?;
+        Ok(())
+    }
+
+    /// Stops with `grace` before SIGKILL; the call may take that long.
+    pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<()> {
+        let timeout = grace + self.timeout;
+        self.rt
+            .clone()
+            .stop_container(self.req_for(
+                StopContainerRequest {
+                    container_id: id.into(),
+                    timeout: i64::try_from(grace.as_secs()).unwrap_or(i64::MAX),
+                },
+                timeout,
+            ))
+            .await
+            .map_err(e("StopContainer"))?;
+        Ok(())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<()> {
+        self.rt
+            .clone()
+            .remove_container(self.req(RemoveContainerRequest {
+                container_id: id.into(),
+            }))
+            .await
+            .map_err(e("RemoveContainer"))?;
+        Ok(())
+    }
+
+    /// Runs `cmd` in the container: (exit code, stdout + stderr).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<(i32, String)> {
+        let r = self
+            .rt
+            .clone()
+            .exec_sync(self.req_for(
+                ExecSyncRequest {
+                    container_id: id.into(),
+                    cmd,
+                    timeout: i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX),
+                },
+                timeout + Duration::from_secs(2),
+            ))
+            .await
+            .map_err(e("ExecSync"))?
+            .into_inner();
+        let mut out = String::from_utf8_lossy(&r.stdout).into_owned();
+        out.push_str(&String::from_utf8_lossy(&r.stderr));
+        Ok((r.exit_code, out))
+    }
+
+    /// The image's ID if the runtime has it.
+    pub async fn image_id(&self, image: &str) -> Result<Option<String>> {
+        let r = self
+            .img
+            .clone()
+            .image_status(self.req(ImageStatusRequest {
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            }))
+            .await
+            .map_err(e("ImageStatus"))?
+            .into_inner();
+        Ok(r.image.map(|i| i.id))
+    }
+
+    pub async fn pull_image(&self, image: &str, sandbox: PodSandboxConfig) -> Result<String> {
+        Ok(self
+            .img
+            .clone()
+            .pull_image(self.req(PullImageRequest {
+                image: Some(ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                auth: None,
+                sandbox_config: Some(sandbox),
+            }))
+            .await
+            .map_err(e("PullImage"))?
+            .into_inner()
+            .image_ref)
+    }
+
+    /// The runtime's container event stream, if it has one.
+    pub async fn events(&self) -> std::result::Result<tonic::Streaming<cri_proto::v1::ContainerEventResponse>, Status> {
+        Ok(self
+            .rt
+            .clone()
+            .get_container_events(Request::new(cri_proto::v1::GetEventsRequest {}))
+            .await?
+            .into_inner())
+    }
+}

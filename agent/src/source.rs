@@ -1,0 +1,234 @@
+//! The static pod folder: every non-hidden file is one `v1/Pod` (or a
+//! `PodList`), YAML or JSON. Rescanned on inotify events and every
+//! `fileCheckFrequency`. A file that fails to parse or validate is
+//! reported once per change (naming the file and field); the last good
+//! version of its pods keeps running (kubelet would drop them — on a
+//! device nobody watches, a typo should not take a workload down); every
+//! other file is untouched.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
+
+use crate::manifest::{self, ManifestError};
+
+#[derive(Debug)]
+struct FileEntry {
+    text: String,
+    error: Option<ManifestError>,
+    /// The pods of the last good version.
+    good: Vec<Arc<Pod>>,
+}
+
+/// The folder and what was last read from it.
+#[derive(Debug)]
+pub struct FileSource {
+    dir: PathBuf,
+    node_name: String,
+    files: BTreeMap<PathBuf, FileEntry>,
+    dir_error: Option<String>,
+}
+
+/// The outcome of one scan.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Desired pods by UID, with the file each came from.
+    pub pods: BTreeMap<String, (PathBuf, Arc<Pod>)>,
+    /// Errors that are new since the last scan (to report once).
+    pub new_errors: Vec<String>,
+    /// Every current error (for status pages).
+    pub errors: Vec<String>,
+}
+
+fn full_name(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or(""),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+impl FileSource {
+    pub fn new(dir: &Path, node_name: &str) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            node_name: node_name.to_string(),
+            files: BTreeMap::new(),
+            dir_error: None,
+        }
+    }
+
+    /// Reads the folder and returns the desired pods.
+    pub fn scan(&mut self) -> Scan {
+        let mut scan = Scan::default();
+        let mut present: Vec<PathBuf> = Vec::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(rd) => {
+                self.dir_error = None;
+                for entry in rd.flatten() {
+                    let name = entry.file_name();
+                    if name.to_string_lossy().starts_with('.') {
+                        continue;
+                    }
+                    // Regular files (or links to them); directories are ignored.
+                    if std::fs::metadata(entry.path()).is_ok_and(|m| m.is_file()) {
+                        present.push(entry.path());
+                    }
+                }
+            }
+            Err(e) => {
+                let msg = format!("{}: cannot read the static pod folder: {e}", self.dir.display());
+                if self.dir_error.as_deref() != Some(msg.as_str()) {
+                    scan.new_errors.push(msg.clone());
+                }
+                scan.errors.push(msg.clone());
+                self.dir_error = Some(msg);
+            }
+        }
+        present.sort();
+        self.files.retain(|p, _| present.contains(p));
+        let seen = crate::status::timestamp_now().to_string();
+        for path in &present {
+            let text = match std::fs::read_to_string(path) {
+                Ok(t) => t,
+                Err(e) => {
+                    let msg = format!("{}: cannot read: {e}", path.display());
+                    scan.errors.push(msg.clone());
+                    scan.new_errors.push(msg);
+                    continue;
+                }
+            };
+            if self.files.get(path).is_some_and(|f| f.text == text) {
+                continue;
+            }
+            let parsed = manifest::parse(path, &text, &self.node_name, &seen);
+            let entry = self.files.entry(path.clone()).or_insert(FileEntry {
+                text: String::new(),
+                error: None,
+                good: Vec::new(),
+            });
+            entry.text = text;
+            match parsed {
+                Ok(pods) => {
+                    entry.error = None;
+                    entry.good = pods.into_iter().map(Arc::new).collect();
+                }
+                Err(e) => {
+                    let mut msg = e.to_string();
+                    if !entry.good.is_empty() {
+                        msg.push_str(" (the previous version keeps running)");
+                    }
+                    scan.new_errors.push(msg);
+                    entry.error = Some(e);
+                }
+            }
+        }
+        // Collect; a full name used by two files: the first file wins.
+        let mut names: HashMap<String, PathBuf> = HashMap::new();
+        for (path, entry) in &self.files {
+            if let Some(e) = &entry.error {
+                scan.errors.push(e.to_string());
+            }
+            for pod in &entry.good {
+                let name = full_name(pod);
+                if let Some(other) = names.get(&name) {
+                    let msg = format!(
+                        "{}: metadata.name: pod {name} is already defined in {}",
+                        path.display(),
+                        other.display()
+                    );
+                    scan.errors.push(msg);
+                    continue;
+                }
+                names.insert(name, path.clone());
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                scan.pods.insert(uid, (path.clone(), pod.clone()));
+            }
+        }
+        scan
+    }
+}
+
+/// Watches `dir` with inotify on a thread of its own; every batch of
+/// events sends one wake-up. The folder is created if missing.
+pub fn watch(dir: &Path, tx: mpsc::Sender<()>) -> std::io::Result<()> {
+    use inotify::{Inotify, WatchMask};
+    std::fs::create_dir_all(dir)?;
+    let mut ino = Inotify::init()?;
+    ino.watches().add(
+        dir,
+        WatchMask::CLOSE_WRITE
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::DELETE
+            | WatchMask::CREATE
+            | WatchMask::ATTRIB,
+    )?;
+    std::thread::Builder::new()
+        .name("static-pods".into())
+        .spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match ino.read_events_blocking(&mut buf) {
+                    Ok(_) => {
+                        if tx.blocking_send(()).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("inotify: {e}; relying on the periodic rescan");
+                        return;
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: NAME}\nspec:\n  containers:\n  - {name: c, image: 'i:1'}\n";
+
+    #[test]
+    fn scan_rules() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        std::fs::write(d.join("a.yaml"), POD.replace("NAME", "a")).expect("w");
+        std::fs::write(d.join(".hidden.yaml"), POD.replace("NAME", "h")).expect("w");
+        std::fs::write(d.join("bad.yaml"), "kind: [").expect("w");
+        std::fs::create_dir(d.join("sub")).expect("mkdir");
+        let mut src = FileSource::new(d, "n");
+        let s = src.scan();
+        assert_eq!(s.pods.len(), 1);
+        assert_eq!(s.new_errors.len(), 1, "{:?}", s.new_errors);
+        assert!(s.new_errors[0].contains("bad.yaml: not valid YAML"));
+        // Unchanged: the error is not new any more, the UID and seen stay.
+        let uid = s.pods.keys().next().cloned().expect("uid");
+        let s2 = src.scan();
+        assert!(s2.new_errors.is_empty());
+        assert_eq!(s2.errors.len(), 1);
+        assert_eq!(s2.pods.keys().next(), Some(&uid));
+        // A good file turning bad keeps its last good pod.
+        std::fs::write(d.join("a.yaml"), "apiVersion: v1\nkind: Pod\n").expect("w");
+        let s3 = src.scan();
+        assert_eq!(s3.pods.keys().next(), Some(&uid));
+        assert!(s3.new_errors[0].contains("previous version keeps running"));
+        // A duplicate name in another file is an error; the first wins.
+        std::fs::write(d.join("a.yaml"), POD.replace("NAME", "a")).expect("w");
+        std::fs::write(d.join("b.yaml"), POD.replace("NAME", "a").replace("i:1", "i:2"))
+            .expect("w");
+        let s4 = src.scan();
+        assert_eq!(s4.pods.len(), 1);
+        assert!(s4.errors.iter().any(|e| e.contains("already defined in")));
+        // Removed file: its pod is gone.
+        std::fs::remove_file(d.join("a.yaml")).expect("rm");
+        let s5 = src.scan();
+        assert_eq!(s5.pods.len(), 1);
+        assert_ne!(s5.pods.keys().next(), Some(&uid));
+    }
+}

@@ -1,0 +1,391 @@
+//! Pod status as kubelet computes it (`generateAPIPodStatus`, `getPhase`):
+//! phase, conditions, container statuses. Pure.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::plan::{Observed, ObservedContainer, State};
+
+/// A reason a container is waiting, set by the worker (pull errors,
+/// back-off, config errors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Inputs beyond the pod and the runtime's view.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    pub waiting: &'a HashMap<String, Waiting>,
+    pub host_ip: &'a str,
+    pub runtime_name: &'a str,
+    pub qos: &'a str,
+    /// Unix nanoseconds when the agent first saw the pod.
+    pub start_time: i64,
+}
+
+/// The current time as a jiff timestamp (k8s-openapi's jiff has no clock).
+pub fn timestamp_now() -> Timestamp {
+    let ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0);
+    Timestamp::from_nanosecond(ns).unwrap_or_default()
+}
+
+fn time(ns: i64) -> Option<Time> {
+    if ns <= 0 {
+        return None;
+    }
+    Timestamp::from_nanosecond(i128::from(ns)).ok().map(Time)
+}
+
+fn terminated(c: &ObservedContainer, runtime: &str) -> ContainerState {
+    let reason = if !c.reason.is_empty() {
+        c.reason.clone()
+    } else if c.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    };
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: c.exit_code,
+            reason: Some(reason),
+            message: (!c.message.is_empty()).then(|| c.message.clone()),
+            started_at: time(c.started_at),
+            finished_at: time(c.finished_at),
+            container_id: Some(format!("{runtime}://{}", c.id)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn waiting(reason: &str, message: &str) -> ContainerState {
+    ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message: (!message.is_empty()).then(|| message.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+fn container_status(
+    spec: &Container,
+    observed: &Observed,
+    ctx: &Context<'_>,
+    default_wait: &str,
+) -> ContainerStatus {
+    let mut all = observed.containers.iter().filter(|c| c.name == spec.name);
+    let latest = all.next();
+    let previous = all.next();
+    let wait = ctx.waiting.get(&spec.name);
+    let runtime = ctx.runtime_name;
+    let (state, last_state) = match (latest, wait) {
+        (Some(l), _) if l.state == State::Running => (
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: time(l.started_at),
+                }),
+                ..Default::default()
+            },
+            previous.map(|p| terminated(p, runtime)),
+        ),
+        (Some(l), Some(w)) if l.state == State::Exited => (
+            waiting(&w.reason, &w.message),
+            Some(terminated(l, runtime)),
+        ),
+        (Some(l), None) if l.state == State::Exited => (
+            terminated(l, runtime),
+            previous.map(|p| terminated(p, runtime)),
+        ),
+        (_, Some(w)) => (
+            waiting(&w.reason, &w.message),
+            latest
+                .filter(|l| l.state == State::Exited)
+                .or(previous)
+                .map(|p| terminated(p, runtime)),
+        ),
+        (_, None) => (
+            waiting(default_wait, ""),
+            previous.map(|p| terminated(p, runtime)),
+        ),
+    };
+    let running = state.running.is_some();
+    ContainerStatus {
+        name: spec.name.clone(),
+        image: latest
+            .map(|l| l.image.clone())
+            .filter(|i| !i.is_empty())
+            .or_else(|| spec.image.clone())
+            .unwrap_or_default(),
+        image_id: latest.map(|l| l.image_ref.clone()).unwrap_or_default(),
+        container_id: latest.map(|l| format!("{runtime}://{}", l.id)),
+        restart_count: latest.map(|l| l.restart_count as i32).unwrap_or(0),
+        ready: running,
+        started: Some(running),
+        state: Some(state),
+        last_state: Some(last_state.unwrap_or_default()),
+        ..Default::default()
+    }
+}
+
+fn condition(kind: &str, ok: bool, reason: Option<&str>) -> PodCondition {
+    PodCondition {
+        type_: kind.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: if ok { None } else { reason.map(String::from) },
+        ..Default::default()
+    }
+}
+
+/// The pod's status.
+pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatus {
+    let default_spec = Default::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let inits = spec.init_containers.as_deref().unwrap_or(&[]);
+    let app_started = spec
+        .containers
+        .iter()
+        .any(|c| observed.latest(&c.name).is_some());
+    let init_statuses: Vec<ContainerStatus> = inits
+        .iter()
+        .map(|c| container_status(c, observed, ctx, "PodInitializing"))
+        .collect();
+    let initialized = app_started
+        || init_statuses.iter().all(|s| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+    let init_failed = !app_started
+        && policy == "Never"
+        && init_statuses.iter().any(|s| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code != 0)
+        });
+    let app_wait = if initialized {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let statuses: Vec<ContainerStatus> = spec
+        .containers
+        .iter()
+        .map(|c| container_status(c, observed, ctx, app_wait))
+        .collect();
+
+    // kubelet's getPhase.
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in &statuses {
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            running += 1;
+        } else if let Some(t) = st.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s
+            .last_state
+            .as_ref()
+            .is_some_and(|l| l.terminated.is_some())
+        {
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    let phase = if init_failed {
+        "Failed"
+    } else if !initialized || waiting > 0 {
+        "Pending"
+    } else if running > 0 {
+        "Running"
+    } else if stopped > 0 {
+        if policy == "Always" {
+            "Running"
+        } else if stopped == succeeded {
+            "Succeeded"
+        } else if policy == "Never" {
+            "Failed"
+        } else {
+            "Running"
+        }
+    } else {
+        "Pending"
+    };
+    let containers_ready = statuses.iter().all(|s| s.ready);
+    let sandbox = observed.sandboxes.first();
+    let host_network = spec.host_network.unwrap_or(false);
+    let pod_ip = if host_network {
+        ctx.host_ip.to_string()
+    } else {
+        sandbox.map(|s| s.ip.clone()).unwrap_or_default()
+    };
+    let done = matches!(phase, "Succeeded" | "Failed");
+    PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(vec![
+            condition("PodScheduled", true, None),
+            condition("Initialized", initialized, Some("ContainersNotInitialized")),
+            condition(
+                "ContainersReady",
+                containers_ready && !done,
+                Some(if done { "PodCompleted" } else { "ContainersNotReady" }),
+            ),
+            condition(
+                "Ready",
+                containers_ready && !done,
+                Some(if done { "PodCompleted" } else { "ContainersNotReady" }),
+            ),
+        ]),
+        host_ip: Some(ctx.host_ip.to_string()),
+        pod_ip: (!pod_ip.is_empty()).then(|| pod_ip.clone()),
+        pod_ips: (!pod_ip.is_empty()).then(|| vec![PodIP { ip: pod_ip }]),
+        start_time: time(ctx.start_time),
+        qos_class: Some(ctx.qos.into()),
+        init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
+        container_statuses: Some(statuses),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::ObservedSandbox;
+    use std::path::Path;
+
+    fn pod(restart: &str) -> Pod {
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  restartPolicy: {restart}\n  containers:\n  - {{name: a, image: 'i:1'}}\n"
+        );
+        crate::manifest::parse(Path::new("f"), &text, "n", "t")
+            .expect("valid")
+            .remove(0)
+    }
+
+    fn c(state: State, exit: i32, created: i64, restarts: u32) -> ObservedContainer {
+        ObservedContainer {
+            id: format!("id{created}"),
+            sandbox_id: "s".into(),
+            name: "a".into(),
+            state,
+            hash: String::new(),
+            restart_count: restarts,
+            created_at: created,
+            started_at: 1_700_000_000_000_000_000 + created,
+            finished_at: 1_700_000_001_000_000_000 + created,
+            exit_code: exit,
+            reason: String::new(),
+            message: String::new(),
+            image: "i:1".into(),
+            image_ref: "sha256:x".into(),
+        }
+    }
+
+    fn observed(cs: Vec<ObservedContainer>) -> Observed {
+        let mut o = Observed {
+            sandboxes: vec![ObservedSandbox {
+                id: "s".into(),
+                attempt: 0,
+                ready: true,
+                created_at: 1,
+                ip: "10.0.0.9".into(),
+            }],
+            containers: cs,
+        };
+        o.sort();
+        o
+    }
+
+    fn status(p: &Pod, o: &Observed, waiting: &HashMap<String, Waiting>) -> PodStatus {
+        let ctx = Context {
+            waiting,
+            host_ip: "192.168.1.2",
+            runtime_name: "picolet",
+            qos: "BestEffort",
+            start_time: 1_700_000_000_000_000_000,
+        };
+        pod_status(p, o, &ctx)
+    }
+
+    fn cond(s: &PodStatus, kind: &str) -> String {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn phases() {
+        let none = HashMap::new();
+        let always = pod("Always");
+        let s = status(&always, &observed(vec![]), &none);
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        let s = status(&always, &observed(vec![c(State::Running, 0, 1, 0)]), &none);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Ready"), "True");
+        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.9"));
+        let onfail = pod("OnFailure");
+        let s = status(&onfail, &observed(vec![c(State::Exited, 0, 1, 0)]), &none);
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(cond(&s, "Ready"), "False");
+        let never = pod("Never");
+        let s = status(&never, &observed(vec![c(State::Exited, 2, 1, 0)]), &none);
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        let t = s.container_statuses.as_ref().expect("statuses")[0]
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.clone())
+            .expect("terminated");
+        assert_eq!((t.exit_code, t.reason.as_deref()), (2, Some("Error")));
+        // Always + exited: Running (it will restart).
+        let s = status(&always, &observed(vec![c(State::Exited, 1, 1, 0)]), &none);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+    }
+
+    #[test]
+    fn crash_loop_back_off_shows_last_state() {
+        let p = pod("Always");
+        let waiting = HashMap::from([(
+            "a".to_string(),
+            Waiting {
+                reason: "CrashLoopBackOff".into(),
+                message: "back-off 20s".into(),
+            },
+        )]);
+        let o = observed(vec![c(State::Exited, 1, 2, 1), c(State::Exited, 1, 1, 0)]);
+        let s = status(&p, &o, &waiting);
+        let cs = &s.container_statuses.as_ref().expect("statuses")[0];
+        assert_eq!(cs.restart_count, 1);
+        let st = cs.state.as_ref().expect("state");
+        assert_eq!(
+            st.waiting.as_ref().and_then(|w| w.reason.as_deref()),
+            Some("CrashLoopBackOff")
+        );
+        let last = cs
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .expect("last");
+        assert_eq!(last.container_id.as_deref(), Some("picolet://id2"));
+        assert!(!cs.ready);
+    }
+}

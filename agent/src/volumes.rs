@@ -1,0 +1,167 @@
+//! Pod volumes: hostPath (with its `type` checks) and emptyDir (a directory
+//! under the pod's dir, or a tmpfs for `medium: Memory` with `sizeLimit`),
+//! laid out as kubelet does: `<dataDir>/agent/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use edge_config::quantity::parse_quantity;
+use k8s_openapi::api::core::v1::Pod;
+use nix::mount::{MntFlags, MsFlags};
+
+/// The pod's directory, `<dataDir>/agent/pods/<uid>`.
+pub fn pod_dir(data_dir: &Path, uid: &str) -> PathBuf {
+    data_dir.join("agent").join("pods").join(uid)
+}
+
+/// Checks a hostPath against its `type`, creating it for the `*OrCreate`
+/// types. Pure but for the file system.
+pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
+    let meta = fs::metadata(path);
+    let ft = meta.as_ref().map(|m| m.file_type());
+    let missing = || format!("hostPath type check failed: {} does not exist", path.display());
+    let is = |ok: bool, what: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "hostPath type check failed: {} is not a {what}",
+                path.display()
+            ))
+        }
+    };
+    match ty {
+        "" => Ok(()),
+        "DirectoryOrCreate" => match ft {
+            Ok(t) => is(t.is_dir(), "directory"),
+            Err(_) => fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(path)
+                .map_err(|e| format!("hostPath: cannot create {}: {e}", path.display())),
+        },
+        "FileOrCreate" => match ft {
+            Ok(t) => is(t.is_file(), "file"),
+            Err(_) => {
+                if let Some(parent) = path.parent() {
+                    fs::create_dir_all(parent)
+                        .map_err(|e| format!("hostPath: cannot create {}: {e}", parent.display()))?;
+                }
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .and_then(|f| f.set_permissions(fs::Permissions::from_mode(0o644)))
+                    .map_err(|e| format!("hostPath: cannot create {}: {e}", path.display()))
+            }
+        },
+        "Directory" => ft.map_err(|_| missing()).and_then(|t| is(t.is_dir(), "directory")),
+        "File" => ft.map_err(|_| missing()).and_then(|t| is(t.is_file(), "file")),
+        "Socket" => ft.map_err(|_| missing()).and_then(|t| is(t.is_socket(), "socket")),
+        "CharDevice" => ft
+            .map_err(|_| missing())
+            .and_then(|t| is(t.is_char_device(), "character device")),
+        "BlockDevice" => ft
+            .map_err(|_| missing())
+            .and_then(|t| is(t.is_block_device(), "block device")),
+        other => Err(format!("unknown hostPath type {other:?}")),
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let Ok(text) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    text.lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_ref()))
+}
+
+/// Prepares every volume of the pod: volume name → host path.
+pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let base = pod_dir(data_dir, uid).join("volumes");
+    let mut out = BTreeMap::new();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    for v in volumes.into_iter().flatten() {
+        if let Some(hp) = &v.host_path {
+            let path = PathBuf::from(&hp.path);
+            check_host_path(&path, hp.type_.as_deref().unwrap_or(""))
+                .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+            out.insert(v.name.clone(), path);
+        } else if let Some(ed) = &v.empty_dir {
+            let dir = base.join("kubernetes.io~empty-dir").join(&v.name);
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o777)
+                .create(&dir)
+                .map_err(|e| format!("volume {:?}: {}: {e}", v.name, dir.display()))?;
+            // 0777 like kubelet, whatever the umask.
+            let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o777));
+            if ed.medium.as_deref() == Some("Memory") && !is_mounted(&dir) {
+                let mut data = String::from("mode=0777");
+                if let Some(size) = ed.size_limit.as_ref().and_then(|q| parse_quantity(&q.0)) {
+                    data.push_str(&format!(",size={size}"));
+                }
+                nix::mount::mount(
+                    Some("tmpfs"),
+                    &dir,
+                    Some("tmpfs"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                    Some(data.as_str()),
+                )
+                .map_err(|e| format!("volume {:?}: mount tmpfs on {}: {e}", v.name, dir.display()))?;
+            }
+            out.insert(v.name.clone(), dir);
+        } else {
+            return Err(format!("volume {:?}: unsupported source", v.name));
+        }
+    }
+    Ok(out)
+}
+
+/// Removes the pod's directory: unmounts memory emptyDirs, then deletes.
+pub fn cleanup(data_dir: &Path, uid: &str) -> Result<(), String> {
+    let dir = pod_dir(data_dir, uid);
+    let ed = dir.join("volumes").join("kubernetes.io~empty-dir");
+    if let Ok(rd) = fs::read_dir(&ed) {
+        for entry in rd.flatten() {
+            let p = entry.path();
+            if is_mounted(&p) {
+                nix::mount::umount2(&p, MntFlags::MNT_DETACH)
+                    .map_err(|e| format!("umount {}: {e}", p.display()))?;
+            }
+        }
+    }
+    match fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("remove {}: {e}", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_path_types() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path().join("made/dir");
+        check_host_path(&d, "DirectoryOrCreate").expect("created");
+        assert!(d.is_dir());
+        let f = tmp.path().join("made/file");
+        check_host_path(&f, "FileOrCreate").expect("created");
+        assert!(f.is_file());
+        check_host_path(&d, "Directory").expect("dir");
+        let e = check_host_path(&f, "Directory").expect_err("not a dir");
+        assert!(e.ends_with("is not a directory"), "{e}");
+        let e = check_host_path(&tmp.path().join("nope"), "File").expect_err("missing");
+        assert!(e.ends_with("does not exist"), "{e}");
+        check_host_path(&tmp.path().join("nope"), "").expect("no check");
+        let e = check_host_path(&f, "Socket").expect_err("not a socket");
+        assert!(e.ends_with("is not a socket"), "{e}");
+    }
+}

@@ -1,0 +1,741 @@
+//! One worker per pod: serial per pod, parallel across pods. Each sync
+//! observes the pod through CRI, asks [`plan`] what to do and applies it;
+//! termination runs preStop hooks and stops containers within the grace
+//! period, then removes everything the pod had.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::sync::{mpsc, watch};
+
+use crate::cri_config::{self, ContainerEnv, Qos, SandboxEnv};
+use crate::events::Object;
+use crate::plan::{self, Observed, ObservedContainer, State};
+use crate::status::{self, Waiting};
+use crate::{Shared, hooks, volumes};
+
+/// kubelet's minimum grace after a preStop hook used up the period.
+const MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// Messages to a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    /// Something changed (PLEG, timer): sync now.
+    Sync,
+    /// The pod is gone from its source: terminate it.
+    Terminate,
+}
+
+/// The handle the agent keeps for a worker.
+#[derive(Debug)]
+pub struct Handle {
+    pub tx: mpsc::Sender<Msg>,
+    /// Becomes `true` once the worker has terminated the pod.
+    pub done: watch::Receiver<bool>,
+    pub full_name: String,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// The pod a worker syncs: the desired pod, or only what the runtime
+/// knows (an orphan whose source is gone: terminate only).
+pub struct Worker {
+    shared: Arc<Shared>,
+    pod: Option<Arc<Pod>>,
+    uid: String,
+    obj: Object,
+    waiting: HashMap<String, Waiting>,
+    start_time: i64,
+    qos: Qos,
+}
+
+/// Starts a worker. `after` is the `done` of a pod with the same full
+/// name that is still terminating: the new one waits for it.
+pub fn spawn(
+    shared: Arc<Shared>,
+    uid: String,
+    pod: Option<Arc<Pod>>,
+    after: Option<watch::Receiver<bool>>,
+) -> Handle {
+    let (tx, rx) = mpsc::channel(8);
+    let (done_tx, done) = watch::channel(false);
+    let (ns, name) = pod
+        .as_ref()
+        .map(|p| {
+            (
+                p.metadata.namespace.clone().unwrap_or_default(),
+                p.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .unwrap_or_default();
+    let full_name = format!("{ns}/{name}");
+    let qos = pod
+        .as_ref()
+        .and_then(|p| p.spec.as_ref())
+        .map(cri_config::qos_class)
+        .unwrap_or(Qos::BestEffort);
+    let w = Worker {
+        shared,
+        obj: Object {
+            kind: "Pod",
+            namespace: ns,
+            name,
+            uid: uid.clone(),
+            field_path: String::new(),
+        },
+        pod,
+        uid,
+        waiting: HashMap::new(),
+        start_time: now_ns(),
+        qos,
+    };
+    tokio::spawn(w.run(rx, done_tx, after));
+    Handle {
+        tx,
+        done,
+        full_name,
+    }
+}
+
+impl Worker {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Msg>,
+        done: watch::Sender<bool>,
+        after: Option<watch::Receiver<bool>>,
+    ) {
+        if let Some(mut after) = after {
+            let _ = after.wait_for(|d| *d).await;
+        }
+        if self.pod.is_some() {
+            loop {
+                let next = match self.sync().await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        tracing::warn!(pod = %self.obj.name, "sync failed: {e}");
+                        Duration::from_secs(2)
+                    }
+                };
+                let msg = tokio::select! {
+                    m = rx.recv() => m,
+                    _ = tokio::time::sleep(next) => Some(Msg::Sync),
+                };
+                match msg {
+                    Some(Msg::Sync) => {
+                        // Coalesce a burst of wake-ups into one sync.
+                        let mut stop = false;
+                        while let Ok(m) = rx.try_recv() {
+                            stop |= m == Msg::Terminate;
+                        }
+                        if stop {
+                            break;
+                        }
+                    }
+                    Some(Msg::Terminate) | None => break,
+                }
+            }
+        }
+        // Terminate until it sticks (the runtime may be restarting).
+        loop {
+            match self.terminate().await {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::warn!(pod = %self.obj.name, uid = %self.uid, "terminating: {e}; retrying");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        }
+        self.shared.forget(&self.uid);
+        let _ = done.send(true);
+    }
+
+    fn event(&self, container: Option<&str>, kind: &str, reason: &str, msg: &str) {
+        let mut obj = self.obj.clone();
+        if let Some(c) = container {
+            obj.field_path = format!("spec.containers{{{c}}}");
+        }
+        self.shared.event(&obj, kind, reason, msg);
+    }
+
+    fn grace(&self) -> Duration {
+        let secs = self
+            .pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    }
+
+    fn sandbox_env(&self) -> SandboxEnv {
+        let cfg = &self.shared.config;
+        let cgroup_parent = if cfg.cgroups_per_qos {
+            cri_config::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid)
+        } else {
+            String::new()
+        };
+        SandboxEnv {
+            cgroup_parent,
+            pod_logs_dir: cfg.pod_logs_dir.clone(),
+            host_resolv_conf: std::fs::read_to_string(&cfg.resolv_conf).unwrap_or_default(),
+            cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
+            cluster_domain: cfg.cluster_domain.clone(),
+        }
+    }
+
+    fn backoff_key(&self, c: &Container) -> String {
+        format!("{}/{}/{}", self.uid, c.name, cri_config::container_hash(c))
+    }
+
+    /// One sync; returns when to sync again at the latest.
+    async fn sync(&mut self) -> Result<Duration, String> {
+        let Some(pod) = self.pod.clone() else {
+            return Ok(Duration::from_secs(3600));
+        };
+        let cri = self.shared.cri.clone();
+        let observed = cri.observe(&self.uid).await.map_err(|e| e.to_string())?;
+        if let Some(oldest) = observed.sandboxes.last() {
+            self.start_time = self.start_time.min(oldest.created_at);
+        }
+        let now_t = now();
+        let actions = {
+            let backoff = self.shared.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            let spec = pod.spec.as_ref();
+            let lookup = |name: &str, finished_at: i64| {
+                let c = spec?
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .chain(spec?.containers.iter())
+                    .find(|c| c.name == name)?;
+                let since = Duration::from_nanos(u64::try_from(finished_at).unwrap_or(0));
+                backoff.remaining(&self.backoff_key(c), since, now_t)
+            };
+            plan::plan(&pod, &observed, &lookup)
+        };
+        let mut acted = false;
+        // Waiting reasons that no longer hold go away.
+        self.waiting
+            .retain(|_, w| !matches!(w.reason.as_str(), "CrashLoopBackOff" | "ContainerCreating"));
+
+        if actions.kill_pod {
+            let live: Vec<&ObservedContainer> = observed.live().collect();
+            let ready: Vec<String> = observed
+                .sandboxes
+                .iter()
+                .filter(|s| s.ready)
+                .map(|s| s.id.clone())
+                .collect();
+            if !live.is_empty() || !ready.is_empty() {
+                acted = true;
+                self.kill_containers(&live, "Stopping container").await;
+                for id in ready {
+                    cri.stop_pod_sandbox(&id).await.map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut sandbox_id = actions.sandbox_id.clone();
+        let mut pod_ip = observed
+            .sandboxes
+            .first()
+            .map(|s| s.ip.clone())
+            .unwrap_or_default();
+        if let Some(attempt) = actions.create_sandbox {
+            acted = true;
+            self.prepare_pod_cgroup(&pod)?;
+            let cfg = cri_config::sandbox_config(&pod, attempt, &self.sandbox_env());
+            if attempt > 0 {
+                self.event(
+                    None,
+                    "Normal",
+                    "SandboxChanged",
+                    "Pod sandbox changed, it will be killed and re-created.",
+                );
+            }
+            match cri.run_pod_sandbox(cfg).await {
+                Ok(id) => {
+                    pod_ip = cri.sandbox_ip(&id).await.unwrap_or_default();
+                    sandbox_id = Some(id);
+                }
+                Err(e) => {
+                    self.event(
+                        None,
+                        "Warning",
+                        "FailedCreatePodSandBox",
+                        &format!("Failed to create pod sandbox: {e}"),
+                    );
+                    return Ok(Duration::from_secs(5));
+                }
+            }
+        }
+        let kills: Vec<ObservedContainer> = actions
+            .kill
+            .iter()
+            .filter_map(|(id, _, _)| observed.containers.iter().find(|c| &c.id == id).cloned())
+            .collect();
+        for (id, name, why) in &actions.kill {
+            acted = true;
+            tracing::info!(pod = %self.obj.name, container = %name, id = %id, "{why}");
+        }
+        let refs: Vec<&ObservedContainer> = kills.iter().collect();
+        if !refs.is_empty() {
+            self.kill_containers(&refs, "Stopping container").await;
+        }
+        if let Some(sb) = sandbox_id.clone() {
+            let mut starts: Vec<&Container> = Vec::new();
+            if let Some(i) = actions.start_init {
+                starts.extend(spec.init_containers.iter().flatten().nth(i));
+            }
+            starts.extend(actions.start.iter().filter_map(|i| spec.containers.get(*i)));
+            for c in starts {
+                acted = true;
+                self.start_container(&pod, c, &observed, &sb, &pod_ip).await;
+            }
+        }
+        let mut next = self.shared.config.sync_frequency;
+        for w in &actions.waits {
+            let delay = {
+                let backoff = self.shared.backoff.lock().unwrap_or_else(|p| p.into_inner());
+                spec.containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .find(|c| c.name == w.name)
+                    .and_then(|c| backoff.delay(&self.backoff_key(c)))
+                    .unwrap_or_default()
+            };
+            let msg = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                humantime(delay),
+                w.name,
+                self.obj.name,
+                self.obj.namespace,
+                self.uid
+            );
+            self.event(
+                Some(&w.name),
+                "Warning",
+                "BackOff",
+                "Back-off restarting failed container",
+            );
+            self.waiting.insert(
+                w.name.clone(),
+                Waiting {
+                    reason: w.reason.into(),
+                    message: msg,
+                },
+            );
+            next = next.min(w.remaining + Duration::from_millis(50));
+        }
+        let observed = if acted {
+            cri.observe(&self.uid).await.map_err(|e| e.to_string())?
+        } else {
+            observed
+        };
+        self.gc(&observed).await;
+        self.publish(&pod, &observed);
+        // Anything still waiting on images or errors: retry soon.
+        if self
+            .waiting
+            .values()
+            .any(|w| w.reason != "CrashLoopBackOff")
+        {
+            next = next.min(Duration::from_secs(5));
+        }
+        Ok(next)
+    }
+
+    fn publish(&self, pod: &Pod, observed: &Observed) {
+        let ctx = status::Context {
+            waiting: &self.waiting,
+            host_ip: &self.shared.node.host_ip,
+            runtime_name: &self.shared.runtime_name,
+            qos: self.qos.as_str(),
+            start_time: self.start_time,
+        };
+        let st = status::pod_status(pod, observed, &ctx);
+        let mut p = pod.clone();
+        p.status = Some(st);
+        self.shared.set_status(&self.uid, p);
+    }
+
+    fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), String> {
+        let cfg = &self.shared.config;
+        let Some(h) = self.shared.cgroups.as_ref() else {
+            return Ok(());
+        };
+        if !cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let r = cri_config::pod_resources(&spec);
+        let limits = cgroup::Limits {
+            cpu_shares: r.cpu_shares,
+            cpu_quota: r.cpu_quota,
+            cpu_period: cri_config::CPU_PERIOD_US as u64,
+            memory: r.memory_limit,
+            pids: cfg.pod_pids_limit,
+        };
+        let path = cri_config::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
+        h.ensure_pod(&path, &limits)
+            .map_err(|e| format!("pod cgroup {path}: {e}"))
+    }
+
+    /// Pulls (per imagePullPolicy) and returns the image ref, or the
+    /// waiting reason.
+    async fn ensure_image(&self, pod: &Pod, c: &Container) -> Result<String, Waiting> {
+        let image = c.image.clone().unwrap_or_default();
+        let cri = &self.shared.cri;
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let present = cri.image_id(&image).await.ok().flatten();
+        match (policy, present) {
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id),
+            ("Never", None) => {
+                let msg = format!(
+                    "Container image {image:?} is not present with pull policy of Never"
+                );
+                self.event(Some(&c.name), "Warning", "ErrImageNeverPull", &msg);
+                return Err(Waiting {
+                    reason: "ErrImageNeverPull".into(),
+                    message: msg,
+                });
+            }
+            _ => {}
+        }
+        let key = format!("{}/pull/{image}", self.uid);
+        let t = now();
+        {
+            let b = self
+                .shared
+                .image_backoff
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if b.remaining_since_update(&key, t).is_some() {
+                let msg = format!("Back-off pulling image {image:?}");
+                self.event(Some(&c.name), "Normal", "BackOff", &msg);
+                return Err(Waiting {
+                    reason: "ImagePullBackOff".into(),
+                    message: msg,
+                });
+            }
+        }
+        self.event(
+            Some(&c.name),
+            "Normal",
+            "Pulling",
+            &format!("Pulling image {image:?}"),
+        );
+        let started = std::time::Instant::now();
+        let sandbox = cri_config::sandbox_config(pod, 0, &self.sandbox_env());
+        match cri.pull_image(&image, sandbox).await {
+            Ok(r) => {
+                self.event(
+                    Some(&c.name),
+                    "Normal",
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image {image:?} in {:?}",
+                        started.elapsed()
+                    ),
+                );
+                Ok(r)
+            }
+            Err(e) => {
+                self.shared
+                    .image_backoff
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .next(&key, now());
+                let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
+                self.event(Some(&c.name), "Warning", "Failed", &msg);
+                Err(Waiting {
+                    reason: "ErrImagePull".into(),
+                    message: msg,
+                })
+            }
+        }
+    }
+
+    async fn start_container(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        observed: &Observed,
+        sandbox_id: &str,
+        pod_ip: &str,
+    ) {
+        let last = observed.latest(&c.name);
+        let restart_count = last.map(|l| l.restart_count + 1).unwrap_or(0);
+        if last.is_some_and(|l| l.state == State::Exited) {
+            self.shared
+                .backoff
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .next(&self.backoff_key(c), now());
+        }
+        let image_ref = match self.ensure_image(pod, c).await {
+            Ok(r) => r,
+            Err(w) => {
+                self.waiting.insert(c.name.clone(), w);
+                return;
+            }
+        };
+        let vols = match volumes::prepare(pod, &self.shared.config.data_dir) {
+            Ok(v) => v,
+            Err(e) => {
+                self.event(Some(&c.name), "Warning", "FailedMount", &e);
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: e,
+                    },
+                );
+                return;
+            }
+        };
+        let env = ContainerEnv {
+            node: &self.shared.node,
+            pod_ip,
+            volumes: &vols,
+            qos: self.qos,
+        };
+        let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                self.event(Some(&c.name), "Warning", "Failed", &format!("Error: {e}"));
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "CreateContainerConfigError".into(),
+                        message: e,
+                    },
+                );
+                return;
+            }
+        };
+        let attempt = cri_config::sandbox_config(
+            pod,
+            observed.sandboxes.first().map(|s| s.attempt).unwrap_or(0),
+            &self.sandbox_env(),
+        );
+        let cri = self.shared.cri.clone();
+        let id = match cri.create_container(sandbox_id, cfg, attempt).await {
+            Ok(id) => id,
+            Err(e) => {
+                let msg = format!("Error: {}", e.status.message());
+                self.event(Some(&c.name), "Warning", "Failed", &msg);
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "CreateContainerError".into(),
+                        message: e.status.message().into(),
+                    },
+                );
+                return;
+            }
+        };
+        self.event(
+            Some(&c.name),
+            "Normal",
+            "Created",
+            &format!("Created container {}", c.name),
+        );
+        if let Err(e) = cri.start_container(&id).await {
+            let msg = format!("Error: {}", e.status.message());
+            self.event(Some(&c.name), "Warning", "Failed", &msg);
+            self.waiting.insert(
+                c.name.clone(),
+                Waiting {
+                    reason: "RunContainerError".into(),
+                    message: e.status.message().into(),
+                },
+            );
+            return;
+        }
+        self.waiting.remove(&c.name);
+        self.event(
+            Some(&c.name),
+            "Normal",
+            "Started",
+            &format!("Started container {}", c.name),
+        );
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let timeout = self.grace().max(MIN_GRACE);
+            if let Err(e) = hooks::run(&cri, h, c, &id, pod_ip, timeout).await {
+                self.event(Some(&c.name), "Warning", "FailedPostStartHook", &e);
+                self.event(
+                    Some(&c.name),
+                    "Normal",
+                    "Killing",
+                    &format!("FailedPostStartHook: stopping container {}", c.name),
+                );
+                if let Err(e) = cri.stop_container(&id, self.grace()).await {
+                    tracing::warn!("stopping {id} after a failed postStart hook: {e}");
+                }
+            }
+        }
+    }
+
+    /// Stops containers in parallel, each with its preStop hook and the
+    /// pod's grace period.
+    async fn kill_containers(&self, list: &[&ObservedContainer], why: &str) {
+        let grace = self.grace();
+        let mut set = tokio::task::JoinSet::new();
+        for c in list {
+            let spec_c = self.pod.as_ref().and_then(|p| {
+                let s = p.spec.as_ref()?;
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .find(|x| x.name == c.name)
+                    .cloned()
+            });
+            let grace = if self.pod.is_some() {
+                grace
+            } else {
+                // Orphan: the grace its container was created with.
+                self.shared.orphan_grace(&c.id).unwrap_or(grace)
+            };
+            self.event(Some(&c.name), "Normal", "Killing", &format!("{why} {}", c.name));
+            let cri = self.shared.cri.clone();
+            let shared = self.shared.clone();
+            let obj = self.obj.clone();
+            let id = c.id.clone();
+            let running = c.state == State::Running;
+            let pod_ip = self.pod_ip_hint();
+            set.spawn(async move {
+                let started = std::time::Instant::now();
+                if running
+                    && let Some(sc) = &spec_c
+                    && let Some(h) = sc.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+                    && let Err(e) = hooks::run(&cri, h, sc, &id, &pod_ip, grace).await
+                {
+                    let mut o = obj.clone();
+                    o.field_path = format!("spec.containers{{{}}}", sc.name);
+                    shared.event(&o, "Warning", "FailedPreStopHook", &e);
+                }
+                let left = grace.saturating_sub(started.elapsed());
+                let left = if left < MIN_GRACE && !grace.is_zero() {
+                    MIN_GRACE
+                } else {
+                    left
+                };
+                if let Err(e) = cri.stop_container(&id, left).await {
+                    tracing::warn!(container = %id, "stop: {e}");
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+
+    fn pod_ip_hint(&self) -> String {
+        self.shared
+            .status_of(&self.uid)
+            .and_then(|p| p.status.and_then(|s| s.pod_ip))
+            .unwrap_or_default()
+    }
+
+    /// Removes dead containers beyond the newest per name, containers of
+    /// old sandboxes, and old sandboxes (kubelet's container GC with
+    /// MaxPerPodContainer = 1).
+    async fn gc(&self, observed: &Observed) {
+        let cri = &self.shared.cri;
+        let newest_sb = observed.sandboxes.first().map(|s| s.id.clone());
+        let mut seen: BTreeMap<&str, ()> = BTreeMap::new();
+        for c in &observed.containers {
+            let first = seen.insert(c.name.as_str(), ()).is_none();
+            let old_sandbox = Some(&c.sandbox_id) != newest_sb.as_ref();
+            if c.state == State::Exited && (!first || old_sandbox) {
+                // Keep the newest exit of a name even in an old sandbox,
+                // for lastState and the restart count, unless a newer one
+                // exists.
+                if first && old_sandbox {
+                    continue;
+                }
+                if let Err(e) = cri.remove_container(&c.id).await {
+                    tracing::debug!("gc {}: {e}", c.id);
+                }
+            }
+        }
+        for s in observed.sandboxes.iter().skip(1) {
+            let has_containers = observed
+                .containers
+                .iter()
+                .any(|c| c.sandbox_id == s.id && c.state != State::Exited);
+            if !s.ready && !has_containers {
+                let keep = observed.containers.iter().any(|c| c.sandbox_id == s.id);
+                if !keep && let Err(e) = cri.remove_pod_sandbox(&s.id).await {
+                    tracing::debug!("gc sandbox {}: {e}", s.id);
+                }
+            }
+        }
+    }
+
+    /// Stops and removes everything the runtime has for this pod, then the
+    /// pod's cgroup, volumes and logs.
+    async fn terminate(&mut self) -> Result<(), String> {
+        let cri = self.shared.cri.clone();
+        let observed = cri.observe(&self.uid).await.map_err(|e| e.to_string())?;
+        let live: Vec<&ObservedContainer> = observed.live().collect();
+        if !live.is_empty() {
+            self.kill_containers(&live, "Stopping container").await;
+        }
+        for s in &observed.sandboxes {
+            cri.stop_pod_sandbox(&s.id).await.map_err(|e| e.to_string())?;
+        }
+        for c in &observed.containers {
+            cri.remove_container(&c.id).await.map_err(|e| e.to_string())?;
+        }
+        for s in &observed.sandboxes {
+            cri.remove_pod_sandbox(&s.id).await.map_err(|e| e.to_string())?;
+        }
+        let cfg = &self.shared.config;
+        if let Some(h) = self.shared.cgroups.as_ref()
+            && cfg.cgroups_per_qos
+        {
+            for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+                let path = cri_config::pod_cgroup_parent(&cfg.cgroup_root, qos, &self.uid);
+                if let Err(e) = h.remove_pod(&path) {
+                    tracing::warn!("pod cgroup {path}: {e}");
+                }
+            }
+        }
+        volumes::cleanup(&cfg.data_dir, &self.uid)?;
+        if let Some(pod) = &self.pod {
+            let dir = cri_config::pod_log_dir(&cfg.pod_logs_dir, pod);
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("pod logs {}: {e}", dir.display());
+            }
+        }
+        if !observed.sandboxes.is_empty() {
+            tracing::info!(pod = %self.obj.name, uid = %self.uid, "pod terminated");
+        }
+        Ok(())
+    }
+}
+
+/// `10s`, `5m0s` as kubelet prints back-off delays.
+fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}

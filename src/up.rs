@@ -1,0 +1,208 @@
+//! `picolet up`: starts the shim, waits for its socket, starts the agent,
+//! and supervises both as child processes of this one binary. A child that
+//! exits is restarted with back-off (1 s doubling to 30 s, reset after a
+//! minute of running); containers live in their own monitors, so neither
+//! restart touches them. SIGTERM/SIGINT stop both children (SIGTERM, then
+//! SIGKILL after 10 s) and leave the containers running.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+use crate::{AgentArgs, UpArgs, load_config};
+
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+fn push_opt<T: ToString>(v: &mut Vec<String>, flag: &str, value: &Option<T>) {
+    if let Some(x) = value {
+        v.push(flag.into());
+        v.push(x.to_string());
+    }
+}
+
+fn path_str(p: &Option<std::path::PathBuf>) -> Option<String> {
+    p.as_ref().map(|p| p.display().to_string())
+}
+
+fn shim_argv(a: &UpArgs) -> Vec<String> {
+    let mut v = vec!["shim".to_string()];
+    push_opt(&mut v, "--config", &path_str(&a.agent.common.config));
+    push_opt(&mut v, "--root", &path_str(&a.agent.common.root));
+    push_opt(&mut v, "--socket", &path_str(&a.agent.cri_socket));
+    push_opt(&mut v, "--run-dir", &path_str(&a.run_dir));
+    push_opt(&mut v, "--images-dir", &path_str(&a.images_dir));
+    v
+}
+
+fn agent_argv(a: &AgentArgs) -> Vec<String> {
+    let mut v = vec!["agent".to_string()];
+    push_opt(&mut v, "--config", &path_str(&a.common.config));
+    push_opt(&mut v, "--root", &path_str(&a.common.root));
+    push_opt(&mut v, "--cri-socket", &path_str(&a.cri_socket));
+    push_opt(&mut v, "--static-pod-path", &path_str(&a.static_pod_path));
+    push_opt(&mut v, "--node-name", &a.node_name);
+    push_opt(&mut v, "--healthz-port", &a.healthz_port);
+    push_opt(&mut v, "--port", &a.port);
+    push_opt(&mut v, "--address", &a.address);
+    v
+}
+
+/// One supervised child.
+struct Supervised {
+    name: &'static str,
+    argv: Vec<String>,
+    child: Option<Child>,
+    started: Instant,
+    delay: Duration,
+    restart_at: Option<Instant>,
+}
+
+impl Supervised {
+    fn new(name: &'static str, argv: Vec<String>) -> Self {
+        Self {
+            name,
+            argv,
+            child: None,
+            started: Instant::now(),
+            delay: Duration::from_secs(1),
+            restart_at: None,
+        }
+    }
+
+    fn start(&mut self) -> std::io::Result<()> {
+        let exe = std::env::current_exe()?;
+        let child = Command::new(exe).args(&self.argv).spawn()?;
+        tracing::info!(pid = child.id().unwrap_or(0), "started picolet {}", self.name);
+        self.child = Some(child);
+        self.started = Instant::now();
+        self.restart_at = None;
+        Ok(())
+    }
+
+    /// Called when the child exited: schedule a restart with back-off.
+    fn exited(&mut self, status: std::io::Result<std::process::ExitStatus>) {
+        self.child = None;
+        if self.started.elapsed() > Duration::from_secs(60) {
+            self.delay = Duration::from_secs(1);
+        }
+        tracing::warn!(
+            "picolet {} exited ({}); restarting in {:?}",
+            self.name,
+            status.map_or_else(|e| e.to_string(), |s| s.to_string()),
+            self.delay
+        );
+        self.restart_at = Some(Instant::now() + self.delay);
+        self.delay = (self.delay * 2).min(Duration::from_secs(30));
+    }
+
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self.child.as_mut() {
+            Some(c) => c.wait().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        if let Some(pid) = c.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        if tokio::time::timeout(STOP_GRACE, c.wait()).await.is_err() {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+async fn wait_for_socket(path: &std::path::Path, shim: &mut Supervised) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            return true;
+        }
+        if let Some(c) = shim.child.as_mut()
+            && let Ok(Some(_)) = c.try_wait()
+        {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+pub(crate) fn run(args: UpArgs) -> ExitCode {
+    // Validate the config here once, so a bad file fails fast with exit 2.
+    let mut config = match load_config(&args.agent.common) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    args.agent.apply(&mut config);
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("picolet up: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let mut shim = Supervised::new("shim", shim_argv(&args));
+        let mut agent = Supervised::new("agent", agent_argv(&args.agent));
+        if let Err(e) = shim.start() {
+            eprintln!("picolet up: cannot start the shim: {e}");
+            return ExitCode::FAILURE;
+        }
+        if !wait_for_socket(&config.cri_socket, &mut shim).await {
+            eprintln!(
+                "picolet up: the shim did not serve {}",
+                config.cri_socket.display()
+            );
+            shim.stop().await;
+            return ExitCode::FAILURE;
+        }
+        if let Err(e) = agent.start() {
+            eprintln!("picolet up: cannot start the agent: {e}");
+            shim.stop().await;
+            return ExitCode::FAILURE;
+        }
+        let shutdown = crate::shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            let next_restart = [shim.restart_at, agent.restart_at]
+                .into_iter()
+                .flatten()
+                .min();
+            let sleep = async {
+                match next_restart {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => break,
+                s = shim.wait() => shim.exited(s),
+                s = agent.wait() => agent.exited(s),
+                _ = sleep => {
+                    for p in [&mut shim, &mut agent] {
+                        if p.restart_at.is_some_and(|t| t <= Instant::now())
+                            && let Err(e) = p.start()
+                        {
+                            tracing::warn!("restarting picolet {}: {e}", p.name);
+                            p.restart_at = Some(Instant::now() + p.delay);
+                        }
+                    }
+                }
+            }
+        }
+        agent.stop().await;
+        shim.stop().await;
+        ExitCode::SUCCESS
+    })
+}
