@@ -3,11 +3,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use cri_proto::picolet::ImportRequest;
 use cri_proto::picolet::images_client::ImagesClient;
 use cri_proto::v1::image_service_client::ImageServiceClient;
-use cri_proto::v1::{ImageSpec, ListImagesRequest, RemoveImageRequest};
+use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
+use cri_proto::v1::{
+    ContainerFilter, ContainerState, ContainerStateValue, ImageSpec, ListContainersRequest,
+    ListImagesRequest, ListPodSandboxRequest, PodSandboxState, RemoveImageRequest,
+};
 use edge_config::DEFAULT_SOCKET;
 
 #[derive(clap::Args)]
@@ -37,10 +41,13 @@ enum CtlCommand {
         #[arg(required = true)]
         images: Vec<String>,
     },
-    /// List pod sandboxes (not implemented yet).
+    /// List pod sandboxes.
     Pods,
-    /// List containers (not implemented yet).
-    Ps,
+    /// List containers (`-a`: exited ones too).
+    Ps {
+        #[arg(short, long)]
+        all: bool,
+    },
 }
 
 pub fn run(args: CtlArgs) -> ExitCode {
@@ -64,12 +71,6 @@ pub fn run(args: CtlArgs) -> ExitCode {
 }
 
 async fn dispatch(args: CtlArgs) -> Result<()> {
-    match args.command {
-        CtlCommand::Pods | CtlCommand::Ps => {
-            bail!("pods and containers are not implemented yet")
-        }
-        _ => {}
-    }
     let channel = cri_proto::connect(&args.socket)
         .await
         .with_context(|| format!("is `picolet shim` running on {}?", args.socket.display()))?;
@@ -77,7 +78,8 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
         CtlCommand::Images { quiet } => images(channel, quiet).await,
         CtlCommand::Import { files } => import(channel, files).await,
         CtlCommand::Rmi { images } => rmi(channel, images).await,
-        CtlCommand::Pods | CtlCommand::Ps => Ok(()),
+        CtlCommand::Pods => pods(channel).await,
+        CtlCommand::Ps { all } => ps(channel, all).await,
     }
 }
 
@@ -176,6 +178,98 @@ async fn rmi(channel: cri_proto::Channel, refs: Vec<String>) -> Result<()> {
             .await
             .with_context(|| format!("remove {r}"))?;
         println!("removed {r}");
+    }
+    Ok(())
+}
+
+/// "12s ago"-style age of a CRI nanosecond timestamp.
+fn age(created_ns: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let s = (now - created_ns).max(0) / 1_000_000_000;
+    match s {
+        0..60 => format!("{s}s ago"),
+        60..3600 => format!("{}m ago", s / 60),
+        3600..86400 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86400),
+    }
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(13).collect()
+}
+
+async fn pods(channel: cri_proto::Channel) -> Result<()> {
+    let mut client = RuntimeServiceClient::new(channel);
+    let mut list = client
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await?
+        .into_inner()
+        .items;
+    list.sort_by_key(|p| std::cmp::Reverse(p.created_at));
+    println!(
+        "{:<14} {:<10} {:<9} {:<40} {:<15} {:>7}",
+        "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT"
+    );
+    for p in list {
+        let m = p.metadata.unwrap_or_default();
+        let state = if p.state == PodSandboxState::SandboxReady as i32 {
+            "Ready"
+        } else {
+            "NotReady"
+        };
+        println!(
+            "{:<14} {:<10} {:<9} {:<40} {:<15} {:>7}",
+            short(&p.id),
+            age(p.created_at),
+            state,
+            m.name,
+            m.namespace,
+            m.attempt
+        );
+    }
+    Ok(())
+}
+
+async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
+    let mut client = RuntimeServiceClient::new(channel);
+    let filter = (!all).then(|| ContainerFilter {
+        state: Some(ContainerStateValue {
+            state: ContainerState::ContainerRunning as i32,
+        }),
+        ..Default::default()
+    });
+    let mut list = client
+        .list_containers(ListContainersRequest { filter })
+        .await?
+        .into_inner()
+        .containers;
+    list.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    println!(
+        "{:<14} {:<30} {:<10} {:<8} {:<20} {:>7} {:<14}",
+        "CONTAINER", "IMAGE", "CREATED", "STATE", "NAME", "ATTEMPT", "POD ID"
+    );
+    for c in list {
+        let m = c.metadata.unwrap_or_default();
+        let state = match ContainerState::try_from(c.state) {
+            Ok(ContainerState::ContainerCreated) => "Created",
+            Ok(ContainerState::ContainerRunning) => "Running",
+            Ok(ContainerState::ContainerExited) => "Exited",
+            _ => "Unknown",
+        };
+        let image = c.image.map(|i| i.image).unwrap_or_default();
+        println!(
+            "{:<14} {:<30} {:<10} {:<8} {:<20} {:>7} {:<14}",
+            short(&c.id),
+            image,
+            age(c.created_at),
+            state,
+            m.name,
+            m.attempt,
+            short(&c.pod_sandbox_id)
+        );
     }
     Ok(())
 }

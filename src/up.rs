@@ -73,7 +73,11 @@ impl Supervised {
     fn start(&mut self) -> std::io::Result<()> {
         let exe = std::env::current_exe()?;
         let child = Command::new(exe).args(&self.argv).spawn()?;
-        tracing::info!(pid = child.id().unwrap_or(0), "started picolet {}", self.name);
+        tracing::info!(
+            pid = child.id().unwrap_or(0),
+            "started picolet {}",
+            self.name
+        );
         self.child = Some(child);
         self.started = Instant::now();
         self.restart_at = None;

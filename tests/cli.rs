@@ -1,4 +1,4 @@
-//! The `picolet` command line: versions, exit codes, honest "not yet".
+//! The `picolet` command line: versions, exit codes, config errors.
 
 use std::process::Command;
 
@@ -20,15 +20,49 @@ fn version_prints_the_crate_version() {
 }
 
 #[test]
-fn unfinished_subcommands_say_so_and_fail() {
-    for cmd in [&["agent"][..], &["up"], &["ctl", "ps"], &["ctl", "pods"]] {
-        let out = picolet(cmd);
-        assert_eq!(out.status.code(), Some(1), "{cmd:?}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("not implemented"),
-            "{cmd:?}"
-        );
+fn bad_config_exits_2_naming_file_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("config.yaml");
+    let cases = [
+        (
+            "evictionHard:\n  memory.available: 100Zi\n",
+            "evictionHard.memory.available: \"100Zi\" is not a quantity",
+        ),
+        ("syncFrequncy: 1m\n", "unknown field `syncFrequncy`"),
+        ("picolet:\n  nodeName: Bad_Name\n", "picolet.nodeName:"),
+    ];
+    for (text, want) in cases {
+        std::fs::write(&cfg, text).expect("write");
+        for sub in ["agent", "up", "shim"] {
+            let out = picolet(&[sub, "--config", cfg.to_str().expect("utf8")]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{sub} {text:?}: {err}");
+            assert!(err.contains("config.yaml: "), "{sub}: {err}");
+            assert!(err.contains(want), "{sub} {text:?}: {err}");
+        }
     }
+    let out = picolet(&["agent", "--config", "/nonexistent/picolet.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/picolet.yaml"));
+}
+
+#[test]
+fn agent_without_a_runtime_names_the_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("config.yaml");
+    let sock = dir.path().join("none.sock");
+    std::fs::write(
+        &cfg,
+        format!(
+            "runtimeRequestTimeout: 1s\nstaticPodPath: {}\nhealthzPort: 0\nport: 0\npicolet:\n  criSocket: {}\n",
+            dir.path().join("m").display(),
+            sock.display()
+        ),
+    )
+    .expect("write");
+    let out = picolet(&["agent", "--config", cfg.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("none.sock"));
 }
 
 #[test]

@@ -401,7 +401,11 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> PodSandboxCo
     });
     let sysctls = psc
         .and_then(|s| s.sysctls.as_ref())
-        .map(|v| v.iter().map(|s| (s.name.clone(), s.value.clone())).collect())
+        .map(|v| {
+            v.iter()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect()
+        })
         .unwrap_or_default();
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
@@ -422,7 +426,9 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> PodSandboxCo
             cgroup_parent: env.cgroup_parent.clone(),
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(spec)),
-                run_as_user: psc.and_then(|s| s.run_as_user).map(|value| Int64Value { value }),
+                run_as_user: psc
+                    .and_then(|s| s.run_as_user)
+                    .map(|value| Int64Value { value }),
                 run_as_group: psc
                     .and_then(|s| s.run_as_group)
                     .map(|value| Int64Value { value }),
@@ -617,12 +623,7 @@ pub fn container_config(
         .flatten()
         .map(|s| expand(s, &vars))
         .collect();
-    let args = c
-        .args
-        .iter()
-        .flatten()
-        .map(|s| expand(s, &vars))
-        .collect();
+    let args = c.args.iter().flatten().map(|s| expand(s, &vars)).collect();
     let mut mounts = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
         let base = env
@@ -753,7 +754,9 @@ mod tests {
     use std::path::Path;
 
     fn pod(yaml_spec: &str) -> Pod {
-        let text = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{app: x}}\nspec:\n{yaml_spec}");
+        let text = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{app: x}}\nspec:\n{yaml_spec}"
+        );
         crate::manifest::parse(Path::new("f"), &text, "node", "t")
             .expect("valid")
             .remove(0)
@@ -904,7 +907,10 @@ mod tests {
         assert_eq!(s.labels[LABEL_POD_NAME], "p-node");
         assert_eq!(s.labels["app"], "x");
         let uid = p.metadata.uid.clone().expect("uid");
-        assert_eq!(s.log_directory, format!("/var/log/pods/default_p-node_{uid}"));
+        assert_eq!(
+            s.log_directory,
+            format!("/var/log/pods/default_p-node_{uid}")
+        );
         let env = SandboxEnv {
             cluster_dns: vec!["10.96.0.10".into()],
             cluster_domain: "cluster.local".into(),

@@ -56,17 +56,13 @@ pub async fn run(
         return Ok(());
     }
     if let Some(g) = &h.http_get {
-        let host = g
-            .host
-            .clone()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| {
-                if pod_ip.is_empty() {
-                    "127.0.0.1".into()
-                } else {
-                    pod_ip.into()
-                }
-            });
+        let host = g.host.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| {
+            if pod_ip.is_empty() {
+                "127.0.0.1".into()
+            } else {
+                pod_ip.into()
+            }
+        });
         let port = resolve_port(&g.port, c)?;
         let path = g.path.clone().unwrap_or_else(|| "/".into());
         let headers: Vec<(String, String)> = g

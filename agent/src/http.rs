@@ -21,7 +21,11 @@ const STALL: Duration = Duration::from_secs(180);
 
 /// Binds both listeners (so a port clash is an error at start) and serves
 /// them in the background.
-pub async fn serve(shared: Arc<Shared>, healthz: SocketAddr, api: SocketAddr) -> std::io::Result<()> {
+pub async fn serve(
+    shared: Arc<Shared>,
+    healthz: SocketAddr,
+    api: SocketAddr,
+) -> std::io::Result<()> {
     let mut listeners = vec![tokio::net::TcpListener::bind(healthz).await?];
     if api != healthz {
         listeners.push(tokio::net::TcpListener::bind(api).await?);
@@ -112,4 +116,3 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"),
     }
 }
-

@@ -146,7 +146,8 @@ fn node_info(name: &str) -> NodeInfo {
 fn host_ip() -> Option<String> {
     let addrs = nix::ifaddrs::getifaddrs().ok()?;
     for a in addrs {
-        if a.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK)
+        if a.flags
+            .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK)
             || !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP)
         {
             continue;
@@ -241,10 +242,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         source,
     })?;
     let mut src = source::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
-    let mut tick = tokio::time::interval(cfg.file_check_frequency);
-    let mut housekeeping = tokio::time::interval(Duration::from_secs(2));
+    // The first scan happens before anything else looks at `desired`:
+    // an orphan is only what the folder does not define.
+    let mut desired = sync_source(&shared, &mut src);
+    let start = tokio::time::Instant::now();
+    let mut tick =
+        tokio::time::interval_at(start + cfg.file_check_frequency, cfg.file_check_frequency);
+    let mut housekeeping =
+        tokio::time::interval_at(start + Duration::from_secs(2), Duration::from_secs(2));
     tokio::pin!(shutdown);
-    let mut desired = BTreeMap::new();
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -270,10 +276,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 }
 
 /// Rescans the folder and starts/terminates workers to match.
-fn sync_source(
-    shared: &Arc<Shared>,
-    src: &mut source::FileSource,
-) -> BTreeMap<String, Arc<Pod>> {
+fn sync_source(shared: &Arc<Shared>, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
     *lock(&shared.last_source) = Instant::now();
     let scan = src.scan();
     for e in &scan.new_errors {
@@ -329,7 +332,7 @@ fn sync_source(
             .find(|h| h.full_name == full)
             .map(|h| h.done.clone());
         tracing::info!(pod = %full, uid = %uid, "pod added");
-        let h = worker::spawn(shared.clone(), uid.clone(), Some(pod.clone()), after);
+        let h = worker::spawn(shared.clone(), uid.clone(), Some(pod.clone()), after, None);
         workers.insert(uid.clone(), h);
     }
     desired
@@ -341,23 +344,24 @@ async fn cleanup_orphans(shared: &Arc<Shared>, desired: &BTreeMap<String, Arc<Po
     let Ok(list) = shared.cri.list_pod_uids().await else {
         return;
     };
-    let mut orphans: Vec<String> = Vec::new();
+    let mut orphans: Vec<(String, (String, String))> = Vec::new();
     {
         let workers = lock(&shared.workers);
-        for (uid, _, _) in &list {
-            if !desired.contains_key(uid) && !workers.contains_key(uid) && !orphans.contains(uid)
+        for (uid, _, name, _) in &list {
+            if !desired.contains_key(uid)
+                && !workers.contains_key(uid)
+                && !orphans.iter().any(|(u, _)| u == uid)
             {
-                orphans.push(uid.clone());
+                orphans.push((uid.clone(), name.clone()));
             }
         }
     }
-    for uid in orphans {
+    for (uid, name) in orphans {
         if let Ok(list) = shared.cri.list_container_graces(&uid).await {
             lock(&shared.orphan_graces).extend(list);
         }
         tracing::info!(uid = %uid, "terminating a pod no source defines");
-        let h = worker::spawn(shared.clone(), uid.clone(), None, None);
-        let _ = h.tx.try_send(worker::Msg::Terminate);
+        let h = worker::spawn_orphan(shared.clone(), uid.clone(), name);
         lock(&shared.workers).insert(uid, h);
     }
 }

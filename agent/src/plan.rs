@@ -386,7 +386,10 @@ mod tests {
                 pod: always.clone(),
                 observed: obs(
                     vec![sb(true, 0)],
-                    vec![ctr(&always, "a", Running, 0, 1), ctr(&always, "b", Running, 0, 1)],
+                    vec![
+                        ctr(&always, "a", Running, 0, 1),
+                        ctr(&always, "b", Running, 0, 1),
+                    ],
                 ),
                 want: Actions {
                     sandbox_id: sandbox0(),
@@ -409,7 +412,10 @@ mod tests {
                 pod: always.clone(),
                 observed: obs(
                     vec![sb(true, 0)],
-                    vec![ctr(&always, "a", Exited, 0, 1), ctr(&always, "b", Running, 0, 1)],
+                    vec![
+                        ctr(&always, "a", Exited, 0, 1),
+                        ctr(&always, "b", Running, 0, 1),
+                    ],
                 ),
                 want: Actions {
                     sandbox_id: sandbox0(),
@@ -487,7 +493,10 @@ mod tests {
                 pod: init.clone(),
                 observed: obs(
                     vec![sb(true, 0)],
-                    vec![ctr(&init, "i1", Exited, 0, 1), ctr(&init, "i2", Exited, 0, 2)],
+                    vec![
+                        ctr(&init, "i1", Exited, 0, 1),
+                        ctr(&init, "i2", Exited, 0, 2),
+                    ],
                 ),
                 want: Actions {
                     sandbox_id: sandbox0(),
@@ -508,7 +517,10 @@ mod tests {
             Case {
                 name: "init failed under Never: the pod fails",
                 pod: init_never.clone(),
-                observed: obs(vec![sb(true, 0)], vec![ctr(&init_never, "i1", Exited, 1, 1)]),
+                observed: obs(
+                    vec![sb(true, 0)],
+                    vec![ctr(&init_never, "i1", Exited, 1, 1)],
+                ),
                 want: Actions {
                     kill_pod: true,
                     sandbox_id: sandbox0(),
@@ -518,10 +530,7 @@ mod tests {
             Case {
                 name: "apps running: exited inits are not rerun",
                 pod: init.clone(),
-                observed: obs(
-                    vec![sb(true, 0)],
-                    vec![ctr(&init, "a", Running, 0, 3)],
-                ),
+                observed: obs(vec![sb(true, 0)], vec![ctr(&init, "a", Running, 0, 3)]),
                 want: Actions {
                     sandbox_id: sandbox0(),
                     ..Default::default()
@@ -536,7 +545,10 @@ mod tests {
     #[test]
     fn changed_spec_restarts_the_container() {
         let old = pod("Always", &[], &["a"]);
-        let mut o = obs(vec![sb(true, 0)], vec![ctr(&old, "a", State::Running, 0, 1)]);
+        let mut o = obs(
+            vec![sb(true, 0)],
+            vec![ctr(&old, "a", State::Running, 0, 1)],
+        );
         o.containers[0].hash = "0000".into();
         let a = plan(&old, &o, NO_BACKOFF);
         assert_eq!(a.kill.len(), 1);

@@ -39,7 +39,7 @@ pub async fn run(shared: Arc<Shared>) {
             }
         }
         let mut sb_now = HashMap::new();
-        for (uid, id, ready) in pods {
+        for (uid, id, _, ready) in pods {
             if sandboxes.get(&id).map(|(_, r)| *r) != Some(ready) {
                 changed.push(uid.clone());
             }

@@ -11,15 +11,16 @@ use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
     ContainerConfig, ContainerFilter, ContainerStatusRequest, CreateContainerRequest,
-    ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
-    ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter, PodSandboxStatusRequest,
-    PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
-    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
+    ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainersRequest, ListPodSandboxRequest,
+    PodSandboxConfig, PodSandboxFilter, PodSandboxStatusRequest, PullImageRequest,
+    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
 use tonic::{Request, Status};
 
 use crate::cri_config::{
-    ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_UID,
+    ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
+    LABEL_POD_NAMESPACE, LABEL_POD_UID,
 };
 use crate::plan::{Observed, ObservedContainer, ObservedSandbox, State};
 
@@ -33,7 +34,9 @@ pub struct Cri {
 
 impl std::fmt::Debug for Cri {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cri").field("timeout", &self.timeout).finish()
+        f.debug_struct("Cri")
+            .field("timeout", &self.timeout)
+            .finish()
     }
 }
 
@@ -203,8 +206,9 @@ impl Cri {
         Ok(o)
     }
 
-    /// (pod uid, sandbox id, ready) of every sandbox that carries a pod UID.
-    pub async fn list_pod_uids(&self) -> Result<Vec<(String, String, bool)>> {
+    /// (pod uid, sandbox id, (namespace, name), ready) of every sandbox
+    /// that carries a pod UID.
+    pub async fn list_pod_uids(&self) -> Result<Vec<(String, String, (String, String), bool)>> {
         let items = self
             .rt
             .clone()
@@ -217,9 +221,11 @@ impl Cri {
             .into_iter()
             .filter_map(|s| {
                 let uid = s.labels.get(LABEL_POD_UID)?.clone();
+                let label = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
                 Some((
                     uid,
-                    s.id,
+                    s.id.clone(),
+                    (label(LABEL_POD_NAMESPACE), label(LABEL_POD_NAME)),
                     s.state == cri_proto::v1::PodSandboxState::SandboxReady as i32,
                 ))
             })
@@ -446,7 +452,9 @@ impl Cri {
     }
 
     /// The runtime's container event stream, if it has one.
-    pub async fn events(&self) -> std::result::Result<tonic::Streaming<cri_proto::v1::ContainerEventResponse>, Status> {
+    pub async fn events(
+        &self,
+    ) -> std::result::Result<tonic::Streaming<cri_proto::v1::ContainerEventResponse>, Status> {
         Ok(self
             .rt
             .clone()

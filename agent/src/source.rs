@@ -80,7 +80,10 @@ impl FileSource {
                 }
             }
             Err(e) => {
-                let msg = format!("{}: cannot read the static pod folder: {e}", self.dir.display());
+                let msg = format!(
+                    "{}: cannot read the static pod folder: {e}",
+                    self.dir.display()
+                );
                 if self.dir_error.as_deref() != Some(msg.as_str()) {
                     scan.new_errors.push(msg.clone());
                 }
@@ -220,8 +223,11 @@ mod tests {
         assert!(s3.new_errors[0].contains("previous version keeps running"));
         // A duplicate name in another file is an error; the first wins.
         std::fs::write(d.join("a.yaml"), POD.replace("NAME", "a")).expect("w");
-        std::fs::write(d.join("b.yaml"), POD.replace("NAME", "a").replace("i:1", "i:2"))
-            .expect("w");
+        std::fs::write(
+            d.join("b.yaml"),
+            POD.replace("NAME", "a").replace("i:1", "i:2"),
+        )
+        .expect("w");
         let s4 = src.scan();
         assert_eq!(s4.pods.len(), 1);
         assert!(s4.errors.iter().any(|e| e.contains("already defined in")));

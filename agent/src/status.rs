@@ -100,10 +100,9 @@ fn container_status(
             },
             previous.map(|p| terminated(p, runtime)),
         ),
-        (Some(l), Some(w)) if l.state == State::Exited => (
-            waiting(&w.reason, &w.message),
-            Some(terminated(l, runtime)),
-        ),
+        (Some(l), Some(w)) if l.state == State::Exited => {
+            (waiting(&w.reason, &w.message), Some(terminated(l, runtime)))
+        }
         (Some(l), None) if l.state == State::Exited => (
             terminated(l, runtime),
             previous.map(|p| terminated(p, runtime)),
@@ -245,12 +244,20 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
             condition(
                 "ContainersReady",
                 containers_ready && !done,
-                Some(if done { "PodCompleted" } else { "ContainersNotReady" }),
+                Some(if done {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                }),
             ),
             condition(
                 "Ready",
                 containers_ready && !done,
-                Some(if done { "PodCompleted" } else { "ContainersNotReady" }),
+                Some(if done {
+                    "PodCompleted"
+                } else {
+                    "ContainersNotReady"
+                }),
             ),
         ]),
         host_ip: Some(ctx.host_ip.to_string()),

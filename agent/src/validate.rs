@@ -106,7 +106,10 @@ pub fn pod(pod: &Pod) -> Result {
     let host_network = spec.host_network.unwrap_or(false);
     let mut names = BTreeSet::new();
     let groups = [
-        ("initContainers", spec.init_containers.as_deref().unwrap_or(&[])),
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
         ("containers", &spec.containers[..]),
     ];
     for (group, list) in groups {
@@ -154,8 +157,8 @@ fn volume(v: &Volume, at: &str) -> Result {
                     );
                 }
                 match ty.unwrap_or("") {
-                    "" | "DirectoryOrCreate" | "Directory" | "FileOrCreate" | "File"
-                    | "Socket" | "CharDevice" | "BlockDevice" => {}
+                    "" | "DirectoryOrCreate" | "Directory" | "FileOrCreate" | "File" | "Socket"
+                    | "CharDevice" | "BlockDevice" => {}
                     t => {
                         return fail(
                             format!("{at}.hostPath.type"),
@@ -193,7 +196,10 @@ fn volume(v: &Volume, at: &str) -> Result {
         ),
         many => fail(
             at,
-            format!("only one volume source may be set, found {}", many.join(", ")),
+            format!(
+                "only one volume source may be set, found {}",
+                many.join(", ")
+            ),
         ),
     }
 }
@@ -364,8 +370,12 @@ fn container(
                     }
                 }
                 (None, Some(r)) => match r.resource.as_str() {
-                    "limits.cpu" | "limits.memory" | "requests.cpu" | "requests.memory"
-                    | "limits.ephemeral-storage" | "requests.ephemeral-storage" => {}
+                    "limits.cpu"
+                    | "limits.memory"
+                    | "requests.cpu"
+                    | "requests.memory"
+                    | "limits.ephemeral-storage"
+                    | "requests.ephemeral-storage" => {}
                     x => {
                         return fail(
                             format!("{eat}.valueFrom.resourceFieldRef.resource"),
@@ -396,10 +406,7 @@ fn container(
     for (kind, p) in probes {
         if let Some(p) = p {
             if init && c.restart_policy.as_deref() != Some("Always") {
-                return fail(
-                    format!("{at}.{kind}"),
-                    "may not be set for init containers",
-                );
+                return fail(format!("{at}.{kind}"), "may not be set for init containers");
             }
             probe(p, &format!("{at}.{kind}"), kind != "readinessProbe")?;
         }

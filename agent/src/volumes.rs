@@ -21,7 +21,12 @@ pub fn pod_dir(data_dir: &Path, uid: &str) -> PathBuf {
 pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
     let meta = fs::metadata(path);
     let ft = meta.as_ref().map(|m| m.file_type());
-    let missing = || format!("hostPath type check failed: {} does not exist", path.display());
+    let missing = || {
+        format!(
+            "hostPath type check failed: {} does not exist",
+            path.display()
+        )
+    };
     let is = |ok: bool, what: &str| {
         if ok {
             Ok(())
@@ -46,8 +51,9 @@ pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
             Ok(t) => is(t.is_file(), "file"),
             Err(_) => {
                 if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent)
-                        .map_err(|e| format!("hostPath: cannot create {}: {e}", parent.display()))?;
+                    fs::create_dir_all(parent).map_err(|e| {
+                        format!("hostPath: cannot create {}: {e}", parent.display())
+                    })?;
                 }
                 fs::OpenOptions::new()
                     .create(true)
@@ -57,9 +63,15 @@ pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
                     .map_err(|e| format!("hostPath: cannot create {}: {e}", path.display()))
             }
         },
-        "Directory" => ft.map_err(|_| missing()).and_then(|t| is(t.is_dir(), "directory")),
-        "File" => ft.map_err(|_| missing()).and_then(|t| is(t.is_file(), "file")),
-        "Socket" => ft.map_err(|_| missing()).and_then(|t| is(t.is_socket(), "socket")),
+        "Directory" => ft
+            .map_err(|_| missing())
+            .and_then(|t| is(t.is_dir(), "directory")),
+        "File" => ft
+            .map_err(|_| missing())
+            .and_then(|t| is(t.is_file(), "file")),
+        "Socket" => ft
+            .map_err(|_| missing())
+            .and_then(|t| is(t.is_socket(), "socket")),
         "CharDevice" => ft
             .map_err(|_| missing())
             .and_then(|t| is(t.is_char_device(), "character device")),
@@ -112,7 +124,9 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
                     MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
                     Some(data.as_str()),
                 )
-                .map_err(|e| format!("volume {:?}: mount tmpfs on {}: {e}", v.name, dir.display()))?;
+                .map_err(|e| {
+                    format!("volume {:?}: mount tmpfs on {}: {e}", v.name, dir.display())
+                })?;
             }
             out.insert(v.name.clone(), dir);
         } else {

@@ -62,6 +62,12 @@ pub struct Worker {
     qos: Qos,
 }
 
+/// Starts a worker that only terminates pod `uid`, which no source defines
+/// any more; `name` is (namespace, name) from its sandbox labels.
+pub fn spawn_orphan(shared: Arc<Shared>, uid: String, name: (String, String)) -> Handle {
+    spawn(shared, uid, None, None, Some(name))
+}
+
 /// Starts a worker. `after` is the `done` of a pod with the same full
 /// name that is still terminating: the new one waits for it.
 pub fn spawn(
@@ -69,6 +75,7 @@ pub fn spawn(
     uid: String,
     pod: Option<Arc<Pod>>,
     after: Option<watch::Receiver<bool>>,
+    orphan_name: Option<(String, String)>,
 ) -> Handle {
     let (tx, rx) = mpsc::channel(8);
     let (done_tx, done) = watch::channel(false);
@@ -80,6 +87,7 @@ pub fn spawn(
                 p.metadata.name.clone().unwrap_or_default(),
             )
         })
+        .or(orphan_name)
         .unwrap_or_default();
     let full_name = format!("{ns}/{name}");
     let qos = pod
@@ -212,7 +220,11 @@ impl Worker {
         }
         let now_t = now();
         let actions = {
-            let backoff = self.shared.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            let backoff = self
+                .shared
+                .backoff
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             let spec = pod.spec.as_ref();
             let lookup = |name: &str, finished_at: i64| {
                 let c = spec?
@@ -309,7 +321,11 @@ impl Worker {
         let mut next = self.shared.config.sync_frequency;
         for w in &actions.waits {
             let delay = {
-                let backoff = self.shared.backoff.lock().unwrap_or_else(|p| p.into_inner());
+                let backoff = self
+                    .shared
+                    .backoff
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 spec.containers
                     .iter()
                     .chain(spec.init_containers.iter().flatten())
@@ -404,9 +420,8 @@ impl Worker {
         match (policy, present) {
             ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id),
             ("Never", None) => {
-                let msg = format!(
-                    "Container image {image:?} is not present with pull policy of Never"
-                );
+                let msg =
+                    format!("Container image {image:?} is not present with pull policy of Never");
                 self.event(Some(&c.name), "Warning", "ErrImageNeverPull", &msg);
                 return Err(Waiting {
                     reason: "ErrImageNeverPull".into(),
@@ -610,7 +625,12 @@ impl Worker {
                 // Orphan: the grace its container was created with.
                 self.shared.orphan_grace(&c.id).unwrap_or(grace)
             };
-            self.event(Some(&c.name), "Normal", "Killing", &format!("{why} {}", c.name));
+            self.event(
+                Some(&c.name),
+                "Normal",
+                "Killing",
+                &format!("{why} {}", c.name),
+            );
             let cri = self.shared.cri.clone();
             let shared = self.shared.clone();
             let obj = self.obj.clone();
@@ -695,13 +715,19 @@ impl Worker {
             self.kill_containers(&live, "Stopping container").await;
         }
         for s in &observed.sandboxes {
-            cri.stop_pod_sandbox(&s.id).await.map_err(|e| e.to_string())?;
+            cri.stop_pod_sandbox(&s.id)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         for c in &observed.containers {
-            cri.remove_container(&c.id).await.map_err(|e| e.to_string())?;
+            cri.remove_container(&c.id)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         for s in &observed.sandboxes {
-            cri.remove_pod_sandbox(&s.id).await.map_err(|e| e.to_string())?;
+            cri.remove_pod_sandbox(&s.id)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         let cfg = &self.shared.config;
         if let Some(h) = self.shared.cgroups.as_ref()

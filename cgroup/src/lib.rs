@@ -148,8 +148,8 @@ impl Hierarchy {
                 // Enable the controllers down the chain of parents.
                 let mut cur = root.clone();
                 for part in Path::new(Self::rel(path)).components() {
-                    let avail = fs::read_to_string(cur.join("cgroup.controllers"))
-                        .unwrap_or_default();
+                    let avail =
+                        fs::read_to_string(cur.join("cgroup.controllers")).unwrap_or_default();
                     let want: Vec<String> = ["cpu", "memory", "pids", "io"]
                         .iter()
                         .filter(|c| avail.split_whitespace().any(|a| a == **c))
@@ -255,10 +255,10 @@ mod tests {
 32 25 0:29 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset
 ";
 
-    const UNIFIED: &str =
-        "25 30 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n";
+    const UNIFIED: &str = "25 30 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n";
 
-    const COMBINED: &str = "28 25 0:25 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
+    const COMBINED: &str =
+        "28 25 0:25 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n";
 
     #[test]
     fn mount_tables() {

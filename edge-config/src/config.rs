@@ -367,9 +367,7 @@ impl Config {
                 "10s",
             )?,
             serialize_image_pulls: raw.serialize_image_pulls.unwrap_or(true),
-            pod_logs_dir: PathBuf::from(
-                raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into()),
-            ),
+            pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
             data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),

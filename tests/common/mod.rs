@@ -6,6 +6,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub mod agent;
+
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::{Image, ImageSpec, ImageStatusRequest, ListImagesRequest};
 
@@ -90,7 +92,7 @@ impl Shim {
             .open(self.dir.path().join("shim.log"))
             .expect("log");
         let child = Command::new(picolet())
-            .args(["shim", "--root"])
+            .args(["shim", "--config", "/dev/null", "--root"])
             .arg(self.root())
             .arg("--run-dir")
             .arg(self.dir.path().join("run"))
@@ -217,7 +219,7 @@ impl Shim {
 
 impl Shim {
     /// This shim's directory name: unique, and names its test cgroups.
-    fn name(&self) -> String {
+    pub fn name(&self) -> String {
         self.dir
             .path()
             .file_name()

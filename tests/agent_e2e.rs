@@ -1,0 +1,316 @@
+//! End-to-end: `picolet agent` with the real shim, real containers from the
+//! project's busybox image, static pods from a folder. Root only.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::agent::{Agent, container, phase};
+
+const T: Duration = Duration::from_secs(30);
+
+fn running(p: &serde_json::Value) -> bool {
+    phase(p) == "Running" && container(p, "main")["state"]["running"].is_object()
+}
+
+/// A pod whose one container `main` runs `script` with /out = host dir.
+fn pod(agent: &Agent, name: &str, script: &str, extra_spec: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 3
+{extra_spec}  volumes:
+  - name: out
+    hostPath: {{path: {host}, type: Directory}}
+  - name: scratch
+    emptyDir: {{}}
+  containers:
+  - name: main
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, '{script}']
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+    - {{name: scratch, mountPath: /scratch}}
+"#,
+        host = agent.host_dir().display()
+    )
+}
+
+fn read(agent: &Agent, file: &str) -> String {
+    std::fs::read_to_string(agent.host_dir().join(file)).unwrap_or_default()
+}
+
+#[test]
+fn manifest_runs_is_replaced_and_terminates_with_grace() {
+    require_root!();
+    let agent = Agent::start("");
+    let script = "trap \"echo got TERM >> /out/term; exit 0\" TERM; echo $V > /out/v; echo x > /scratch/f && cat /scratch/f >> /out/v; while true; do sleep 0.1; done";
+    let t0 = Instant::now();
+    agent.write_manifest(
+        "web.yaml",
+        &pod(&agent, "web", script, "").replace(
+            "    volumeMounts:",
+            "    env: [{name: V, value: one}]\n    volumeMounts:",
+        ),
+    );
+    let p = agent.wait_pod("web", "Running", T, running);
+    eprintln!("manifest written → Running in {:?}", t0.elapsed());
+    agent.wait("/out/v", T, || read(&agent, "v") == "one\nx\n");
+    let uid1 = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    assert_eq!(
+        p["metadata"]["annotations"]["kubernetes.io/config.source"],
+        "file"
+    );
+    assert_eq!(p["metadata"]["namespace"], "default");
+    assert_eq!(p["status"]["qosClass"], "BestEffort");
+    let cg = format!(
+        "/sys/fs/cgroup/pids{}/kubepods/besteffort/pod{uid1}",
+        agent.cgroup_root()
+    );
+    assert_eq!(
+        std::fs::read_to_string(format!("{cg}/pids.max"))
+            .expect("pod cgroup")
+            .trim(),
+        "256",
+        "podPidsLimit lands in the pod cgroup"
+    );
+
+    // Edit: a new UID replaces the pod; the old one gets TERM first.
+    agent.write_manifest(
+        "web.yaml",
+        &pod(&agent, "web", script, "").replace(
+            "    volumeMounts:",
+            "    env: [{name: V, value: two}]\n    volumeMounts:",
+        ),
+    );
+    let p2 = agent.wait_pod("web", "replaced and Running", T, |p| {
+        p["metadata"]["uid"] != uid1.as_str() && running(p)
+    });
+    agent.wait("/out/v = two", T, || read(&agent, "v") == "two\nx\n");
+    assert_eq!(
+        read(&agent, "term"),
+        "got TERM\n",
+        "old pod stopped with TERM"
+    );
+    assert!(
+        !std::path::Path::new(&cg).exists(),
+        "the old pod's cgroup is removed"
+    );
+
+    // Delete: terminated with grace, everything removed.
+    agent.remove_manifest("web.yaml");
+    agent.wait("pod gone from /pods", T, || agent.pod("web").is_none());
+    assert_eq!(read(&agent, "term"), "got TERM\ngot TERM\n");
+    let uid2 = p2["metadata"]["uid"].as_str().expect("uid");
+    assert!(
+        !agent.shim.root().join("agent/pods").join(uid2).exists(),
+        "pod dir (emptyDir) removed"
+    );
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let left = rt.block_on(async {
+        let mut c = common::cri::client(&agent.shim.socket()).await;
+        c.list_pod_sandbox(cri_proto::v1::ListPodSandboxRequest::default())
+            .await
+            .expect("list")
+            .into_inner()
+            .items
+    });
+    assert!(left.is_empty(), "sandboxes left: {left:?}");
+    let killing = agent
+        .events()
+        .iter()
+        .filter(|e| e["reason"] == "Killing")
+        .count();
+    assert!(killing >= 2, "Killing events");
+}
+
+#[test]
+fn crash_loop_backs_off_and_on_failure_succeeds() {
+    require_root!();
+    let agent = Agent::start("");
+    // Always: each start appends the uptime, then fails.
+    agent.write_manifest(
+        "crash.yaml",
+        &pod(
+            &agent,
+            "crash",
+            "cut -d\" \" -f1 /proc/uptime >> /out/starts; exit 3",
+            "",
+        ),
+    );
+    let p = agent.wait_pod("crash", "4 restarts", Duration::from_secs(40), |p| {
+        container(p, "main")["restartCount"].as_i64().unwrap_or(0) >= 4
+    });
+    let c = container(&p, "main");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 3);
+    assert_eq!(c["lastState"]["terminated"]["reason"], "Error");
+    let starts: Vec<f64> = read(&agent, "starts")
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    let gaps: Vec<f64> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    eprintln!("gaps between starts: {gaps:?}");
+    // kubelet: first restart at once, then 1 s, 2 s, 4 s (initial 1 s, max 4 s here).
+    assert!(gaps.len() >= 4, "{gaps:?}");
+    assert!(
+        gaps[1] >= 0.9 && gaps[2] >= 1.9 && gaps[3] >= 3.9,
+        "{gaps:?}"
+    );
+    assert!(gaps[3] < 7.0, "the cap holds: {gaps:?}");
+    assert!(
+        agent
+            .events()
+            .iter()
+            .any(|e| e["reason"] == "BackOff" && e["type"] == "Warning"),
+        "BackOff event"
+    );
+    let backoff_seen = agent.wait_pod("crash", "CrashLoopBackOff", T, |p| {
+        container(p, "main")["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    });
+    assert_eq!(phase(&backoff_seen), "Running");
+
+    // OnFailure + exit 0 → Succeeded, init containers first, in order.
+    let ok = pod(&agent, "once", "echo app >> /out/order", "  restartPolicy: OnFailure\n")
+        .replace(
+            "  containers:\n",
+            "  initContainers:\n  - {name: i1, image: busybox:latest, imagePullPolicy: Never, command: [sh, -c, 'echo i1 >> /out/order; sleep 0.3'], volumeMounts: [{name: out, mountPath: /out}]}\n  - {name: i2, image: busybox:latest, imagePullPolicy: Never, command: [sh, -c, 'echo i2 >> /out/order'], volumeMounts: [{name: out, mountPath: /out}]}\n  containers:\n",
+        );
+    agent.write_manifest("once.yaml", &ok);
+    let p = agent.wait_pod("once", "Succeeded", T, |p| phase(p) == "Succeeded");
+    assert_eq!(read(&agent, "order"), "i1\ni2\napp\n");
+    assert_eq!(
+        container(&p, "main")["state"]["terminated"]["reason"],
+        "Completed"
+    );
+    assert_eq!(container(&p, "i2")["state"]["terminated"]["exitCode"], 0);
+    let init = p["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Initialized")
+        .cloned()
+        .expect("Initialized");
+    assert_eq!(init["status"], "True");
+    // Still Succeeded a few syncs later: nothing restarted.
+    std::thread::sleep(Duration::from_secs(3));
+    let p = agent.pod("once").expect("pod");
+    assert_eq!(phase(&p), "Succeeded");
+    assert_eq!(read(&agent, "order"), "i1\ni2\napp\n");
+}
+
+#[test]
+fn bad_manifests_are_reported_and_a_good_pod_keeps_running() {
+    require_root!();
+    let agent = Agent::start("");
+    agent.write_manifest("good.yaml", &pod(&agent, "good", "sleep 1000", ""));
+    let p = agent.wait_pod("good", "Running", T, running);
+    let id = container(&p, "main")["containerID"].clone();
+    let bad: &[(&str, &str, &str)] = &[
+        (
+            "yaml.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: [",
+            "yaml.yaml: not valid YAML",
+        ),
+        (
+            "kind.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+            "kind.yaml: kind: \"Service\" is not a pod",
+        ),
+        (
+            "port.json",
+            r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"busybox","ports":[{"containerPort":70000}]}]}}"#,
+            "port.json: spec.containers[0].ports[0].containerPort: 70000 is not between 1 and 65535",
+        ),
+        (
+            "vol.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: v}\nspec:\n  volumes: [{name: s, secret: {secretName: x}}]\n  containers: [{name: c, image: busybox}]\n",
+            "vol.yaml: spec.volumes[0].secret: not supported by picolet",
+        ),
+        (
+            "dup.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nspec:\n  containers: [{name: c, image: busybox}, {name: c, image: busybox}]\n",
+            "dup.yaml: spec.containers[1].name: duplicate container name \"c\"",
+        ),
+    ];
+    for (file, text, _) in bad {
+        agent.write_manifest(file, text);
+    }
+    agent.wait("InvalidManifest events for each file", T, || {
+        let ev = agent.events();
+        bad.iter().all(|(_, _, want)| {
+            ev.iter().any(|e| {
+                e["reason"] == "InvalidManifest"
+                    && e["message"].as_str().is_some_and(|m| m.contains(want))
+            })
+        })
+    });
+    let log = agent.log();
+    assert!(
+        log.contains("port.json: spec.containers[0].ports[0].containerPort"),
+        "logged too"
+    );
+    // The good pod is untouched: same container, still running.
+    std::thread::sleep(Duration::from_secs(3));
+    let p = agent.pod("good").expect("good pod");
+    assert!(running(&p));
+    assert_eq!(container(&p, "main")["containerID"], id);
+    assert_eq!(agent.pods().len(), 1, "no pod from a bad file");
+    // Fixing a file makes its pod run.
+    agent.write_manifest("dup.yaml", &pod(&agent, "d", "sleep 1000", ""));
+    agent.wait_pod("d", "Running once fixed", T, running);
+}
+
+#[test]
+fn killed_agent_restarts_nothing_and_cleans_up_orphans() {
+    require_root!();
+    let mut agent = Agent::start("");
+    // Fails once, then runs: restartCount 1 must survive the agent's death.
+    let script = "if [ -f /out/once ]; then sleep 1000; else touch /out/once; exit 1; fi";
+    agent.write_manifest("flaky.yaml", &pod(&agent, "flaky", script, ""));
+    agent.write_manifest("steady.yaml", &pod(&agent, "steady", "sleep 1000", ""));
+    let p = agent.wait_pod("flaky", "Running after one restart", T, |p| {
+        running(p) && container(p, "main")["restartCount"] == 1
+    });
+    let flaky_id = container(&p, "main")["containerID"].clone();
+    let s = agent.wait_pod("steady", "Running", T, running);
+    let steady_id = container(&s, "main")["containerID"].clone();
+
+    agent.kill9();
+    // While the agent is down, the steady pod's file goes away.
+    agent.remove_manifest("steady.yaml");
+    agent.spawn();
+    let p = agent.wait_pod("flaky", "seen again", T, running);
+    std::thread::sleep(Duration::from_secs(3));
+    let p2 = agent.pod("flaky").expect("flaky");
+    for q in [&p, &p2] {
+        assert_eq!(
+            container(q, "main")["containerID"],
+            flaky_id,
+            "not restarted; log:\n{}",
+            agent.log()
+        );
+        assert_eq!(container(q, "main")["restartCount"], 1, "count kept");
+    }
+    // The orphan (its file removed while the agent was down) is terminated.
+    let rt = tokio::runtime::Runtime::new().expect("rt");
+    let socket = agent.shim.socket();
+    agent.wait("orphan removed", T, || {
+        let ids: Vec<String> = rt.block_on(async {
+            let mut c = common::cri::client(&socket).await;
+            c.list_containers(cri_proto::v1::ListContainersRequest::default())
+                .await
+                .expect("list")
+                .into_inner()
+                .containers
+                .into_iter()
+                .map(|c| format!("picolet://{}", c.id))
+                .collect()
+        });
+        !ids.iter().any(|i| steady_id == i.as_str())
+    });
+    assert!(agent.pod("steady").is_none());
+}

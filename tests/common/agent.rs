@@ -1,0 +1,262 @@
+//! A running `picolet agent` beside a test [`Shim`], on private paths: its
+//! own static pod folder, log dir, cgroup root (under the shim's test
+//! cgroups, removed on drop) and HTTP ports. Killed by PID on drop.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Shim, picolet};
+
+pub struct Agent {
+    pub shim: Shim,
+    pub child: Option<Child>,
+    pub healthz_port: u16,
+    pub port: u16,
+    pub extra_config: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+impl Agent {
+    /// Starts a shim with the busybox test image, and an agent on it.
+    /// `extra_config` is appended to the KubeletConfiguration.
+    pub fn start(extra_config: &str) -> Self {
+        let shim = Shim::start();
+        shim.import(&super::test_images().busybox_oci_archive);
+        let mut a = Self {
+            shim,
+            child: None,
+            healthz_port: free_port(),
+            port: free_port(),
+            extra_config: extra_config.into(),
+        };
+        std::fs::create_dir_all(a.manifests()).expect("mkdir");
+        std::fs::create_dir_all(a.host_dir()).expect("mkdir");
+        a.write_config();
+        a.spawn();
+        a
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.shim.dir.path().to_path_buf()
+    }
+    pub fn manifests(&self) -> PathBuf {
+        self.dir().join("manifests")
+    }
+    /// A host directory for hostPath volumes of test pods.
+    pub fn host_dir(&self) -> PathBuf {
+        self.dir().join("host")
+    }
+    pub fn config_path(&self) -> PathBuf {
+        self.dir().join("config.yaml")
+    }
+    pub fn cgroup_root(&self) -> String {
+        format!("/picolet-test/{}/agent", self.shim.name())
+    }
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("agent.log")).unwrap_or_default()
+    }
+
+    fn write_config(&self) {
+        let text = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
+             healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
+             picolet:\n  nodeName: e2e\n  dataDir: {}\n  criSocket: {}\n\
+             \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n",
+            self.manifests().display(),
+            self.healthz_port,
+            self.port,
+            self.dir().join("logs").display(),
+            self.cgroup_root(),
+            self.extra_config,
+            self.shim.root().display(),
+            self.shim.socket().display(),
+        );
+        std::fs::write(self.config_path(), text).expect("config");
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir().join("agent.log"))
+            .expect("log");
+        let child = Command::new(picolet())
+            .arg("agent")
+            .arg("--config")
+            .arg(self.config_path())
+            .env(
+                "PICOLET_LOG",
+                std::env::var("PICOLET_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn picolet agent");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.get("/healthz").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "agent did not serve /healthz; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs the agent we started.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(c.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Writes a manifest atomically (temp file + rename), as editors and
+    /// config management do.
+    pub fn write_manifest(&self, file: &str, text: &str) {
+        let tmp = self.manifests().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, self.manifests().join(file)).expect("rename");
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).expect("rm");
+    }
+
+    /// GET on the API port (healthz on its own port); the body on 2xx.
+    pub fn get(&self, path: &str) -> Option<String> {
+        let port = if path == "/healthz" {
+            self.healthz_port
+        } else {
+            self.port
+        };
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        head.split_whitespace()
+            .nth(1)
+            .filter(|c| c.starts_with('2'))?;
+        Some(body.to_string())
+    }
+
+    pub fn pods(&self) -> Vec<Value> {
+        let body = self.get("/pods").unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The pod whose name starts with `name-` (static pods get `-<node>`).
+    pub fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-e2e");
+        self.pods()
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        let body = self.get("/events").unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits until `cond(pod)` holds for pod `name`; returns that pod.
+    pub fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        cond: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(p) = self.pod(name)
+                && cond(&p)
+            {
+                return p;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {name}: {what}\npod: {}\nagent log:\n{}\nshim log tail:\n{}",
+                    serde_json::to_string_pretty(&self.pod(name)).unwrap_or_default(),
+                    self.log(),
+                    tail(&self.shim.log(), 30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `cond()` holds.
+    pub fn wait(&self, what: &str, timeout: Duration, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !cond() {
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}\nagent log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+        // The shim's drop removes the test cgroups (ours are below them)
+        // and unmounts what is left under the test dir.
+    }
+}
+
+/// The first container status of `pod` named `name`.
+pub fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    for key in ["containerStatuses", "initContainerStatuses"] {
+        if let Some(list) = pod["status"][key].as_array()
+            && let Some(c) = list.iter().find(|c| c["name"] == name)
+        {
+            return c;
+        }
+    }
+    &Value::Null
+}
+
+pub fn phase(pod: &Value) -> &str {
+    pod["status"]["phase"].as_str().unwrap_or("")
+}
