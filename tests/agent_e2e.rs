@@ -314,3 +314,188 @@ fn killed_agent_restarts_nothing_and_cleans_up_orphans() {
     });
     assert!(agent.pod("steady").is_none());
 }
+
+#[test]
+fn hooks_volumes_resources_and_image_errors() {
+    require_root!();
+    let agent = Agent::start("");
+    let host = agent.host_dir();
+    let text = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: hooks}}
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - {{name: out, hostPath: {{path: {host}, type: Directory}}}}
+  - {{name: made, hostPath: {{path: {host}/made.txt, type: FileOrCreate}}}}
+  - {{name: mem, emptyDir: {{medium: Memory, sizeLimit: 1Mi}}}}
+  containers:
+  - name: main
+    image: busybox:latest
+    imagePullPolicy: Never
+    command: [sh, -c, 'trap "echo term >> /out/order; exit 0" TERM; grep " /mem " /proc/mounts > /out/mem; echo main >> /out/order; while true; do sleep 0.1; done']
+    resources:
+      limits: {{cpu: 500m, memory: 64Mi}}
+    lifecycle:
+      postStart:
+        exec: {{command: [sh, -c, 'echo poststart >> /out/order']}}
+      preStop:
+        exec: {{command: [sh, -c, 'echo prestop >> /out/order']}}
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+    - {{name: made, mountPath: /made.txt}}
+    - {{name: mem, mountPath: /mem}}
+  - name: badhook
+    image: busybox:latest
+    imagePullPolicy: Never
+    command: [sleep, '1000']
+    resources:
+      limits: {{cpu: 100m, memory: 16Mi}}
+    lifecycle:
+      postStart:
+        exec: {{command: [sh, -c, 'echo no; exit 7']}}
+"#,
+        host = host.display()
+    );
+    agent.write_manifest("hooks.yaml", &text);
+    let p = agent.wait_pod("hooks", "main Running", T, |p| {
+        container(p, "main")["state"]["running"].is_object()
+    });
+    assert_eq!(p["status"]["qosClass"], "Guaranteed");
+    agent.wait("postStart ran", T, || {
+        read(&agent, "order").contains("poststart")
+    });
+    assert!(host.join("made.txt").is_file(), "FileOrCreate made a file");
+    agent.wait("/out/mem", T, || !read(&agent, "mem").is_empty());
+    let mem = read(&agent, "mem");
+    assert!(mem.starts_with("tmpfs /mem tmpfs"), "{mem}");
+    assert!(mem.contains("size=1024k"), "sizeLimit: {mem}");
+    // Guaranteed pod cgroup: the sum of the limits.
+    let uid = p["metadata"]["uid"].as_str().expect("uid");
+    let pod_cg = format!("{}/kubepods/pod{uid}", agent.cgroup_root());
+    let read_cg = |ctrl: &str, file: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{ctrl}{pod_cg}/{file}"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        read_cg("memory", "memory.limit_in_bytes"),
+        (80u64 << 20).to_string()
+    );
+    assert_eq!(read_cg("cpu", "cpu.cfs_quota_us"), "60000");
+    assert_eq!(read_cg("cpu", "cpu.shares"), "614");
+    // The container's own cgroup below it carries its limit.
+    let cid = container(&p, "main")["containerID"]
+        .as_str()
+        .expect("id")
+        .trim_start_matches("picolet://")
+        .to_string();
+    assert_eq!(
+        std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/memory{pod_cg}/{cid}/memory.limit_in_bytes"
+        ))
+        .expect("container cgroup")
+        .trim(),
+        (64u64 << 20).to_string()
+    );
+    // A failing postStart hook kills the container; it is restarted.
+    agent.wait_pod("hooks", "badhook restarted", T, |p| {
+        container(p, "badhook")["restartCount"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 1
+    });
+    let ev = agent.events();
+    let hook = ev
+        .iter()
+        .find(|e| e["reason"] == "FailedPostStartHook")
+        .expect("FailedPostStartHook event");
+    assert!(
+        hook["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exit code 7"),
+        "{hook}"
+    );
+    assert_eq!(
+        hook["involvedObject"]["fieldPath"],
+        "spec.containers{badhook}"
+    );
+
+    // Image errors, as kubelet names them.
+    let img = |name: &str, policy: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  - {{name: main, image: 'nothere:1', imagePullPolicy: {policy}}}\n"
+        )
+    };
+    agent.write_manifest("never.yaml", &img("never", "Never"));
+    agent.write_manifest("pull.yaml", &img("pull", "IfNotPresent"));
+    agent.wait_pod("never", "ErrImageNeverPull", T, |p| {
+        container(p, "main")["state"]["waiting"]["reason"] == "ErrImageNeverPull"
+    });
+    agent.wait_pod("pull", "ErrImagePull", T, |p| {
+        container(p, "main")["state"]["waiting"]["reason"] == "ErrImagePull"
+    });
+    agent.wait_pod("pull", "ImagePullBackOff", T, |p| {
+        container(p, "main")["state"]["waiting"]["reason"] == "ImagePullBackOff"
+    });
+    let p = agent.pod("pull").expect("pod");
+    assert_eq!(phase(&p), "Pending");
+
+    // A missing hostPath Directory: FailedMount, the container waits.
+    let missing = pod(&agent, "nodir", "sleep 1000", "").replace(
+        &format!("path: {}, type: Directory", host.display()),
+        &format!("path: {}/missing, type: Directory", host.display()),
+    );
+    agent.write_manifest("nodir.yaml", &missing);
+    agent.wait("FailedMount event", T, || {
+        agent.events().iter().any(|e| {
+            e["reason"] == "FailedMount"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("missing does not exist"))
+        })
+    });
+
+    // preStop runs before TERM reaches the container.
+    agent.remove_manifest("hooks.yaml");
+    agent.wait("hooks pod gone", T, || agent.pod("hooks").is_none());
+    // (postStart runs beside the entrypoint, so those two may be in either order.)
+    let order = read(&agent, "order");
+    assert!(order.ends_with("prestop\nterm\n"), "{order}");
+    assert!(
+        order.contains("main\n") && order.contains("poststart\n"),
+        "{order}"
+    );
+}
+
+/// The agent talks to the runtime only through CRI: the same static pod
+/// runs on Debian's containerd 1.6 + runc (host network: containerd's CRI
+/// needs CNI for a pod network).
+#[test]
+fn the_agent_drives_containerd_too() {
+    require_root!();
+    let mut agent = Agent::prepare("");
+    let ctrd = common::containerd::Containerd::start(&agent.dir());
+    agent.cri_socket = Some(ctrd.socket());
+    agent.spawn();
+    let text = pod(
+        &agent,
+        "onctrd",
+        "trap \"echo term >> /out/term; exit 0\" TERM; echo $((6*7)) > /out/hi; while true; do sleep 0.1; done",
+        "  hostNetwork: true\n",
+    )
+    .replace("image: busybox:latest", "image: docker.io/library/busybox:latest");
+    agent.write_manifest("p.yaml", &text);
+    let p = agent.wait_pod("onctrd", "Running on containerd", T, running);
+    let id = container(&p, "main")["containerID"].as_str().unwrap_or("");
+    assert!(id.starts_with("containerd://"), "{id}");
+    agent.wait("/out/hi", T, || read(&agent, "hi") == "42\n");
+    agent.remove_manifest("p.yaml");
+    agent.wait("pod gone", T, || agent.pod("onctrd").is_none());
+    assert_eq!(read(&agent, "term"), "term\n", "stopped with TERM");
+    agent.stop();
+    drop(ctrd);
+}

@@ -17,6 +17,8 @@ pub struct Agent {
     pub healthz_port: u16,
     pub port: u16,
     pub extra_config: String,
+    /// The CRI socket the agent uses: the shim's unless set.
+    pub cri_socket: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -30,19 +32,26 @@ impl Agent {
     /// Starts a shim with the busybox test image, and an agent on it.
     /// `extra_config` is appended to the KubeletConfiguration.
     pub fn start(extra_config: &str) -> Self {
+        let mut a = Self::prepare(extra_config);
+        a.spawn();
+        a
+    }
+
+    /// A shim and the agent's paths, config not written, agent not started:
+    /// for tests that point the agent at another runtime.
+    pub fn prepare(extra_config: &str) -> Self {
         let shim = Shim::start();
         shim.import(&super::test_images().busybox_oci_archive);
-        let mut a = Self {
+        let a = Self {
             shim,
             child: None,
             healthz_port: free_port(),
             port: free_port(),
             extra_config: extra_config.into(),
+            cri_socket: None,
         };
         std::fs::create_dir_all(a.manifests()).expect("mkdir");
         std::fs::create_dir_all(a.host_dir()).expect("mkdir");
-        a.write_config();
-        a.spawn();
         a
     }
 
@@ -66,7 +75,7 @@ impl Agent {
         std::fs::read_to_string(self.dir().join("agent.log")).unwrap_or_default()
     }
 
-    fn write_config(&self) {
+    pub fn write_config(&self) {
         let text = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
@@ -80,12 +89,16 @@ impl Agent {
             self.cgroup_root(),
             self.extra_config,
             self.shim.root().display(),
-            self.shim.socket().display(),
+            self.cri_socket
+                .clone()
+                .unwrap_or_else(|| self.shim.socket())
+                .display(),
         );
         std::fs::write(self.config_path(), text).expect("config");
     }
 
     pub fn spawn(&mut self) {
+        self.write_config();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

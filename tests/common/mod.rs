@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub mod agent;
+pub mod containerd;
 
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::{Image, ImageSpec, ImageStatusRequest, ListImagesRequest};
