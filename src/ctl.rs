@@ -259,7 +259,17 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
             Ok(ContainerState::ContainerExited) => "Exited",
             _ => "Unknown",
         };
-        let image = c.image.map(|i| i.image).unwrap_or_default();
+        // What the user asked for (kubelet passes the resolved ID as `image`).
+        let image = c
+            .image
+            .map(|i| {
+                if i.user_specified_image.is_empty() {
+                    short(i.image.trim_start_matches("sha256:"))
+                } else {
+                    i.user_specified_image
+                }
+            })
+            .unwrap_or_default();
         println!(
             "{:<14} {:<30} {:<10} {:<8} {:<20} {:>7} {:<14}",
             short(&c.id),

@@ -105,7 +105,7 @@ impl Shared {
     /// Wakes the worker of pod `uid`, if any.
     pub(crate) fn notify(&self, uid: &str) {
         if let Some(h) = lock(&self.workers).get(uid) {
-            let _ = h.tx.try_send(worker::Msg::Sync);
+            h.sync();
         }
     }
 
@@ -256,8 +256,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             _ = &mut shutdown => break,
             _ = tick.tick() => desired = sync_source(&shared, &mut src),
             Some(()) = rx.recv() => {
-                // Let an editor finish its rename dance, then read.
-                tokio::time::sleep(Duration::from_millis(20)).await;
                 while rx.try_recv().is_ok() {}
                 desired = sync_source(&shared, &mut src);
             }
@@ -314,7 +312,7 @@ fn sync_source(shared: &Arc<Shared>, src: &mut source::FileSource) -> BTreeMap<S
     // Gone from the source: terminate.
     for (uid, h) in workers.iter() {
         if !desired.contains_key(uid) && !*h.done.borrow() {
-            let _ = h.tx.try_send(worker::Msg::Terminate);
+            h.terminate();
         }
     }
     // New: start, after any pod of the same name has finished terminating.

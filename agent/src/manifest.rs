@@ -353,6 +353,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_manifest_is_valid() {
+        let text = include_str!("../../examples/manifests/hello.yaml");
+        let pods = parse(Path::new("hello.yaml"), text, "edge-1", "t").expect("valid");
+        let spec = pods[0].spec.as_ref().expect("spec");
+        assert_eq!(spec.init_containers.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
     fn image_tags() {
         assert_eq!(image_tag("busybox"), None);
         assert_eq!(image_tag("busybox:1"), Some("1"));

@@ -163,12 +163,9 @@ pub fn watch(dir: &Path, tx: mpsc::Sender<()>) -> std::io::Result<()> {
     let mut ino = Inotify::init()?;
     ino.watches().add(
         dir,
-        WatchMask::CLOSE_WRITE
-            | WatchMask::MOVED_TO
-            | WatchMask::MOVED_FROM
-            | WatchMask::DELETE
-            | WatchMask::CREATE
-            | WatchMask::ATTRIB,
+        // Complete files only: CLOSE_WRITE after a write, MOVED_TO after a
+        // rename (CREATE would show a file still being written).
+        WatchMask::CLOSE_WRITE | WatchMask::MOVED_TO | WatchMask::MOVED_FROM | WatchMask::DELETE,
     )?;
     std::thread::Builder::new()
         .name("static-pods".into())

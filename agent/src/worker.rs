@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::cri_config::{self, ContainerEnv, Qos, SandboxEnv};
 use crate::events::Object;
@@ -19,22 +19,29 @@ use crate::{Shared, hooks, volumes};
 /// kubelet's minimum grace after a preStop hook used up the period.
 const MIN_GRACE: Duration = Duration::from_secs(2);
 
-/// Messages to a worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Msg {
-    /// Something changed (PLEG, timer): sync now.
-    Sync,
-    /// The pod is gone from its source: terminate it.
-    Terminate,
-}
-
 /// The handle the agent keeps for a worker.
 #[derive(Debug)]
 pub struct Handle {
-    pub tx: mpsc::Sender<Msg>,
+    /// Wake-ups (PLEG, source): many coalesce into one sync.
+    wake: Arc<Notify>,
+    /// Set once the pod is gone from its source: terminate it.
+    stop: watch::Sender<bool>,
     /// Becomes `true` once the worker has terminated the pod.
     pub done: watch::Receiver<bool>,
     pub full_name: String,
+}
+
+impl Handle {
+    /// Something changed: sync soon.
+    pub fn sync(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The pod is gone from its source: terminate it. Never lost, however
+    /// many wake-ups are pending.
+    pub fn terminate(&self) {
+        self.stop.send_replace(true);
+    }
 }
 
 fn now_ns() -> i64 {
@@ -77,7 +84,8 @@ pub fn spawn(
     after: Option<watch::Receiver<bool>>,
     orphan_name: Option<(String, String)>,
 ) -> Handle {
-    let (tx, rx) = mpsc::channel(8);
+    let wake = Arc::new(Notify::new());
+    let (stop, stop_rx) = watch::channel(orphan_name.is_some());
     let (done_tx, done) = watch::channel(false);
     let (ns, name) = pod
         .as_ref()
@@ -110,9 +118,10 @@ pub fn spawn(
         start_time: now_ns(),
         qos,
     };
-    tokio::spawn(w.run(rx, done_tx, after));
+    tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
-        tx,
+        wake,
+        stop,
         done,
         full_name,
     }
@@ -121,7 +130,8 @@ pub fn spawn(
 impl Worker {
     async fn run(
         mut self,
-        mut rx: mpsc::Receiver<Msg>,
+        wake: Arc<Notify>,
+        mut stop: watch::Receiver<bool>,
         done: watch::Sender<bool>,
         after: Option<watch::Receiver<bool>>,
     ) {
@@ -129,7 +139,7 @@ impl Worker {
             let _ = after.wait_for(|d| *d).await;
         }
         if self.pod.is_some() {
-            loop {
+            while !*stop.borrow() {
                 let next = match self.sync().await {
                     Ok(next) => next,
                     Err(e) => {
@@ -137,22 +147,10 @@ impl Worker {
                         Duration::from_secs(2)
                     }
                 };
-                let msg = tokio::select! {
-                    m = rx.recv() => m,
-                    _ = tokio::time::sleep(next) => Some(Msg::Sync),
-                };
-                match msg {
-                    Some(Msg::Sync) => {
-                        // Coalesce a burst of wake-ups into one sync.
-                        let mut stop = false;
-                        while let Ok(m) = rx.try_recv() {
-                            stop |= m == Msg::Terminate;
-                        }
-                        if stop {
-                            break;
-                        }
-                    }
-                    Some(Msg::Terminate) | None => break,
+                tokio::select! {
+                    _ = wake.notified() => {}
+                    r = stop.changed() => if r.is_err() { break },
+                    _ = tokio::time::sleep(next) => {}
                 }
             }
         }
@@ -669,38 +667,34 @@ impl Worker {
             .unwrap_or_default()
     }
 
-    /// Removes dead containers beyond the newest per name, containers of
-    /// old sandboxes, and old sandboxes (kubelet's container GC with
-    /// MaxPerPodContainer = 1).
+    /// kubelet's container GC with MaxPerPodContainer = 1: per container
+    /// name the newest exited container stays (for `lastState` and the
+    /// restart count), older exited ones go; then old sandboxes that have
+    /// no containers left.
     async fn gc(&self, observed: &Observed) {
         let cri = &self.shared.cri;
-        let newest_sb = observed.sandboxes.first().map(|s| s.id.clone());
-        let mut seen: BTreeMap<&str, ()> = BTreeMap::new();
-        for c in &observed.containers {
-            let first = seen.insert(c.name.as_str(), ()).is_none();
-            let old_sandbox = Some(&c.sandbox_id) != newest_sb.as_ref();
-            if c.state == State::Exited && (!first || old_sandbox) {
-                // Keep the newest exit of a name even in an old sandbox,
-                // for lastState and the restart count, unless a newer one
-                // exists.
-                if first && old_sandbox {
-                    continue;
-                }
-                if let Err(e) = cri.remove_container(&c.id).await {
-                    tracing::debug!("gc {}: {e}", c.id);
-                }
+        let mut kept: BTreeMap<&str, ()> = BTreeMap::new();
+        let mut removed: Vec<&str> = Vec::new();
+        for c in observed
+            .containers
+            .iter()
+            .filter(|c| c.state == State::Exited)
+        {
+            if kept.insert(c.name.as_str(), ()).is_none() {
+                continue;
+            }
+            match cri.remove_container(&c.id).await {
+                Ok(()) => removed.push(&c.id),
+                Err(e) => tracing::debug!("gc {}: {e}", c.id),
             }
         }
-        for s in observed.sandboxes.iter().skip(1) {
-            let has_containers = observed
+        for s in observed.sandboxes.iter().skip(1).filter(|s| !s.ready) {
+            let used = observed
                 .containers
                 .iter()
-                .any(|c| c.sandbox_id == s.id && c.state != State::Exited);
-            if !s.ready && !has_containers {
-                let keep = observed.containers.iter().any(|c| c.sandbox_id == s.id);
-                if !keep && let Err(e) = cri.remove_pod_sandbox(&s.id).await {
-                    tracing::debug!("gc sandbox {}: {e}", s.id);
-                }
+                .any(|c| c.sandbox_id == s.id && !removed.contains(&c.id.as_str()));
+            if !used && let Err(e) = cri.remove_pod_sandbox(&s.id).await {
+                tracing::debug!("gc sandbox {}: {e}", s.id);
             }
         }
     }

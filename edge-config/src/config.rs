@@ -417,6 +417,12 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_spells_out_the_defaults() {
+        let text = include_str!("../../examples/config.yaml");
+        assert_eq!(parse(text), Ok(Config::default()));
+    }
+
+    #[test]
     fn a_kubelet_file_works() {
         let text = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nstaticPodPath: /etc/kubernetes/manifests\nfileCheckFrequency: 5s\ncgroupDriver: cgroupfs\ncgroupsPerQOS: true\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nimageGCHighThresholdPercent: 90\nevictionHard:\n  memory.available: 200Mi\n  pid.available: 10%\npicolet:\n  nodeName: edge-1\n  restartBackoffInitial: 1s\n";
         let c = parse(text).expect("valid");
