@@ -499,3 +499,67 @@ fn the_agent_drives_containerd_too() {
     agent.stop();
     drop(ctrd);
 }
+
+/// `picolet up` runs shim and agent as children and restarts either after a
+/// kill -9; the pod's container lives through both, and through `up`
+/// stopping.
+#[test]
+fn up_supervises_shim_and_agent() {
+    require_root!();
+    let mut up = Agent::prepare("");
+    up.shim.stop();
+    up.command = "up";
+    up.spawn();
+    up.write_manifest("p.yaml", &pod(&up, "sup", "sleep 1000", ""));
+    let p = up.wait_pod("sup", "Running", T, running);
+    let id = container(&p, "main")["containerID"].clone();
+    for role in [" shim ", " agent "] {
+        let (pid, _) = up
+            .children()
+            .into_iter()
+            .find(|(_, cmd)| cmd.contains(role))
+            .unwrap_or_else(|| panic!("no{role}child: {:?}", up.children()));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill");
+        up.wait(&format!("{role} restarted"), T, || {
+            up.children()
+                .iter()
+                .any(|(p, cmd)| cmd.contains(role) && *p != pid)
+        });
+        // The agent sees the same container, not restarted.
+        std::thread::sleep(Duration::from_secs(2));
+        let p = up.wait_pod("sup", "Running after the restart", T, running);
+        assert_eq!(
+            container(&p, "main")["containerID"],
+            id,
+            "after killing{role}"
+        );
+        assert_eq!(container(&p, "main")["restartCount"], 0);
+    }
+    assert!(up.log().contains("restarting in"), "up logs the restarts");
+    // Stopping `up` stops both children; the container keeps running.
+    let children: Vec<i32> = up.children().into_iter().map(|(p, _)| p).collect();
+    up.stop();
+    for pid in children {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "child {pid} still running"
+        );
+    }
+    let uid = p["metadata"]["uid"].as_str().expect("uid");
+    let cid = id.as_str().expect("id").trim_start_matches("picolet://");
+    let procs = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/pids{}/kubepods/besteffort/pod{uid}/{cid}/cgroup.procs",
+        up.cgroup_root()
+    ))
+    .expect("container cgroup");
+    assert!(
+        !procs.trim().is_empty(),
+        "the container outlives picolet up"
+    );
+}

@@ -63,6 +63,21 @@ fn agent_without_a_runtime_names_the_socket() {
     let out = picolet(&["agent", "--config", cfg.to_str().expect("utf8")]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("none.sock"));
+    // A flag overrides the file.
+    let flag = dir.path().join("flag.sock");
+    let out = picolet(&[
+        "agent",
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "--cri-socket",
+        flag.to_str().expect("utf8"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("flag.sock") && !err.contains("none.sock"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -19,6 +19,8 @@ pub struct Agent {
     pub extra_config: String,
     /// The CRI socket the agent uses: the shim's unless set.
     pub cri_socket: Option<PathBuf>,
+    /// `agent`, or `up` (then it runs its own shim on the test shim's paths).
+    pub command: &'static str,
 }
 
 fn free_port() -> u16 {
@@ -49,6 +51,7 @@ impl Agent {
             port: free_port(),
             extra_config: extra_config.into(),
             cri_socket: None,
+            command: "agent",
         };
         std::fs::create_dir_all(a.manifests()).expect("mkdir");
         std::fs::create_dir_all(a.host_dir()).expect("mkdir");
@@ -81,7 +84,8 @@ impl Agent {
              staticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
              healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
              picolet:\n  nodeName: e2e\n  dataDir: {}\n  criSocket: {}\n\
-             \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n",
+             \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n\
+             \x20 runDir: {}\n  imagesDir: {}\n",
             self.manifests().display(),
             self.healthz_port,
             self.port,
@@ -93,6 +97,8 @@ impl Agent {
                 .clone()
                 .unwrap_or_else(|| self.shim.socket())
                 .display(),
+            self.dir().join("run").display(),
+            self.shim.images_dir().display(),
         );
         std::fs::write(self.config_path(), text).expect("config");
     }
@@ -105,7 +111,7 @@ impl Agent {
             .open(self.dir().join("agent.log"))
             .expect("log");
         let child = Command::new(picolet())
-            .arg("agent")
+            .arg(self.command)
             .arg("--config")
             .arg(self.config_path())
             .env(
@@ -126,6 +132,24 @@ impl Agent {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Children of the process we started (for `up`: its shim and agent).
+    pub fn children(&self) -> Vec<(i32, String)> {
+        let Some(c) = &self.child else {
+            return Vec::new();
+        };
+        let pid = c.id();
+        let list =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        list.split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .map(|p| {
+                let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                (p, cmd)
+            })
+            .collect()
     }
 
     /// SIGKILLs the agent we started.
