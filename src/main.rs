@@ -38,6 +38,9 @@ enum Command {
     Monitor(MonitorCommand),
     /// A small crictl-like client for debugging on the device.
     Ctl(ctl::CtlArgs),
+    /// Validate the config file and static pod manifests without running
+    /// anything; errors name the file and field (exit 2).
+    Check(CheckArgs),
     /// Print the version.
     Version,
 }
@@ -129,6 +132,17 @@ pub(crate) struct AgentArgs {
     address: Option<std::net::IpAddr>,
 }
 
+#[derive(clap::Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Node name the manifests' pod names get suffixed with.
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Static pod manifests (files) to validate.
+    manifests: Vec<PathBuf>,
+}
+
 #[derive(clap::Args, Clone, Default)]
 pub(crate) struct UpArgs {
     #[command(flatten)]
@@ -199,6 +213,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::run(args),
         Command::Agent(args) => run_agent(args),
         Command::Up(args) => up::run(args),
+        Command::Check(args) => check(args),
         Command::Monitor(m) => run_monitor(m),
     }
 }
@@ -244,6 +259,53 @@ fn init_tracing() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+fn check(args: CheckArgs) -> ExitCode {
+    let config = match load_config(&args.common) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let config_name = args
+        .common
+        .config
+        .as_ref()
+        .map_or_else(|| format!("{DEFAULT_CONFIG} (defaults)"), |p| p.display().to_string());
+    println!("{config_name}: ok");
+    let node = args.node_name.unwrap_or(config.node_name);
+    let mut failed = false;
+    for m in &args.manifests {
+        let text = match std::fs::read_to_string(m) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("picolet: {}: cannot read: {e}", m.display());
+                failed = true;
+                continue;
+            }
+        };
+        match agent::manifest::parse(m, &text, &node, "1970-01-01T00:00:00Z") {
+            Ok(pods) => {
+                for p in pods {
+                    println!(
+                        "{}: ok: pod {}/{} uid {}",
+                        m.display(),
+                        p.metadata.namespace.unwrap_or_default(),
+                        p.metadata.name.unwrap_or_default(),
+                        p.metadata.uid.unwrap_or_default()
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("picolet: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn run_agent(args: AgentArgs) -> ExitCode {

@@ -94,3 +94,31 @@ fn ctl_without_a_shim_names_the_socket() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("none.sock"));
 }
+
+#[test]
+fn check_validates_config_and_manifests() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = picolet(&[
+        "check",
+        "--config",
+        &format!("{root}/examples/config.yaml"),
+        "--node-name",
+        "edge-1",
+        &format!("{root}/examples/manifests/hello.yaml"),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("config.yaml: ok"), "{stdout}");
+    assert!(stdout.contains("pod default/hello-edge-1 uid "), "{stdout}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  restartPolicy: Sometimes\n  containers: [{name: c, image: i}]\n",
+    )
+    .expect("write");
+    let out = picolet(&["check", "--config", "/dev/null", bad.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml: spec.restartPolicy: \"Sometimes\""), "{err}");
+}

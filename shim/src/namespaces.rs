@@ -118,6 +118,12 @@ fn apply_sysctl(key: &str, value: &str, want: &PodNamespaces) -> Result<(), Erro
     fs::write(&path, value).map_err(|e| bad(&format!("write {}: {e}", path.display())))
 }
 
+// The ioctl request type is c_ulong with glibc and c_int with musl.
+#[allow(clippy::unnecessary_cast)]
+const SIOCGIFFLAGS: libc::Ioctl = libc::SIOCGIFFLAGS as libc::Ioctl;
+#[allow(clippy::unnecessary_cast)]
+const SIOCSIFFLAGS: libc::Ioctl = libc::SIOCSIFFLAGS as libc::Ioctl;
+
 /// Sets IFF_UP on `lo` in this thread's network namespace.
 #[allow(unsafe_code)]
 fn loopback_up() -> std::io::Result<()> {
@@ -136,13 +142,13 @@ fn loopback_up() -> std::io::Result<()> {
     }
     // SAFETY: SIOCGIFFLAGS reads the name and writes ifru_flags of `req`,
     // which lives for the whole call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: the union member ifru_flags was just filled by the kernel.
     unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &req) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
