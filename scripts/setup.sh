@@ -4,7 +4,8 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in protobuf-compiler busybox-static skopeo containerd; do
+# qemu-user-static: the aarch64 smoke test of scripts/dist.sh; binutils: readelf.
+for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -22,3 +23,8 @@ for comp in clippy rustfmt; do
   rustup component list --installed 2>/dev/null | grep -q "^$comp" || rustup component add "$comp"
 done
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
+# The device targets for scripts/dist.sh (static musl builds, linked by rust-lld).
+installed_targets=$(rustup target list --installed 2>/dev/null)
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  grep -qx "$t" <<<"$installed_targets" || rustup target add "$t"
+done

@@ -266,11 +266,10 @@ fn check(args: CheckArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let config_name = args
-        .common
-        .config
-        .as_ref()
-        .map_or_else(|| format!("{DEFAULT_CONFIG} (defaults)"), |p| p.display().to_string());
+    let config_name = args.common.config.as_ref().map_or_else(
+        || format!("{DEFAULT_CONFIG} (defaults)"),
+        |p| p.display().to_string(),
+    );
     println!("{config_name}: ok");
     let node = args.node_name.unwrap_or(config.node_name);
     let mut failed = false;

@@ -107,7 +107,11 @@ fn check_validates_config_and_manifests() {
         &format!("{root}/examples/manifests/hello.yaml"),
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("config.yaml: ok"), "{stdout}");
     assert!(stdout.contains("pod default/hello-edge-1 uid "), "{stdout}");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -117,8 +121,16 @@ fn check_validates_config_and_manifests() {
         "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  restartPolicy: Sometimes\n  containers: [{name: c, image: i}]\n",
     )
     .expect("write");
-    let out = picolet(&["check", "--config", "/dev/null", bad.to_str().expect("utf8")]);
+    let out = picolet(&[
+        "check",
+        "--config",
+        "/dev/null",
+        bad.to_str().expect("utf8"),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.yaml: spec.restartPolicy: \"Sometimes\""), "{err}");
+    assert!(
+        err.contains("bad.yaml: spec.restartPolicy: \"Sometimes\""),
+        "{err}"
+    );
 }

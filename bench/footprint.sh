@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Footprint: summed RSS and PSS of every picolet process (up, shim, agent,
+# per-container monitors) idle with 0, 10 and 30 running pods, and idle CPU
+# over 60 s with 30 pods, beside Debian's containerd 1.6 + its per-pod
+# containerd-shim-runc-v2 processes holding the same pods, in the same run;
+# plus the static binary size. Prints a markdown table. Run as root.
+#
+#   sudo bench/footprint.sh [IDLE_SECONDS]      # default 60
+#
+# Pods: host network, one idle busybox container each. picolet's pods come
+# from static pod files through its agent (so its figure includes the
+# agent); containerd's are made by the same in-process CRI client as
+# bench/cri.sh (no kubelet counted). Container processes themselves, and
+# containerd's per-pod sandbox ("pause") processes, are not counted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "bench: run as root" >&2; exit 1; }
+IDLE="${1:-60}"
+
+scripts/setup.sh
+cargo build --release --locked -q -p picolet --target x86_64-unknown-linux-musl
+cargo build --release --locked -q -p xtask -p bench
+T="${CARGO_TARGET_DIR:-target}"
+BIN="$T/x86_64-unknown-linux-musl/release/picolet"
+W=$(mktemp -d /var/tmp/picolet-footprint.XXXXXX)
+cp "$BIN" "$W/picolet"   # a private path: its processes are the ones with this exe
+P="$W/picolet"
+cleanup() {
+  [ -n "${UP:-}" ] && kill "$UP" 2>/dev/null || true
+  [ -n "${HOLD_PID:-}" ] && kill "$HOLD_PID" 2>/dev/null || true
+  [ -n "${CTRD:-}" ] && kill "$CTRD" 2>/dev/null || true
+  wait 2>/dev/null || true
+  pgrep -f "containerd-shim.*$W" | xargs -r kill -9 2>/dev/null || true
+  cat /sys/fs/cgroup/*/picolet-footprint/*/*/*/cgroup.procs 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
+  sleep 0.5
+  grep " $W" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  for h in /sys/fs/cgroup/*/picolet-footprint /sys/fs/cgroup/*/picolet-bench; do
+    [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+  rm -rf "$W" /var/log/pods/bench-*
+}
+trap cleanup EXIT
+
+# pids → "rss_kib pss_kib count"
+mem() {
+  local rss=0 pss=0 n=0 pid r s
+  for pid in "$@"; do
+    [ -r "/proc/$pid/smaps_rollup" ] || continue
+    r=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
+    s=$(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup")
+    rss=$((rss + r)); pss=$((pss + s)); n=$((n + 1))
+  done
+  echo "$rss $pss $n"
+}
+# pids → CPU ticks (utime + stime)
+ticks() {
+  local t=0 pid
+  for pid in "$@"; do
+    [ -r "/proc/$pid/stat" ] || continue
+    t=$((t + $(sed 's/^.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$t"
+}
+picolet_pids() {
+  for d in /proc/[0-9]*; do
+    [ "$(readlink "$d/exe" 2>/dev/null)" = "$P" ] && echo "${d#/proc/}"
+  done
+}
+ctrd_pids() { echo "$CTRD"; pgrep -f "containerd-shim.*$W" || true; }
+running() { "$P" ctl --socket "$1" ps 2>/dev/null | grep -c Running || true; }
+wait_running() { for _ in $(seq 600); do [ "$(running "$1")" -ge "$2" ] && return 0; sleep 0.1; done; echo "bench: $2 pods not running" >&2; exit 1; }
+hz=$(getconf CLK_TCK)
+cpu_pct() { # pids-function → CPU % over IDLE seconds
+  local a b
+  a=$(ticks $($1)); sleep "$IDLE"; b=$(ticks $($1))
+  awk "BEGIN { printf \"%.2f\", ($b - $a) * 100 / $hz / $IDLE }"
+}
+
+mkdir -p "$W/images" "$W/manifests"
+"$T/release/xtask" demo-image "$W/images/busybox.tar" >/dev/null
+"$T/release/xtask" busybox-docker "$W/busybox-docker.tar" >/dev/null
+"$T/release/xtask" pause-image "$W/pause.tar" >/dev/null
+
+# --- picolet up ---
+cat > "$W/config.yaml" <<YAML
+staticPodPath: $W/manifests
+healthzPort: 0
+port: 0
+podLogsDir: $W/logs
+cgroupRoot: /picolet-footprint
+picolet: {nodeName: fp, dataDir: $W/root, runDir: $W/run, criSocket: $W/run/picolet.sock, imagesDir: $W/images}
+YAML
+S="$W/run/picolet.sock"
+"$P" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!
+for _ in $(seq 200); do "$P" ctl --socket "$S" images 2>/dev/null | grep -q busybox && break; sleep 0.05; done
+manifest() {
+  cat > "$W/manifests/.p$1" <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: p$1}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "trap 'exit 0' TERM; sleep 3600 & wait"]
+YAML
+  mv "$W/manifests/.p$1" "$W/manifests/p$1.yaml"
+}
+declare -A PM PC
+sleep 5; PM[0]=$(mem $(picolet_pids))
+for i in $(seq 1 10); do manifest "$i"; done; wait_running "$S" 10; sleep 5; PM[10]=$(mem $(picolet_pids))
+for i in $(seq 11 30); do manifest "$i"; done; wait_running "$S" 30; sleep 5; PM[30]=$(mem $(picolet_pids))
+PCPU=$(cpu_pct picolet_pids)
+rm -f "$W"/manifests/*.yaml
+for _ in $(seq 300); do [ "$(running "$S")" = 0 ] && break; sleep 0.1; done
+kill "$UP"; wait "$UP" 2>/dev/null || true; UP=
+
+# --- containerd + runc ---
+mkdir -p "$W/c"
+cat > "$W/c/config.toml" <<TOML
+version = 2
+root = "$W/c/root"
+state = "$W/c/state"
+[grpc]
+  address = "$W/c/c.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "localhost/picolet-bench/pause:v1"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+TOML
+containerd --config "$W/c/config.toml" 2>"$W/c/containerd.log" & CTRD=$!
+for _ in $(seq 200); do [ -S "$W/c/c.sock" ] && break; sleep 0.05; done
+for a in busybox-docker pause; do ctr --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
+declare -A CM
+coproc HOLD { "$T/release/pods-hold" "$W/c/c.sock" docker.io/library/busybox:latest; }
+HOLD_PID=$HOLD_PID
+for n in 0 10 30; do
+  echo "$n" >&"${HOLD[1]}"; read -r _ _ <&"${HOLD[0]}"
+  sleep 5; CM[$n]=$(mem $(ctrd_pids))
+done
+CCPU=$(cpu_pct ctrd_pids)
+exec {HOLD[1]}>&-
+wait "$HOLD_PID" 2>/dev/null || true; HOLD_PID=
+
+size=$(stat -c %s "$BIN")
+python3 - "$IDLE" "$size" "$PCPU" "$CCPU" "$(containerd --version | awk '{print $3}')" \
+  "${PM[0]}" "${PM[10]}" "${PM[30]}" "${CM[0]}" "${CM[10]}" "${CM[30]}" <<'PY'
+import sys, os, platform, datetime
+idle, size, pcpu, ccpu, cver = sys.argv[1:6]
+pm = [list(map(int, x.split())) for x in sys.argv[6:9]]
+cm = [list(map(int, x.split())) for x in sys.argv[9:12]]
+mib = lambda k: f"{k / 1024:.1f} MiB"
+print(f"\nFootprint ({os.cpu_count()} cores, kernel {platform.release()}, {datetime.date.today()}); "
+      f"host-network pods, one idle container each\n")
+print(f"| | picolet (up + shim + agent + monitors) | containerd {cver} + shims |")
+print("|---|---:|---:|")
+for i, n in enumerate([0, 10, 30]):
+    p, c = pm[i], cm[i]
+    print(f"| {n} pods: RSS | {mib(p[0])} ({p[2]} processes) | {mib(c[0])} ({c[2]} processes) |")
+    print(f"| {n} pods: PSS | {mib(p[1])} | {mib(c[1])} |")
+print(f"| idle CPU, 30 pods, {idle} s | {pcpu} % of one core | {ccpu} % of one core |")
+print(f"| static binary (x86_64 musl) | {int(size) / 1048576:.1f} MiB | |")
+PY
