@@ -10,6 +10,14 @@ use std::time::Duration;
 /// Wall-clock time since the Unix epoch.
 pub type Time = Duration;
 
+/// The wall clock as [`Time`] (the agent's one clock: CRI reports exits
+/// and starts in Unix nanoseconds).
+pub fn now() -> Time {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     delay: Duration,

@@ -1,7 +1,8 @@
 //! Pod → CRI: the sandbox and container configs kubelet's
 //! `kuberuntime` builds (labels, annotations, namespaces, security
-//! context, resources, env with field refs, mounts, DNS), and the pod's
-//! QoS class. Pure: node facts and resolved volume paths come in as values.
+//! context, resources, env with field refs, mounts, DNS). Pure: node facts
+//! and resolved volume paths come in as values; the QoS arithmetic is in
+//! [`crate::qos`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -16,6 +17,11 @@ use cri_proto::v1::{
 use edge_config::quantity::{parse_quantity, parse_quantity_milli};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, SeccompProfile};
 use sha2::{Digest, Sha256};
+
+use crate::qos::{
+    CPU_PERIOD_US, Qos, all_containers, milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj,
+    quantity,
+};
 
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 pub const LABEL_POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
@@ -61,9 +67,6 @@ const READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-/// CFS period kubelet uses (100 ms).
-pub const CPU_PERIOD_US: i64 = 100_000;
-
 /// Facts about the node that pod configs depend on.
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
@@ -82,155 +85,6 @@ pub struct SandboxEnv {
     pub host_resolv_conf: String,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
-}
-
-/// QoS class as `v1.PodQOSClass`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Qos {
-    Guaranteed,
-    Burstable,
-    BestEffort,
-}
-
-impl Qos {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Qos::Guaranteed => "Guaranteed",
-            Qos::Burstable => "Burstable",
-            Qos::BestEffort => "BestEffort",
-        }
-    }
-}
-
-fn all_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
-    spec.init_containers
-        .iter()
-        .flatten()
-        .chain(spec.containers.iter())
-}
-
-fn quantity(c: &Container, kind: &str, res: &str) -> Option<u128> {
-    let r = c.resources.as_ref()?;
-    let map = if kind == "limits" {
-        r.limits.as_ref()?
-    } else {
-        r.requests.as_ref()?
-    };
-    let q = map.get(res)?;
-    if res == "cpu" {
-        parse_quantity_milli(&q.0)
-    } else {
-        parse_quantity(&q.0)
-    }
-}
-
-/// kubelet's `GetPodQOS` (cpu and memory only).
-pub fn qos_class(spec: &PodSpec) -> Qos {
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in all_containers(spec) {
-        for res in ["cpu", "memory"] {
-            let req = quantity(c, "requests", res).filter(|v| *v > 0);
-            let lim = quantity(c, "limits", res).filter(|v| *v > 0);
-            if req.is_some() || lim.is_some() {
-                any = true;
-            }
-            if lim.is_none() || req.is_some_and(|r| Some(r) != lim) {
-                guaranteed = false;
-            }
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => Qos::BestEffort,
-        (true, true) => Qos::Guaranteed,
-        (true, false) => Qos::Burstable,
-    }
-}
-
-/// The pod cgroup (cgroupfs driver): `<root>/kubepods[/burstable|/besteffort]/pod<uid>`.
-pub fn pod_cgroup_parent(cgroup_root: &str, qos: Qos, uid: &str) -> String {
-    let root = cgroup_root.trim_end_matches('/');
-    match qos {
-        Qos::Guaranteed => format!("{root}/kubepods/pod{uid}"),
-        Qos::Burstable => format!("{root}/kubepods/burstable/pod{uid}"),
-        Qos::BestEffort => format!("{root}/kubepods/besteffort/pod{uid}"),
-    }
-}
-
-/// cpu.shares from a request in millicores (kubelet's `MilliCPUToShares`).
-pub fn milli_cpu_to_shares(milli: u128) -> u64 {
-    if milli == 0 {
-        return 2;
-    }
-    u64::try_from((milli * 1024 / 1000).max(2)).unwrap_or(262_144)
-}
-
-/// CFS quota from a limit in millicores (kubelet's `MilliCPUToQuota`).
-pub fn milli_cpu_to_quota(milli: u128) -> i64 {
-    if milli == 0 {
-        return 0;
-    }
-    let q = i64::try_from(milli * CPU_PERIOD_US as u128 / 1000).unwrap_or(i64::MAX);
-    q.max(1000)
-}
-
-/// The pod-level cgroup limits kubelet sets (`ResourceConfigForPod`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PodResources {
-    pub cpu_shares: u64,
-    pub cpu_quota: Option<i64>,
-    pub memory_limit: Option<u64>,
-}
-
-pub fn pod_resources(spec: &PodSpec) -> PodResources {
-    let app = || spec.containers.iter();
-    let sum_or_max = |kind: &str, res: &str| -> Option<u128> {
-        // Apps run together (sum); init containers one at a time (max).
-        let mut sum = 0u128;
-        for c in app() {
-            sum += quantity(c, kind, res)?;
-        }
-        let mut init_max = 0u128;
-        for c in spec.init_containers.iter().flatten() {
-            init_max = init_max.max(quantity(c, kind, res)?);
-        }
-        Some(sum.max(init_max))
-    };
-    let req_cpu: u128 = app()
-        .filter_map(|c| quantity(c, "requests", "cpu"))
-        .sum::<u128>()
-        .max(
-            spec.init_containers
-                .iter()
-                .flatten()
-                .filter_map(|c| quantity(c, "requests", "cpu"))
-                .max()
-                .unwrap_or(0),
-        );
-    PodResources {
-        cpu_shares: milli_cpu_to_shares(req_cpu),
-        cpu_quota: sum_or_max("limits", "cpu").map(milli_cpu_to_quota),
-        memory_limit: sum_or_max("limits", "memory").and_then(|m| u64::try_from(m).ok()),
-    }
-}
-
-/// oom_score_adj by QoS (kubelet's `GetContainerOOMScoreAdjust`).
-pub fn oom_score_adj(qos: Qos, c: &Container, node_memory: u128) -> i64 {
-    match qos {
-        Qos::Guaranteed => -997,
-        Qos::BestEffort => 1000,
-        Qos::Burstable => {
-            let req = quantity(c, "requests", "memory").unwrap_or(0);
-            let adj = 1000 - (1000 * req / node_memory.max(1)).min(1000) as i64;
-            if adj < 3 {
-                3
-            } else if adj == 1000 {
-                999
-            } else {
-                adj
-            }
-        }
-    }
 }
 
 /// A hash of the container spec: a changed container restarts, and a
@@ -751,16 +605,7 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
-
-    fn pod(yaml_spec: &str) -> Pod {
-        let text = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{app: x}}\nspec:\n{yaml_spec}"
-        );
-        crate::manifest::parse(Path::new("f"), &text, "node", "t")
-            .expect("valid")
-            .remove(0)
-    }
+    use crate::manifest::test_pod as pod;
 
     fn node() -> NodeInfo {
         NodeInfo {
@@ -769,60 +614,6 @@ mod tests {
             cpu_milli: 4000,
             memory_bytes: 8 << 30,
         }
-    }
-
-    #[test]
-    fn qos_classes() {
-        let be = pod("  containers:\n  - {name: a, image: i}\n");
-        assert_eq!(qos_class(be.spec.as_ref().expect("spec")), Qos::BestEffort);
-        let g = pod(
-            "  containers:\n  - name: a\n    image: i\n    resources: {limits: {cpu: 500m, memory: 64Mi}}\n",
-        );
-        assert_eq!(qos_class(g.spec.as_ref().expect("spec")), Qos::Guaranteed);
-        let b = pod(
-            "  containers:\n  - name: a\n    image: i\n    resources: {requests: {memory: 64Mi}}\n  - {name: b, image: i}\n",
-        );
-        let spec = b.spec.as_ref().expect("spec");
-        assert_eq!(qos_class(spec), Qos::Burstable);
-        assert_eq!(
-            pod_cgroup_parent("/", Qos::Burstable, "u1"),
-            "/kubepods/burstable/podu1"
-        );
-        assert_eq!(
-            pod_cgroup_parent("/", Qos::Guaranteed, "u1"),
-            "/kubepods/podu1"
-        );
-        // 64 MiB of 8 GiB → 1000 - 7 = 993.
-        assert_eq!(
-            oom_score_adj(Qos::Burstable, &spec.containers[0], 8 << 30),
-            993
-        );
-        assert_eq!(
-            oom_score_adj(Qos::Burstable, &spec.containers[1], 8 << 30),
-            999
-        );
-    }
-
-    #[test]
-    fn cpu_formulas() {
-        assert_eq!(milli_cpu_to_shares(0), 2);
-        assert_eq!(milli_cpu_to_shares(1), 2);
-        assert_eq!(milli_cpu_to_shares(250), 256);
-        assert_eq!(milli_cpu_to_shares(1000), 1024);
-        assert_eq!(milli_cpu_to_quota(500), 50_000);
-        assert_eq!(milli_cpu_to_quota(5), 1000);
-        let p = pod(
-            "  containers:\n  - name: a\n    image: i\n    resources: {limits: {cpu: 500m, memory: 64Mi}}\n  - name: b\n    image: i\n    resources: {limits: {cpu: 250m, memory: 32Mi}}\n",
-        );
-        let r = pod_resources(p.spec.as_ref().expect("spec"));
-        assert_eq!(r.cpu_shares, 768);
-        assert_eq!(r.cpu_quota, Some(75_000));
-        assert_eq!(r.memory_limit, Some(96 << 20));
-        let p = pod(
-            "  containers:\n  - name: a\n    image: i\n    resources: {limits: {memory: 64Mi}}\n  - {name: b, image: i}\n",
-        );
-        let r = pod_resources(p.spec.as_ref().expect("spec"));
-        assert_eq!((r.cpu_quota, r.memory_limit), (None, None));
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod http;
 pub mod manifest;
 pub mod plan;
 mod pleg;
+pub mod qos;
 pub mod runtime;
 pub mod source;
 pub mod status;
@@ -262,10 +263,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             _ = housekeeping.tick() => {
                 *lock(&shared.last_source) = Instant::now();
                 cleanup_orphans(&shared, &desired).await;
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                lock(&shared.backoff).gc(now);
+                lock(&shared.backoff).gc(backoff::now());
             }
         }
     }

@@ -4,8 +4,7 @@
 //! defaulting, then [`crate::validate`]. Pure: the caller reads the file.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use sha2::{Digest, Sha256};
@@ -17,31 +16,9 @@ pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
 /// Annotation: when the source first saw this version of the pod.
 pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 
-/// A manifest error: the file, the field path in it, what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManifestError {
-    pub file: PathBuf,
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for ManifestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
-            write!(f, "{}: {}", self.file.display(), self.message)
-        } else {
-            write!(
-                f,
-                "{}: {}: {}",
-                self.file.display(),
-                self.field,
-                self.message
-            )
-        }
-    }
-}
-
-impl std::error::Error for ManifestError {}
+/// A manifest error: the file, the field path in it, what is wrong (the
+/// same shape and printing as config errors).
+pub type ManifestError = edge_config::FieldError;
 
 /// Parses one manifest file's text into its pods (a `Pod`, or the items of
 /// a `PodList`/`List`), applies static pod rules and defaults, validates.
@@ -251,6 +228,18 @@ pub fn image_tag(image: &str) -> Option<&str> {
     let image = image.split('@').next().unwrap_or(image);
     let last = image.rsplit('/').next().unwrap_or(image);
     last.split_once(':').map(|(_, t)| t)
+}
+
+/// Test pods: `spec_yaml` (indented two spaces) under a pod named `p`
+/// labelled `app: x`, parsed for node `node`.
+#[cfg(test)]
+pub(crate) fn test_pod(spec_yaml: &str) -> Pod {
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{app: x}}\nspec:\n{spec_yaml}"
+    );
+    parse(Path::new("f"), &text, "node", "t")
+        .expect("valid")
+        .remove(0)
 }
 
 #[cfg(test)]

@@ -272,25 +272,20 @@ pub fn plan(pod: &Pod, observed: &Observed, backoff: BackoffFn<'_>) -> Actions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     fn pod(restart: &str, inits: &[&str], apps: &[&str]) -> Pod {
-        let mut text = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  restartPolicy: {restart}\n"
-        );
+        let mut spec = format!("  restartPolicy: {restart}\n");
         if !inits.is_empty() {
-            text.push_str("  initContainers:\n");
+            spec.push_str("  initContainers:\n");
             for n in inits {
-                text.push_str(&format!("  - {{name: {n}, image: 'i:1'}}\n"));
+                spec.push_str(&format!("  - {{name: {n}, image: 'i:1'}}\n"));
             }
         }
-        text.push_str("  containers:\n");
+        spec.push_str("  containers:\n");
         for n in apps {
-            text.push_str(&format!("  - {{name: {n}, image: 'i:1'}}\n"));
+            spec.push_str(&format!("  - {{name: {n}, image: 'i:1'}}\n"));
         }
-        crate::manifest::parse(Path::new("f"), &text, "n", "t")
-            .expect("valid")
-            .remove(0)
+        crate::manifest::test_pod(&spec)
     }
 
     fn hash_of(p: &Pod, name: &str) -> String {

@@ -110,24 +110,11 @@ impl Cri {
         let mut o = Observed::default();
         for s in sandboxes {
             let ready = s.state == cri_proto::v1::PodSandboxState::SandboxReady as i32;
-            let mut ip = String::new();
-            if ready {
-                let st = self
-                    .rt
-                    .clone()
-                    .pod_sandbox_status(self.req(PodSandboxStatusRequest {
-                        pod_sandbox_id: s.id.clone(),
-                        verbose: false,
-                    }))
-                    .await
-                    .map_err(e("PodSandboxStatus"))?
-                    .into_inner();
-                ip = st
-                    .status
-                    .and_then(|s| s.network)
-                    .map(|n| n.ip)
-                    .unwrap_or_default();
-            }
+            let ip = if ready {
+                self.sandbox_ip(&s.id).await?
+            } else {
+                String::new()
+            };
             o.sandboxes.push(ObservedSandbox {
                 id: s.id,
                 attempt: s.metadata.map(|m| m.attempt).unwrap_or(0),
@@ -136,20 +123,7 @@ impl Cri {
                 ip,
             });
         }
-        let containers = self
-            .rt
-            .clone()
-            .list_containers(self.req(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    label_selector: uid_filter(uid),
-                    ..Default::default()
-                }),
-            }))
-            .await
-            .map_err(e("ListContainers"))?
-            .into_inner()
-            .containers;
-        for c in containers {
+        for c in self.pod_containers(uid).await? {
             let st = match self
                 .rt
                 .clone()
@@ -206,6 +180,23 @@ impl Cri {
         Ok(o)
     }
 
+    /// The containers of the pod `uid`, as ListContainers gives them.
+    async fn pod_containers(&self, uid: &str) -> Result<Vec<cri_proto::v1::Container>> {
+        Ok(self
+            .rt
+            .clone()
+            .list_containers(self.req(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    label_selector: uid_filter(uid),
+                    ..Default::default()
+                }),
+            }))
+            .await
+            .map_err(e("ListContainers"))?
+            .into_inner()
+            .containers)
+    }
+
     /// (pod uid, sandbox id, (namespace, name), ready) of every sandbox
     /// that carries a pod UID.
     pub async fn list_pod_uids(&self) -> Result<Vec<(String, String, (String, String), bool)>> {
@@ -254,20 +245,9 @@ impl Cri {
     /// (container id, grace period) of the pod's containers, from the
     /// grace annotation they were created with.
     pub async fn list_container_graces(&self, uid: &str) -> Result<Vec<(String, Duration)>> {
-        let items = self
-            .rt
-            .clone()
-            .list_containers(self.req(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    label_selector: uid_filter(uid),
-                    ..Default::default()
-                }),
-            }))
-            .await
-            .map_err(e("ListContainers"))?
-            .into_inner()
-            .containers;
-        Ok(items
+        Ok(self
+            .pod_containers(uid)
+            .await?
             .into_iter()
             .filter_map(|c| {
                 let secs: u64 = c.annotations.get(ANN_GRACE)?.parse().ok()?;

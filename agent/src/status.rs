@@ -33,11 +33,7 @@ pub struct Context<'a> {
 
 /// The current time as a jiff timestamp (k8s-openapi's jiff has no clock).
 pub fn timestamp_now() -> Timestamp {
-    let ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i128)
-        .unwrap_or(0);
-    Timestamp::from_nanosecond(ns).unwrap_or_default()
+    Timestamp::from_nanosecond(crate::backoff::now().as_nanos() as i128).unwrap_or_default()
 }
 
 fn time(ns: i64) -> Option<Time> {
@@ -275,15 +271,11 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
 mod tests {
     use super::*;
     use crate::plan::ObservedSandbox;
-    use std::path::Path;
 
     fn pod(restart: &str) -> Pod {
-        let text = format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  restartPolicy: {restart}\n  containers:\n  - {{name: a, image: 'i:1'}}\n"
-        );
-        crate::manifest::parse(Path::new("f"), &text, "n", "t")
-            .expect("valid")
-            .remove(0)
+        crate::manifest::test_pod(&format!(
+            "  restartPolicy: {restart}\n  containers:\n  - {{name: a, image: 'i:1'}}\n"
+        ))
     }
 
     fn c(state: State, exit: i32, created: i64, restarts: u32) -> ObservedContainer {

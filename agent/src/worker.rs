@@ -5,14 +5,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::{Notify, watch};
 
-use crate::cri_config::{self, ContainerEnv, Qos, SandboxEnv};
+use crate::backoff::now;
+use crate::cri_config::{self, ContainerEnv, SandboxEnv};
 use crate::events::Object;
 use crate::plan::{self, Observed, ObservedContainer, State};
+use crate::qos::{self, Qos};
 use crate::status::{self, Waiting};
 use crate::{Shared, hooks, volumes};
 
@@ -45,16 +47,7 @@ impl Handle {
 }
 
 fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-fn now() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
+    i64::try_from(now().as_nanos()).unwrap_or(i64::MAX)
 }
 
 /// The pod a worker syncs: the desired pod, or only what the runtime
@@ -101,7 +94,7 @@ pub fn spawn(
     let qos = pod
         .as_ref()
         .and_then(|p| p.spec.as_ref())
-        .map(cri_config::qos_class)
+        .map(qos::qos_class)
         .unwrap_or(Qos::BestEffort);
     let w = Worker {
         shared,
@@ -189,7 +182,7 @@ impl Worker {
     fn sandbox_env(&self) -> SandboxEnv {
         let cfg = &self.shared.config;
         let cgroup_parent = if cfg.cgroups_per_qos {
-            cri_config::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid)
+            qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid)
         } else {
             String::new()
         };
@@ -395,15 +388,15 @@ impl Worker {
             return Ok(());
         }
         let spec = pod.spec.clone().unwrap_or_default();
-        let r = cri_config::pod_resources(&spec);
+        let r = qos::pod_resources(&spec);
         let limits = cgroup::Limits {
             cpu_shares: r.cpu_shares,
             cpu_quota: r.cpu_quota,
-            cpu_period: cri_config::CPU_PERIOD_US as u64,
+            cpu_period: qos::CPU_PERIOD_US as u64,
             memory: r.memory_limit,
             pids: cfg.pod_pids_limit,
         };
-        let path = cri_config::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
+        let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
         h.ensure_pod(&path, &limits)
             .map_err(|e| format!("pod cgroup {path}: {e}"))
     }
@@ -728,7 +721,7 @@ impl Worker {
             && cfg.cgroups_per_qos
         {
             for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
-                let path = cri_config::pod_cgroup_parent(&cfg.cgroup_root, qos, &self.uid);
+                let path = qos::pod_cgroup_parent(&cfg.cgroup_root, qos, &self.uid);
                 if let Err(e) = h.remove_pod(&path) {
                     tracing::warn!("pod cgroup {path}: {e}");
                 }

@@ -14,15 +14,17 @@ use serde::Deserialize;
 
 use crate::quantity::{Threshold, parse_duration, parse_quantity, parse_threshold};
 
-/// A config error: file, field path, what is wrong.
+/// An error in a file: the file, the field path in it, what is wrong.
+/// Printed `<file>: <field.path>: <message>`. Config files and static pod
+/// manifests report their errors with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
+pub struct FieldError {
     pub file: PathBuf,
     pub field: String,
     pub message: String,
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.field.is_empty() || self.field == "." {
             write!(f, "{}: {}", self.file.display(), self.message)
@@ -38,7 +40,10 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for FieldError {}
+
+/// An error in the config file.
+pub type ConfigError = FieldError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

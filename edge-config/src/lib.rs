@@ -11,7 +11,7 @@ pub mod quantity;
 
 use std::path::PathBuf;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, FieldError};
 
 /// Default data root (`--root`).
 pub const DEFAULT_ROOT: &str = "/var/lib/picolet";

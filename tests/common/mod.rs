@@ -371,23 +371,28 @@ impl Drop for Shim {
 impl Shim {
     /// Stops the shim we started: SIGTERM, then SIGKILL after 5 s.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SIGTERM first so the shim shuts down cleanly.
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = self.child.take() {
+            terminate(c);
         }
     }
+}
+
+/// Ends a child we started: SIGTERM (so it shuts down cleanly), then
+/// SIGKILL if it is still there after 5 s.
+pub fn terminate(mut c: Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
 }
 
 pub fn spec(image: &str) -> ImageSpec {
