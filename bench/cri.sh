@@ -13,6 +13,7 @@
 # measured with its own pod network namespace (loopback), its default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/containerd.sh
 [ "$(id -u)" = 0 ] || { echo "bench: run as root" >&2; exit 1; }
 N="${1:-50}"
 
@@ -47,25 +48,7 @@ wait_sock "$W/p/p.sock"
 kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 
 # containerd + runc
-mkdir -p "$W/c"
-cat > "$W/c/config.toml" <<TOML
-version = 2
-root = "$W/c/root"
-state = "$W/c/state"
-[grpc]
-  address = "$W/c/c.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/picolet-bench/pause:v1"
-  # Root in this VM cannot lower oom_score_adj (no CAP_SYS_RESOURCE).
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-TOML
-containerd --config "$W/c/config.toml" 2>"$W/c/containerd.log" & CTRD=$!
-wait_sock "$W/c/c.sock"
+containerd_cri_start "$W/c"
 for a in busybox pause; do ctr --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
 "$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" host > "$W/containerd.json"
 

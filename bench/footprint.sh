@@ -14,6 +14,7 @@
 # containerd's per-pod sandbox ("pause") processes, are not counted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/containerd.sh
 [ "$(id -u)" = 0 ] || { echo "bench: run as root" >&2; exit 1; }
 IDLE="${1:-60}"
 
@@ -109,7 +110,7 @@ spec:
 YAML
   mv "$W/manifests/.p$1" "$W/manifests/p$1.yaml"
 }
-declare -A PM PC
+declare -A PM
 sleep 5; PM[0]=$(mem $(picolet_pids))
 for i in $(seq 1 10); do manifest "$i"; done; wait_running "$S" 10; sleep 5; PM[10]=$(mem $(picolet_pids))
 for i in $(seq 11 30); do manifest "$i"; done; wait_running "$S" 30; sleep 5; PM[30]=$(mem $(picolet_pids))
@@ -119,24 +120,7 @@ for _ in $(seq 300); do [ "$(running "$S")" = 0 ] && break; sleep 0.1; done
 kill "$UP"; wait "$UP" 2>/dev/null || true; UP=
 
 # --- containerd + runc ---
-mkdir -p "$W/c"
-cat > "$W/c/config.toml" <<TOML
-version = 2
-root = "$W/c/root"
-state = "$W/c/state"
-[grpc]
-  address = "$W/c/c.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "localhost/picolet-bench/pause:v1"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-TOML
-containerd --config "$W/c/config.toml" 2>"$W/c/containerd.log" & CTRD=$!
-for _ in $(seq 200); do [ -S "$W/c/c.sock" ] && break; sleep 0.05; done
+containerd_cri_start "$W/c"
 for a in busybox-docker pause; do ctr --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
 declare -A CM
 coproc HOLD { "$T/release/pods-hold" "$W/c/c.sock" docker.io/library/busybox:latest; }
