@@ -1,14 +1,14 @@
 //! Lifecycle hooks (postStart, preStop): exec through CRI `ExecSync`,
-//! httpGet with a small HTTP/1.1 client, and sleep. Each bounded by a
+//! httpGet through [`crate::httpc`], and sleep. Each bounded by a
 //! timeout (the grace period for preStop).
 
 use std::time::Duration;
 
+use crate::httpc;
+use crate::prober::KUBE_VERSION;
+use crate::runtime::Cri;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use crate::runtime::Cri;
 
 /// Resolves a port by number or by the container's port name.
 pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
@@ -63,70 +63,42 @@ pub async fn run(
                 pod_ip.into()
             }
         });
-        let port = resolve_port(&g.port, c)?;
-        let path = g.path.clone().unwrap_or_else(|| "/".into());
+        let path = g.path.clone().unwrap_or_default();
+        let path = if path.starts_with('/') {
+            path
+        } else {
+            format!("/{path}")
+        };
         let headers: Vec<(String, String)> = g
             .http_headers
             .iter()
             .flatten()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        let status = tokio::time::timeout(timeout, http_get(&host, port, &path, &headers))
+        let ua = format!("kube-lifecycle/{KUBE_VERSION}");
+        let get = httpc::Get {
+            https: g
+                .scheme
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("https")),
+            host: &host,
+            port: resolve_port(&g.port, c)?,
+            path: &path,
+            headers: &headers,
+            user_agent: &ua,
+        };
+        let r = tokio::time::timeout(timeout, httpc::get(&get))
             .await
             .map_err(|_| format!("HTTP lifecycle hook ({path}) timed out"))??;
-        if !(200..400).contains(&status) {
+        if !(200..400).contains(&r.status) {
             return Err(format!(
-                "HTTP lifecycle hook ({path}) for container {:?} failed with status {status}",
-                c.name
+                "HTTP lifecycle hook ({path}) for container {:?} failed with status {}: {}",
+                c.name,
+                r.status,
+                r.body.trim()
             ));
         }
         return Ok(());
     }
     Err("no handler".into())
-}
-
-/// A minimal HTTP/1.1 GET: returns the status code.
-pub async fn http_get(
-    host: &str,
-    port: u16,
-    path: &str,
-    headers: &[(String, String)],
-) -> Result<u16, String> {
-    let addr = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
-    let mut s = tokio::net::TcpStream::connect(&addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    let mut req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-lifecycle/1.31\r\nAccept: */*\r\nConnection: close\r\n"
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| format!("write {addr}: {e}"))?;
-    let mut buf = vec![0u8; 1024];
-    let mut n = 0;
-    while n < buf.len() {
-        let r = s
-            .read(&mut buf[n..])
-            .await
-            .map_err(|e| format!("read {addr}: {e}"))?;
-        if r == 0 || buf[..n + r].windows(2).any(|w| w == b"\r\n") {
-            n += r;
-            break;
-        }
-        n += r;
-    }
-    let head = String::from_utf8_lossy(&buf[..n]);
-    let line = head.lines().next().unwrap_or("");
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("bad HTTP response from {addr}: {line:?}"))
 }

@@ -110,6 +110,11 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "metadata": {},
             "items": shared.events_list(),
         })),
+        "/metrics/probes" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            shared.probe_metrics(),
+        ),
         "/manifests" => json_reply(&json!({
             "errors": lock(&shared.manifest_errors).clone(),
         })),

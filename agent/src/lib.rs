@@ -11,9 +11,13 @@ pub mod cri_config;
 pub mod events;
 pub mod hooks;
 mod http;
+pub mod httpc;
 pub mod manifest;
+pub mod metrics;
 pub mod plan;
 mod pleg;
+pub mod probe;
+pub mod prober;
 pub mod qos;
 pub mod runtime;
 pub mod source;
@@ -34,6 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::backoff::Backoff;
 use crate::cri_config::NodeInfo;
 use crate::events::{Events, Object};
+pub use crate::metrics::ProbeLabels;
 use crate::runtime::Cri;
 
 /// Why the agent could not run.
@@ -66,6 +71,7 @@ pub struct Shared {
     pub(crate) last_relist: Mutex<Instant>,
     pub(crate) last_source: Mutex<Instant>,
     pub(crate) manifest_errors: Mutex<Vec<String>>,
+    probe_counts: Mutex<metrics::ProbeCounts>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -97,6 +103,18 @@ impl Shared {
         lock(&self.workers).remove(uid);
         lock(&self.backoff).forget_prefix(&format!("{uid}/"));
         lock(&self.image_backoff).forget_prefix(&format!("{uid}/"));
+        // kubelet deletes a pod's probe series when its workers stop.
+        lock(&self.probe_counts).retain(|(l, _), _| l.pod_uid != uid);
+    }
+
+    pub(crate) fn count_probe(&self, labels: &ProbeLabels, result: &'static str) {
+        *lock(&self.probe_counts)
+            .entry((labels.clone(), result))
+            .or_default() += 1;
+    }
+
+    pub(crate) fn probe_metrics(&self) -> String {
+        metrics::probes(&lock(&self.probe_counts))
     }
 
     pub(crate) fn orphan_grace(&self, id: &str) -> Option<Duration> {
@@ -120,7 +138,7 @@ impl Shared {
 }
 
 /// Facts about this node: name, an address, CPUs and memory.
-fn node_info(name: &str) -> NodeInfo {
+fn node_info(name: &str, ip: Option<std::net::IpAddr>) -> NodeInfo {
     let cpus = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1) as u128;
@@ -136,7 +154,10 @@ fn node_info(name: &str) -> NodeInfo {
         * 1024;
     NodeInfo {
         name: name.into(),
-        host_ip: host_ip().unwrap_or_else(|| "127.0.0.1".into()),
+        host_ip: ip
+            .map(|i| i.to_string())
+            .or_else(host_ip)
+            .unwrap_or_else(|| "127.0.0.1".into()),
         cpu_milli: cpus * 1000,
         memory_bytes: mem,
     }
@@ -193,7 +214,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             None
         }
     };
-    let node = node_info(&config.node_name);
+    let node = node_info(&config.node_name, config.node_ip);
     let shared = Arc::new(Shared {
         cri,
         node,
@@ -214,6 +235,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         last_relist: Mutex::new(Instant::now()),
         last_source: Mutex::new(Instant::now()),
         manifest_errors: Mutex::new(Vec::new()),
+        probe_counts: Mutex::new(metrics::ProbeCounts::new()),
         config,
     });
 

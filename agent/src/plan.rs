@@ -6,6 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cri_config::container_hash;
+use crate::probe::Kind;
 
 /// A container's runtime state, as CRI reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,8 +94,8 @@ pub struct Actions {
     pub create_sandbox: Option<u32>,
     /// The ready sandbox to use, when not creating one.
     pub sandbox_id: Option<String>,
-    /// Running containers to kill: (id, name, why).
-    pub kill: Vec<(String, String, String)>,
+    /// Running containers to kill.
+    pub kill: Vec<Kill>,
     /// Index of the init container to start next.
     pub start_init: Option<usize>,
     /// Indexes of app containers to start.
@@ -102,6 +103,34 @@ pub struct Actions {
     /// Containers held back by back-off.
     pub waits: Vec<Wait>,
 }
+
+/// A container to kill, why (the `Killing` event's message) and, for a
+/// failed probe, the probe's own grace period.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kill {
+    pub id: String,
+    pub name: String,
+    pub why: String,
+    pub grace: Option<Duration>,
+}
+
+impl Kill {
+    fn new(id: &str, name: &str, why: String) -> Self {
+        Kill {
+            id: id.into(),
+            name: name.into(),
+            why,
+            grace: None,
+        }
+    }
+}
+
+/// `unhealthy(container_id)` → the probe that failed (liveness or startup)
+/// and its grace period.
+pub type UnhealthyFn<'a> = &'a dyn Fn(&str) -> Option<(Kind, Option<Duration>)>;
+
+/// Nobody is unhealthy.
+pub const HEALTHY: UnhealthyFn<'static> = &|_| None;
 
 fn restart_policy(pod: &Pod) -> &str {
     pod.spec
@@ -147,7 +176,12 @@ fn start_or_wait(
 }
 
 /// Computes the actions for one sync of `pod`.
-pub fn plan(pod: &Pod, observed: &Observed, backoff: BackoffFn<'_>) -> Actions {
+pub fn plan(
+    pod: &Pod,
+    observed: &Observed,
+    backoff: BackoffFn<'_>,
+    unhealthy: UnhealthyFn<'_>,
+) -> Actions {
     let mut a = Actions::default();
     let Some(spec) = pod.spec.as_ref() else {
         return a;
@@ -206,9 +240,9 @@ pub fn plan(pod: &Pod, observed: &Observed, backoff: BackoffFn<'_>) -> Actions {
                 }
                 Some(State::Running) => return a,
                 Some(State::Created | State::Unknown) => {
-                    let l = last.map(|l| l.id.clone()).unwrap_or_default();
+                    let l = last.map(|l| l.id.as_str()).unwrap_or_default();
                     a.kill
-                        .push((l, c.name.clone(), "init container not running".into()));
+                        .push(Kill::new(l, &c.name, "init container not running".into()));
                     a.start_init = Some(i);
                     return a;
                 }
@@ -235,12 +269,36 @@ pub fn plan(pod: &Pod, observed: &Observed, backoff: BackoffFn<'_>) -> Actions {
         match last {
             Some(l) if l.state == State::Running => {
                 if l.hash != container_hash(c) {
-                    a.kill.push((
-                        l.id.clone(),
-                        c.name.clone(),
+                    a.kill.push(Kill::new(
+                        &l.id,
+                        &c.name,
                         format!("Container {} definition changed, will be restarted", c.name),
                     ));
                     a.start.push(i);
+                } else if let Some((kind, grace)) = unhealthy(&l.id) {
+                    // kubelet: a failed liveness or startup probe kills the
+                    // container; it starts again unless restartPolicy is Never.
+                    let restart = policy != "Never";
+                    a.kill.push(Kill {
+                        grace,
+                        ..Kill::new(
+                            &l.id,
+                            &c.name,
+                            format!(
+                                "Container {} failed {} probe, {}",
+                                c.name,
+                                kind.as_str().to_ascii_lowercase(),
+                                if restart {
+                                    "will be restarted"
+                                } else {
+                                    "will not be restarted"
+                                }
+                            ),
+                        )
+                    });
+                    if restart {
+                        a.start.push(i);
+                    }
                 } else {
                     keep += 1;
                 }
@@ -250,7 +308,7 @@ pub fn plan(pod: &Pod, observed: &Observed, backoff: BackoffFn<'_>) -> Actions {
                     && matches!(l.state, State::Created | State::Unknown)
                 {
                     a.kill
-                        .push((l.id.clone(), c.name.clone(), "container not running".into()));
+                        .push(Kill::new(&l.id, &c.name, "container not running".into()));
                 }
                 if should_restart(policy, last) {
                     match start_or_wait(c, last, backoff) {
@@ -533,7 +591,12 @@ mod tests {
             },
         ];
         for c in cases {
-            assert_eq!(plan(&c.pod, &c.observed, NO_BACKOFF), c.want, "{}", c.name);
+            assert_eq!(
+                plan(&c.pod, &c.observed, NO_BACKOFF, HEALTHY),
+                c.want,
+                "{}",
+                c.name
+            );
         }
     }
 
@@ -545,9 +608,9 @@ mod tests {
             vec![ctr(&old, "a", State::Running, 0, 1)],
         );
         o.containers[0].hash = "0000".into();
-        let a = plan(&old, &o, NO_BACKOFF);
+        let a = plan(&old, &o, NO_BACKOFF, HEALTHY);
         assert_eq!(a.kill.len(), 1);
-        assert_eq!(a.kill[0].0, "a-1");
+        assert_eq!(a.kill[0].id, "a-1");
         assert_eq!(a.start, [0]);
     }
 
@@ -559,7 +622,7 @@ mod tests {
             assert_eq!((name, finished), ("a", 2));
             Some(Duration::from_secs(7))
         };
-        let a = plan(&p, &o, &wait);
+        let a = plan(&p, &o, &wait, HEALTHY);
         assert!(a.start.is_empty());
         assert_eq!(
             a.waits,
@@ -570,5 +633,39 @@ mod tests {
             }]
         );
         assert!(!a.kill_pod, "a pod in back-off keeps its sandbox");
+    }
+
+    #[test]
+    fn a_failed_liveness_probe_kills_and_restarts_unless_never() {
+        let grace = Some(Duration::from_secs(3));
+        let sick = |id: &str| (id == "a-1").then_some((Kind::Liveness, grace));
+        for (policy, restart) in [("Always", true), ("OnFailure", true), ("Never", false)] {
+            let p = pod(policy, &[], &["a", "b"]);
+            let o = obs(
+                vec![sb(true, 0)],
+                vec![
+                    ctr(&p, "a", State::Running, 0, 1),
+                    ctr(&p, "b", State::Running, 0, 1),
+                ],
+            );
+            let a = plan(&p, &o, NO_BACKOFF, &sick);
+            let why = if restart {
+                "Container a failed liveness probe, will be restarted"
+            } else {
+                "Container a failed liveness probe, will not be restarted"
+            };
+            assert_eq!(
+                a.kill,
+                [Kill {
+                    id: "a-1".into(),
+                    name: "a".into(),
+                    why: why.into(),
+                    grace
+                }],
+                "{policy}"
+            );
+            assert_eq!(a.start, if restart { vec![0] } else { vec![] }, "{policy}");
+            assert!(!a.kill_pod);
+        }
     }
 }

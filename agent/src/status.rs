@@ -21,7 +21,7 @@ pub struct Waiting {
 }
 
 /// Inputs beyond the pod and the runtime's view.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Context<'a> {
     pub waiting: &'a HashMap<String, Waiting>,
     pub host_ip: &'a str,
@@ -29,6 +29,21 @@ pub struct Context<'a> {
     pub qos: &'a str,
     /// Unix nanoseconds when the agent first saw the pod.
     pub start_time: i64,
+    /// Probe results by container ID.
+    pub probes: &'a dyn Fn(&str) -> ProbeState,
+}
+
+/// The startup and readiness results of one running container; `None`
+/// while a probe has not reached its threshold yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProbeState {
+    pub started: Option<bool>,
+    pub ready: Option<bool>,
+}
+
+/// No probe results at all.
+pub fn no_probes(_: &str) -> ProbeState {
+    ProbeState::default()
 }
 
 /// The current time as a jiff timestamp (k8s-openapi's jiff has no clock).
@@ -116,6 +131,12 @@ fn container_status(
         ),
     };
     let running = state.running.is_some();
+    // kubelet's prober manager `UpdatePodStatus`: started once the startup
+    // probe succeeded (or there is none); ready once started and the
+    // readiness probe succeeded (or there is none).
+    let probed = latest.map(|l| (ctx.probes)(&l.id)).unwrap_or_default();
+    let started = running && (spec.startup_probe.is_none() || probed.started == Some(true));
+    let ready = started && (spec.readiness_probe.is_none() || probed.ready == Some(true));
     ContainerStatus {
         name: spec.name.clone(),
         image: latest
@@ -126,8 +147,8 @@ fn container_status(
         image_id: latest.map(|l| l.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|l| format!("{runtime}://{}", l.id)),
         restart_count: latest.map(|l| l.restart_count as i32).unwrap_or(0),
-        ready: running,
-        started: Some(running),
+        ready,
+        started: Some(started),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
         ..Default::default()
@@ -319,6 +340,7 @@ mod tests {
             runtime_name: "picolet",
             qos: "BestEffort",
             start_time: 1_700_000_000_000_000_000,
+            probes: &no_probes,
         };
         pod_status(p, o, &ctx)
     }
@@ -386,5 +408,46 @@ mod tests {
             .expect("last");
         assert_eq!(last.container_id.as_deref(), Some("picolet://id2"));
         assert!(!cs.ready);
+    }
+
+    #[test]
+    fn probes_gate_started_and_ready() {
+        use k8s_openapi::api::core::v1::Probe;
+        let mut p = pod("Always");
+        let spec = p.spec.as_mut().expect("spec");
+        spec.containers[0].startup_probe = Some(Probe::default());
+        spec.containers[0].readiness_probe = Some(Probe::default());
+        let o = observed(vec![c(State::Running, 0, 1, 0)]);
+        let none = HashMap::new();
+        let with = |started, ready| {
+            let f = move |_: &str| ProbeState { started, ready };
+            let ctx = Context {
+                waiting: &none,
+                host_ip: "192.168.1.2",
+                runtime_name: "picolet",
+                qos: "BestEffort",
+                start_time: 1,
+                probes: &f,
+            };
+            let s = pod_status(&p, &o, &ctx);
+            let cs = s.container_statuses.clone().expect("statuses")[0].clone();
+            (
+                cs.started,
+                cs.ready,
+                cond(&s, "ContainersReady"),
+                cond(&s, "Ready"),
+            )
+        };
+        let f = || "False".to_string();
+        let t = || "True".to_string();
+        assert_eq!(with(None, None), (Some(false), false, f(), f()));
+        // Readiness is not trusted before the startup probe succeeded.
+        assert_eq!(
+            with(Some(false), Some(true)),
+            (Some(false), false, f(), f())
+        );
+        assert_eq!(with(Some(true), None), (Some(true), false, f(), f()));
+        assert_eq!(with(Some(true), Some(true)), (Some(true), true, t(), t()));
+        assert_eq!(with(Some(true), Some(false)), (Some(true), false, f(), f()));
     }
 }

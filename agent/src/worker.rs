@@ -14,6 +14,7 @@ use crate::backoff::now;
 use crate::cri_config::{self, ContainerEnv, SandboxEnv};
 use crate::events::Object;
 use crate::plan::{self, Observed, ObservedContainer, State};
+use crate::prober::{self, PodProbes};
 use crate::qos::{self, Qos};
 use crate::status::{self, Waiting};
 use crate::{Shared, hooks, volumes};
@@ -60,6 +61,18 @@ pub struct Worker {
     waiting: HashMap<String, Waiting>,
     start_time: i64,
     qos: Qos,
+    wake: Arc<Notify>,
+    probes: PodProbes,
+}
+
+/// A container to stop, the `Killing` event's message, and a grace period
+/// other than the pod's (a failed probe's own).
+type Stop<'a> = (&'a ObservedContainer, String, Option<Duration>);
+
+fn stopping<'a>(list: &[&'a ObservedContainer]) -> Vec<Stop<'a>> {
+    list.iter()
+        .map(|c| (*c, format!("Stopping container {}", c.name), None))
+        .collect()
 }
 
 /// Starts a worker that only terminates pod `uid`, which no source defines
@@ -110,6 +123,8 @@ pub fn spawn(
         waiting: HashMap::new(),
         start_time: now_ns(),
         qos,
+        wake: wake.clone(),
+        probes: PodProbes::default(),
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
@@ -227,7 +242,11 @@ impl Worker {
                 let since = Duration::from_nanos(u64::try_from(finished_at).unwrap_or(0));
                 backoff.remaining(&self.backoff_key(c), since, now_t)
             };
-            plan::plan(&pod, &observed, &lookup)
+            let unhealthy = |id: &str| {
+                let c = observed.containers.iter().find(|c| c.id == id)?;
+                self.probes.unhealthy(&pod, &c.name, id)
+            };
+            plan::plan(&pod, &observed, &lookup, &unhealthy)
         };
         let mut acted = false;
         // Waiting reasons that no longer hold go away.
@@ -244,7 +263,7 @@ impl Worker {
                 .collect();
             if !live.is_empty() || !ready.is_empty() {
                 acted = true;
-                self.kill_containers(&live, "Stopping container").await;
+                self.kill_containers(&stopping(&live)).await;
                 for id in ready {
                     cri.stop_pod_sandbox(&id).await.map_err(|e| e.to_string())?;
                 }
@@ -285,18 +304,18 @@ impl Worker {
                 }
             }
         }
-        let kills: Vec<ObservedContainer> = actions
+        let kills: Vec<Stop<'_>> = actions
             .kill
             .iter()
-            .filter_map(|(id, _, _)| observed.containers.iter().find(|c| &c.id == id).cloned())
+            .filter_map(|k| {
+                tracing::info!(pod = %self.obj.name, container = %k.name, id = %k.id, "{}", k.why);
+                let c = observed.containers.iter().find(|c| c.id == k.id)?;
+                Some((c, k.why.clone(), k.grace))
+            })
             .collect();
-        for (id, name, why) in &actions.kill {
+        if !kills.is_empty() {
             acted = true;
-            tracing::info!(pod = %self.obj.name, container = %name, id = %id, "{why}");
-        }
-        let refs: Vec<&ObservedContainer> = kills.iter().collect();
-        if !refs.is_empty() {
-            self.kill_containers(&refs, "Stopping container").await;
+            self.kill_containers(&kills).await;
         }
         if let Some(sb) = sandbox_id.clone() {
             let mut starts: Vec<&Container> = Vec::new();
@@ -353,6 +372,14 @@ impl Worker {
             observed
         };
         self.gc(&observed).await;
+        let pod_ip = pod_ip_of(&self.shared, &pod, &observed);
+        let env = prober::Env {
+            shared: &self.shared,
+            wake: &self.wake,
+            pod: &self.obj,
+            pod_ip: &pod_ip,
+        };
+        self.probes.sync(&env, &pod, &observed);
         self.publish(&pod, &observed);
         // Anything still waiting on images or errors: retry soon.
         if self
@@ -372,6 +399,7 @@ impl Worker {
             runtime_name: &self.shared.runtime_name,
             qos: self.qos.as_str(),
             start_time: self.start_time,
+            probes: &|id| self.probes.state(id),
         };
         let st = status::pod_status(pod, observed, &ctx);
         let mut p = pod.clone();
@@ -597,11 +625,11 @@ impl Worker {
     }
 
     /// Stops containers in parallel, each with its preStop hook and the
-    /// pod's grace period.
-    async fn kill_containers(&self, list: &[&ObservedContainer], why: &str) {
-        let grace = self.grace();
+    /// pod's grace period (or the one given).
+    async fn kill_containers(&self, list: &[Stop<'_>]) {
         let mut set = tokio::task::JoinSet::new();
-        for c in list {
+        for (c, why, own_grace) in list {
+            let grace = own_grace.unwrap_or_else(|| self.grace());
             let spec_c = self.pod.as_ref().and_then(|p| {
                 let s = p.spec.as_ref()?;
                 s.containers
@@ -616,12 +644,7 @@ impl Worker {
                 // Orphan: the grace its container was created with.
                 self.shared.orphan_grace(&c.id).unwrap_or(grace)
             };
-            self.event(
-                Some(&c.name),
-                "Normal",
-                "Killing",
-                &format!("{why} {}", c.name),
-            );
+            self.event(Some(&c.name), "Normal", "Killing", why);
             let cri = self.shared.cri.clone();
             let shared = self.shared.clone();
             let obj = self.obj.clone();
@@ -695,11 +718,12 @@ impl Worker {
     /// Stops and removes everything the runtime has for this pod, then the
     /// pod's cgroup, volumes and logs.
     async fn terminate(&mut self) -> Result<(), String> {
+        self.probes.clear();
         let cri = self.shared.cri.clone();
         let observed = cri.observe(&self.uid).await.map_err(|e| e.to_string())?;
         let live: Vec<&ObservedContainer> = observed.live().collect();
         if !live.is_empty() {
-            self.kill_containers(&live, "Stopping container").await;
+            self.kill_containers(&stopping(&live)).await;
         }
         for s in &observed.sandboxes {
             cri.stop_pod_sandbox(&s.id)
@@ -740,6 +764,26 @@ impl Worker {
             tracing::info!(pod = %self.obj.name, uid = %self.uid, "pod terminated");
         }
         Ok(())
+    }
+}
+
+/// The address probes use: the node's for host-network pods, else the
+/// sandbox's.
+fn pod_ip_of(shared: &Shared, pod: &Pod, observed: &Observed) -> String {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let ip = observed
+        .sandboxes
+        .first()
+        .map(|s| s.ip.clone())
+        .unwrap_or_default();
+    if host_network || ip.is_empty() {
+        shared.node.host_ip.clone()
+    } else {
+        ip
     }
 }
 

@@ -87,6 +87,8 @@ struct Raw {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawPicolet {
     node_name: Option<String>,
+    #[serde(rename = "nodeIP")]
+    node_ip: Option<String>,
     cri_socket: Option<String>,
     data_dir: Option<String>,
     images_dir: Option<String>,
@@ -137,6 +139,10 @@ pub struct Config {
     /// `podLogsDir`: where container logs go (kubelet: /var/log/pods).
     pub pod_logs_dir: PathBuf,
     pub node_name: String,
+    /// `picolet.nodeIP` (kubelet's `--node-ip`): the node's address, the
+    /// pod IP of host-network pods. `None`: the first non-loopback IPv4
+    /// address of an interface that is up.
+    pub node_ip: Option<IpAddr>,
     pub cri_socket: PathBuf,
     pub data_dir: PathBuf,
     pub images_dir: PathBuf,
@@ -319,6 +325,13 @@ impl Config {
                 format!("{node_name:?} is not a valid DNS subdomain"),
             ));
         }
+        let node_ip = match p.node_ip.as_deref() {
+            None => None,
+            Some(t) => Some(
+                t.parse::<IpAddr>()
+                    .map_err(|_| err("picolet.nodeIP", format!("{t:?} is not an IP address")))?,
+            ),
+        };
         let backoff_initial = dur(
             "picolet.restartBackoffInitial",
             &p.restart_backoff_initial,
@@ -374,6 +387,7 @@ impl Config {
             serialize_image_pulls: raw.serialize_image_pulls.unwrap_or(true),
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
+            node_ip,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
             data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),
             images_dir: PathBuf::from(

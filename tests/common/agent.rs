@@ -83,7 +83,7 @@ impl Agent {
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
              healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
-             picolet:\n  nodeName: e2e\n  dataDir: {}\n  criSocket: {}\n\
+             picolet:\n  nodeName: e2e\n  nodeIP: 127.0.0.1\n  dataDir: {}\n  criSocket: {}\n\
              \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n\
              \x20 runDir: {}\n  imagesDir: {}\n",
             self.manifests().display(),

@@ -1,0 +1,581 @@
+//! Probes as kubelet's prober runs them: parameters with the API server's
+//! defaults, the handler a probe resolves to, and the worker loop's timing
+//! and threshold logic. The loop is generic over the probe call and the
+//! clock is tokio's, so it is unit-tested with paused time; the handlers
+//! themselves are in [`crate::prober`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Probe};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::hooks::resolve_port;
+
+/// Which probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Startup,
+    Liveness,
+    Readiness,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Startup, Kind::Liveness, Kind::Readiness];
+
+    /// As kubelet names it in events and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Startup => "Startup",
+            Kind::Liveness => "Liveness",
+            Kind::Readiness => "Readiness",
+        }
+    }
+
+    pub fn of(self, c: &Container) -> Option<&Probe> {
+        match self {
+            Kind::Startup => c.startup_probe.as_ref(),
+            Kind::Liveness => c.liveness_probe.as_ref(),
+            Kind::Readiness => c.readiness_probe.as_ref(),
+        }
+    }
+}
+
+/// One probe's outcome (kubelet's `probe.Result`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Success,
+    /// Success with something to report (a redirect that was not followed).
+    Warning(String),
+    Failure(String),
+    /// The probe could not run (e.g. the runtime refused the exec): the
+    /// result is thrown away, as kubelet does.
+    Error(String),
+}
+
+impl Outcome {
+    /// `prober_probe_total`'s `result` label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Outcome::Success | Outcome::Warning(_) => "successful",
+            Outcome::Failure(_) => "failed",
+            Outcome::Error(_) => "unknown",
+        }
+    }
+}
+
+/// Timing and thresholds, defaulted as the API server does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    pub initial_delay: Duration,
+    pub period: Duration,
+    pub timeout: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+    /// Probe-level terminationGracePeriodSeconds (liveness, startup).
+    pub grace: Option<Duration>,
+}
+
+fn secs(v: Option<i32>, default: u64, min: u64) -> Duration {
+    Duration::from_secs(
+        v.map_or(default, |s| u64::try_from(s).unwrap_or(0))
+            .max(min),
+    )
+}
+
+impl Params {
+    pub fn of(p: &Probe, kind: Kind) -> Self {
+        let success = u32::try_from(p.success_threshold.unwrap_or(1)).unwrap_or(1);
+        Params {
+            initial_delay: secs(p.initial_delay_seconds, 0, 0),
+            period: secs(p.period_seconds, 10, 1),
+            timeout: secs(p.timeout_seconds, 1, 1),
+            // Validation rejects anything but 1 for liveness and startup.
+            success_threshold: if kind == Kind::Readiness {
+                success.max(1)
+            } else {
+                1
+            },
+            failure_threshold: u32::try_from(p.failure_threshold.unwrap_or(3))
+                .unwrap_or(3)
+                .max(1),
+            grace: p
+                .termination_grace_period_seconds
+                .filter(|_| kind != Kind::Readiness)
+                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0))),
+        }
+    }
+}
+
+/// What a probe calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Exec(Vec<String>),
+    Http {
+        https: bool,
+        host: String,
+        port: u16,
+        /// Path and query, as given.
+        path: String,
+        headers: Vec<(String, String)>,
+    },
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    Grpc {
+        host: String,
+        port: u16,
+        service: Option<String>,
+    },
+}
+
+/// Resolves a probe's handler for container `c` of a pod with `pod_ip`
+/// (the node's address for host-network pods, as kubelet reports it).
+pub fn target(p: &Probe, c: &Container, pod_ip: &str) -> Result<Target, String> {
+    let default_host = |h: Option<&String>| {
+        h.filter(|h| !h.is_empty())
+            .cloned()
+            .unwrap_or_else(|| pod_ip.to_string())
+    };
+    if let Some(e) = &p.exec {
+        return Ok(Target::Exec(e.command.clone().unwrap_or_default()));
+    }
+    if let Some(g) = &p.http_get {
+        let https = match g.scheme.as_deref() {
+            None | Some("HTTP") | Some("http") => false,
+            Some("HTTPS") | Some("https") => true,
+            Some(s) => return Err(format!("unsupported HTTP scheme {s:?}")),
+        };
+        let path = g.path.clone().filter(|p| !p.is_empty()).unwrap_or_default();
+        let path = if path.starts_with('/') {
+            path
+        } else {
+            format!("/{path}")
+        };
+        return Ok(Target::Http {
+            https,
+            host: default_host(g.host.as_ref()),
+            port: resolve_port(&g.port, c)?,
+            path,
+            headers: g
+                .http_headers
+                .iter()
+                .flatten()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect(),
+        });
+    }
+    if let Some(t) = &p.tcp_socket {
+        return Ok(Target::Tcp {
+            host: default_host(t.host.as_ref()),
+            port: resolve_port(&t.port, c)?,
+        });
+    }
+    if let Some(g) = &p.grpc {
+        return Ok(Target::Grpc {
+            host: pod_ip.to_string(),
+            port: u16::try_from(g.port).map_err(|_| format!("bad port {}", g.port))?,
+            service: g.service.clone(),
+        });
+    }
+    Err("the probe has no handler".into())
+}
+
+/// Consecutive results, as kubelet's worker counts them: a result is
+/// reported once it repeated `threshold` times in a row.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Run {
+    last: Option<bool>,
+    count: u32,
+}
+
+impl Run {
+    /// Records one result; `Some(result)` when the threshold is reached
+    /// (again) and the result must be set.
+    pub fn record(&mut self, success: bool, p: &Params) -> Option<bool> {
+        if self.last == Some(success) {
+            self.count = self.count.saturating_add(1);
+        } else {
+            self.last = Some(success);
+            self.count = 1;
+        }
+        let threshold = if success {
+            p.success_threshold
+        } else {
+            p.failure_threshold
+        };
+        (self.count >= threshold).then_some(success)
+    }
+}
+
+/// What the loop reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// Every probe that ran (for events and metrics).
+    Probed(Outcome),
+    /// The result crossed its threshold: set it.
+    Result(bool),
+}
+
+/// One probe worker for one container instance. `since_start` is how long
+/// the container has been running; `started` gates liveness and readiness
+/// until the startup probe has succeeded (`None`: no startup probe).
+/// Returns when a liveness or startup probe failed (the container is going
+/// to be killed) or a startup probe succeeded (it is not probed again).
+pub async fn run_loop<F, Fut>(
+    kind: Kind,
+    params: Params,
+    since_start: Duration,
+    mut started: Option<watch::Receiver<bool>>,
+    mut probe: F,
+    mut report: impl FnMut(Report),
+) where
+    F: FnMut(Duration) -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    tokio::time::sleep(params.initial_delay.saturating_sub(since_start)).await;
+    if let Some(rx) = started.as_mut()
+        && rx.wait_for(|s| *s).await.is_err()
+    {
+        return;
+    }
+    let mut run = Run::default();
+    loop {
+        let next = Instant::now() + params.period;
+        let outcome = match tokio::time::timeout(
+            params.timeout + Duration::from_secs(1),
+            probe(params.timeout),
+        )
+        .await
+        {
+            Ok(o) => o,
+            // The handler enforces the timeout; this is the backstop.
+            Err(_) => Outcome::Failure(format!("probe timed out after {:?}", params.timeout)),
+        };
+        let success = match &outcome {
+            Outcome::Success | Outcome::Warning(_) => Some(true),
+            Outcome::Failure(_) => Some(false),
+            Outcome::Error(_) => None,
+        };
+        report(Report::Probed(outcome));
+        if let Some(success) = success
+            && let Some(result) = run.record(success, &params)
+        {
+            report(Report::Result(result));
+            match (kind, result) {
+                (Kind::Liveness | Kind::Startup, false) | (Kind::Startup, true) => return,
+                _ => {}
+            }
+        }
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::{
+        ContainerPort, ExecAction, GRPCAction, HTTPGetAction, HTTPHeader, TCPSocketAction,
+    };
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+
+    fn params(delay: u64, period: u64, success: u32, failure: u32) -> Params {
+        Params {
+            initial_delay: Duration::from_secs(delay),
+            period: Duration::from_secs(period),
+            timeout: Duration::from_secs(1),
+            success_threshold: success,
+            failure_threshold: failure,
+            grace: None,
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_api_servers() {
+        let p = Params::of(&Probe::default(), Kind::Liveness);
+        assert_eq!(p, params(0, 10, 1, 3));
+        let p = Params::of(
+            &Probe {
+                success_threshold: Some(3),
+                termination_grace_period_seconds: Some(5),
+                period_seconds: Some(0),
+                ..Default::default()
+            },
+            Kind::Readiness,
+        );
+        assert_eq!(
+            (p.success_threshold, p.period, p.grace),
+            (3, Duration::from_secs(1), None)
+        );
+        let p = Params::of(
+            &Probe {
+                success_threshold: Some(3),
+                termination_grace_period_seconds: Some(5),
+                ..Default::default()
+            },
+            Kind::Liveness,
+        );
+        assert_eq!(
+            (p.success_threshold, p.grace),
+            (1, Some(Duration::from_secs(5)))
+        );
+    }
+
+    #[test]
+    fn thresholds_count_consecutive_results() {
+        let p = params(0, 1, 2, 3);
+        let mut r = Run::default();
+        let got: Vec<Option<bool>> = [false, false, true, false, false, false, false, true, true]
+            .iter()
+            .map(|s| r.record(*s, &p))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(false),
+                Some(false),
+                None,
+                Some(true)
+            ]
+        );
+    }
+
+    fn container() -> Container {
+        Container {
+            name: "c".into(),
+            ports: Some(vec![ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn handlers_resolve_host_port_and_path() {
+        let c = container();
+        let p = Probe {
+            http_get: Some(HTTPGetAction {
+                port: IntOrString::String("http".into()),
+                path: Some("healthz?x=1".into()),
+                scheme: Some("HTTPS".into()),
+                http_headers: Some(vec![HTTPHeader {
+                    name: "X-A".into(),
+                    value: "b".into(),
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            target(&p, &c, "10.0.0.5"),
+            Ok(Target::Http {
+                https: true,
+                host: "10.0.0.5".into(),
+                port: 8080,
+                path: "/healthz?x=1".into(),
+                headers: vec![("X-A".into(), "b".into())],
+            })
+        );
+        let p = Probe {
+            tcp_socket: Some(TCPSocketAction {
+                host: Some("127.0.0.9".into()),
+                port: IntOrString::Int(22),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            target(&p, &c, "10.0.0.5"),
+            Ok(Target::Tcp {
+                host: "127.0.0.9".into(),
+                port: 22
+            })
+        );
+        let p = Probe {
+            tcp_socket: Some(TCPSocketAction {
+                host: None,
+                port: IntOrString::String("nope".into()),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            target(&p, &c, "10.0.0.5"),
+            Err("no container port named \"nope\"".into())
+        );
+        let p = Probe {
+            grpc: Some(GRPCAction {
+                port: 9090,
+                service: Some("s".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            target(&p, &c, "10.0.0.5"),
+            Ok(Target::Grpc {
+                host: "10.0.0.5".into(),
+                port: 9090,
+                service: Some("s".into())
+            })
+        );
+        let p = Probe {
+            exec: Some(ExecAction {
+                command: Some(vec!["true".into()]),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(target(&p, &c, ""), Ok(Target::Exec(vec!["true".into()])));
+        assert!(target(&Probe::default(), &c, "").is_err());
+    }
+
+    /// Runs the loop with scripted outcomes; returns (seconds since start
+    /// of each probe, the results set with their times).
+    async fn script(
+        kind: Kind,
+        p: Params,
+        since_start: u64,
+        started: Option<watch::Receiver<bool>>,
+        outcomes: Vec<Outcome>,
+        limit: u64,
+    ) -> (Vec<u64>, Vec<(u64, bool)>) {
+        let t0 = Instant::now();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let mut results = Vec::new();
+        let probe = {
+            let calls = calls.clone();
+            move |_timeout| {
+                let mut c = calls.lock().expect("calls");
+                c.push(t0.elapsed().as_secs());
+                let o = outcomes
+                    .get(c.len() - 1)
+                    .cloned()
+                    .unwrap_or(Outcome::Success);
+                async move { o }
+            }
+        };
+        let fut = run_loop(
+            kind,
+            p,
+            Duration::from_secs(since_start),
+            started,
+            probe,
+            |r| {
+                if let Report::Result(v) = r {
+                    results.push((t0.elapsed().as_secs(), v));
+                }
+            },
+        );
+        // Half a second before `limit`: no tie with a probe due then.
+        let _ = tokio::time::timeout(Duration::from_millis(limit * 1000 - 500), fut).await;
+        let c = calls.lock().expect("calls").clone();
+        (c, results)
+    }
+
+    fn fail() -> Outcome {
+        Outcome::Failure("boom".into())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn liveness_fails_after_the_threshold_and_stops() {
+        let (calls, results) = script(
+            Kind::Liveness,
+            params(5, 10, 1, 3),
+            0,
+            None,
+            vec![Outcome::Success, fail(), fail(), fail(), fail()],
+            100,
+        )
+        .await;
+        // First probe right after the initial delay, then every period.
+        assert_eq!(calls, [5, 15, 25, 35]);
+        assert_eq!(results, [(5, true), (35, false)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn initial_delay_counts_from_the_container_start() {
+        let (calls, _) = script(Kind::Liveness, params(5, 10, 1, 3), 3, None, vec![], 25).await;
+        assert_eq!(calls, [2, 12, 22]);
+        let (calls, _) = script(Kind::Liveness, params(5, 10, 1, 3), 60, None, vec![], 15).await;
+        assert_eq!(calls, [0, 10]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readiness_flips_both_ways_and_errors_do_not_count() {
+        let (_, results) = script(
+            Kind::Readiness,
+            params(0, 1, 2, 2),
+            0,
+            None,
+            vec![
+                Outcome::Success,
+                Outcome::Warning("redirect".into()),
+                fail(),
+                Outcome::Error("runtime".into()),
+                fail(),
+                Outcome::Success,
+                Outcome::Success,
+            ],
+            7,
+        )
+        .await;
+        assert_eq!(results, [(1, true), (4, false), (6, true)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn startup_gates_liveness_and_stops_once_started() {
+        let (tx, rx) = watch::channel(false);
+        let startup = script(
+            Kind::Startup,
+            params(0, 2, 1, 10),
+            0,
+            None,
+            vec![fail(), fail(), Outcome::Success],
+            100,
+        );
+        let liveness = async {
+            let r = script(Kind::Liveness, params(1, 3, 1, 1), 0, Some(rx), vec![], 10).await;
+            r.0
+        };
+        let ((s_calls, s_results), l_calls) = tokio::join!(
+            async {
+                let r = startup.await;
+                tx.send_replace(true);
+                r
+            },
+            liveness
+        );
+        assert_eq!(s_calls, [0, 2, 4]);
+        assert_eq!(s_results, [(4, true)]);
+        // Liveness waits for the startup probe, then runs every period.
+        assert_eq!(l_calls, [4, 7]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_probe_costs_one_timeout() {
+        let t0 = Instant::now();
+        let mut results = Vec::new();
+        let fut = run_loop(
+            Kind::Liveness,
+            params(0, 10, 1, 1),
+            Duration::ZERO,
+            None,
+            |_| std::future::pending::<Outcome>(),
+            |r| results.push((t0.elapsed().as_secs(), r)),
+        );
+        fut.await;
+        assert_eq!(results.len(), 2);
+        assert_eq!(results[0].0, 2);
+        assert_eq!(results[1], (2, Report::Result(false)));
+    }
+}
