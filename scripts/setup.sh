@@ -5,8 +5,9 @@ set -euo pipefail
 
 need_apt=()
 # qemu-user-static: the aarch64 smoke test of scripts/dist.sh; binutils: readelf;
-# musl-tools, gcc-aarch64-linux-gnu: ring's C for the static builds.
-for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu; do
+# musl-tools, gcc-aarch64-linux-gnu: ring's C for the static builds; openssl:
+# the HTTPS server (s_server) of the probe tests.
+for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu openssl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

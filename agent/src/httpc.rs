@@ -82,19 +82,30 @@ impl ServerCertVerifier for AnyCert {
     }
 }
 
-fn tls() -> Result<tokio_rustls::TlsConnector, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    let cfg = CONFIG.get_or_init(|| {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let algs = provider.signature_verification_algorithms;
-        let cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCert(algs)))
-            .with_no_client_auth();
-        Ok(Arc::new(cfg))
-    });
+fn client_config(alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let algs = provider.signature_verification_algorithms;
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(algs)))
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(cfg))
+}
+
+/// A TLS connector that checks no certificate: HTTP/1.1, or HTTP/2 (`h2`
+/// by ALPN) for gRPC.
+pub fn tls(h2: bool) -> Result<tokio_rustls::TlsConnector, String> {
+    type Config = OnceLock<Result<Arc<rustls::ClientConfig>, String>>;
+    static H1: Config = OnceLock::new();
+    static H2: Config = OnceLock::new();
+    let cfg = if h2 {
+        H2.get_or_init(|| client_config(&[b"h2"]))
+    } else {
+        H1.get_or_init(|| client_config(&[b"http/1.1"]))
+    };
     cfg.clone().map(tokio_rustls::TlsConnector::from)
 }
 
@@ -214,7 +225,7 @@ async fn once(req: &Get<'_>, url: &Url) -> Result<(u16, String, Option<String>),
     if url.https {
         let name =
             ServerName::try_from(url.host.clone()).map_err(|e| format!("Get {shown:?}: {e}"))?;
-        let tls = tls()?
+        let tls = tls(false)?
             .connect(name, tcp)
             .await
             .map_err(|e| format!("Get {shown:?}: TLS handshake: {e}"))?;

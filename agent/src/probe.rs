@@ -128,6 +128,8 @@ pub enum Target {
         host: String,
         port: u16,
         service: Option<String>,
+        /// `mode: TLS`: TLS without certificate checks.
+        tls: bool,
     },
 }
 
@@ -178,6 +180,7 @@ pub fn target(p: &Probe, c: &Container, pod_ip: &str) -> Result<Target, String> 
             host: pod_ip.to_string(),
             port: u16::try_from(g.port).map_err(|_| format!("bad port {}", g.port))?,
             service: g.service.clone(),
+            tls: g.mode.as_deref() == Some("TLS"),
         });
     }
     Err("the probe has no handler".into())
@@ -426,7 +429,8 @@ mod tests {
             Ok(Target::Grpc {
                 host: "10.0.0.5".into(),
                 port: 9090,
-                service: Some("s".into())
+                service: Some("s".into()),
+                tls: false,
             })
         );
         let p = Probe {

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
+use rustls::pki_types::ServerName;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tonic_health::pb::HealthCheckRequest;
@@ -77,7 +79,8 @@ pub async fn run(cri: &Cri, id: &str, target: &Target, timeout: Duration) -> Out
             host,
             port,
             service,
-        } => grpc(host, *port, service.as_deref().unwrap_or(""), timeout).await,
+            tls,
+        } => grpc(host, *port, service.as_deref().unwrap_or(""), *tls, timeout).await,
     }
 }
 
@@ -92,7 +95,7 @@ async fn exec(cri: &Cri, id: &str, cmd: &[String], timeout: Duration) -> Outcome
     }
 }
 
-async fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> Outcome {
+async fn grpc(host: &str, port: u16, service: &str, tls: bool, timeout: Duration) -> Outcome {
     let addr = join_host_port(host, port);
     let work = async {
         let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
@@ -100,7 +103,23 @@ async fn grpc(host: &str, port: u16, service: &str, timeout: Duration) -> Outcom
             .user_agent(format!("kube-probe/{KUBE_VERSION}"))
             .map_err(|e| Outcome::Failure(e.to_string()))?
             .connect_timeout(timeout);
-        let ch = ep.connect().await.map_err(|e| {
+        let ch = if tls {
+            let connector = httpc::tls(true).map_err(Outcome::Failure)?;
+            let (host, dial) = (host.to_string(), addr.clone());
+            ep.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let (connector, host, dial) = (connector.clone(), host.clone(), dial.clone());
+                async move {
+                    let tcp = tokio::net::TcpStream::connect(&dial).await?;
+                    let name = ServerName::try_from(host).map_err(std::io::Error::other)?;
+                    let s = connector.connect(name, tcp).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(s))
+                }
+            }))
+            .await
+        } else {
+            ep.connect().await
+        };
+        let ch = ch.map_err(|e| {
             Outcome::Failure(format!(
                 "timeout: failed to connect service {addr:?} within {timeout:?}: {e}"
             ))

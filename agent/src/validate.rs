@@ -521,6 +521,16 @@ fn probe(p: &Probe, at: &str, success_must_be_one: bool) -> Result {
             format!("{} is not between 1 and 65535", g.port),
         );
     }
+    if let Some(g) = &p.grpc
+        && let Some(m) = g.mode.as_deref()
+        && m != "TLS"
+        && m != "Plaintext"
+    {
+        return fail(
+            format!("{at}.grpc.mode"),
+            format!("{m:?}: supported values: \"TLS\", \"Plaintext\""),
+        );
+    }
     if let Some(e) = &p.exec
         && e.command.as_ref().is_none_or(|c| c.is_empty())
     {
