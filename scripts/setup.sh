@@ -6,15 +6,25 @@ set -euo pipefail
 need_apt=()
 # qemu-user-static: the aarch64 smoke test of scripts/dist.sh; binutils: readelf;
 # musl-tools, gcc-aarch64-linux-gnu: ring's C for the static builds; openssl:
-# the HTTPS server (s_server) of the probe tests.
-for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu openssl; do
+# the HTTPS server (s_server) of the probe tests; prometheus: promtool and a
+# real server scraping /metrics/cadvisor in the observability tests.
+for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu openssl prometheus; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # Install services without starting them (prometheus would start a
+  # server on :9090): a policy-rc.d that refuses, unless one exists.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" ca-certificates >/dev/null
+  if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 if ! command -v cargo >/dev/null; then

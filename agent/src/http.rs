@@ -110,6 +110,11 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "metadata": {},
             "items": shared.events_list(),
         })),
+        "/metrics/cadvisor" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            shared.cadvisor_metrics(),
+        ),
         "/metrics/probes" => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

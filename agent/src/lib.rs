@@ -7,13 +7,16 @@
 //! their labels and spec hash and restarts nothing that is healthy.
 
 pub mod backoff;
+pub mod cadvisor;
 pub mod cri_config;
 pub mod events;
 pub mod hooks;
 mod http;
 pub mod httpc;
+pub mod kmsg;
 pub mod manifest;
 pub mod metrics;
+mod oom;
 pub mod plan;
 mod pleg;
 pub mod probe;
@@ -72,6 +75,8 @@ pub struct Shared {
     pub(crate) last_source: Mutex<Instant>,
     pub(crate) manifest_errors: Mutex<Vec<String>>,
     probe_counts: Mutex<metrics::ProbeCounts>,
+    /// OOM kills seen in /dev/kmsg by the victim's memcg.
+    oom_kills: Mutex<BTreeMap<String, u64>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -111,6 +116,117 @@ impl Shared {
         *lock(&self.probe_counts)
             .entry((labels.clone(), result))
             .or_default() += 1;
+    }
+
+    pub(crate) fn record_oom(&self, kill: &kmsg::OomKill) {
+        *lock(&self.oom_kills)
+            .entry(kill.task_memcg.clone())
+            .or_default() += 1;
+    }
+
+    /// OOM kills by victim memcg (`container_oom_events_total`).
+    pub(crate) fn oom_kills(&self) -> BTreeMap<String, u64> {
+        lock(&self.oom_kills).clone()
+    }
+
+    /// `/metrics/cadvisor`: the root cgroup, each pod cgroup and each
+    /// running container, read now.
+    pub(crate) fn cadvisor_metrics(&self) -> String {
+        use cadvisor::{Entry, Labels, Machine, Snapshot};
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        let mut snap = Snapshot {
+            machine: Machine {
+                cores: u64::try_from(self.node.cpu_milli / 1000).unwrap_or(0),
+                memory_bytes: u64::try_from(self.node.memory_bytes).unwrap_or(0),
+                machine_id: read("/etc/machine-id"),
+                boot_id: read("/proc/sys/kernel/random/boot_id"),
+                system_uuid: read("/sys/class/dmi/id/product_uuid"),
+            },
+            entries: Vec::new(),
+            timestamp_ms: i64::try_from(backoff::now().as_millis()).unwrap_or(0),
+        };
+        let Some(h) = self.cgroups.as_ref() else {
+            return cadvisor::render(&snap);
+        };
+        let ooms = self.oom_kills();
+        let mut push = |labels: Labels, start_time: f64| {
+            if let Some(stats) = h.stats(&labels.id) {
+                let oom_events = ooms.get(&labels.id).copied().unwrap_or(0);
+                snap.entries.push(Entry {
+                    labels,
+                    stats,
+                    oom_events,
+                    start_time,
+                });
+            }
+        };
+        push(
+            Labels {
+                id: "/".into(),
+                ..Default::default()
+            },
+            0.0,
+        );
+        if !self.config.cgroups_per_qos {
+            return cadvisor::render(&snap);
+        }
+        for pod in self.pods() {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let Some(status) = pod.status.as_ref() else {
+                continue;
+            };
+            let qos = match status.qos_class.as_deref() {
+                Some("Guaranteed") => qos::Qos::Guaranteed,
+                Some("Burstable") => qos::Qos::Burstable,
+                _ => qos::Qos::BestEffort,
+            };
+            let parent = qos::pod_cgroup_parent(&self.config.cgroup_root, qos, &uid);
+            push(
+                Labels {
+                    id: parent.clone(),
+                    namespace: namespace.clone(),
+                    pod: name.clone(),
+                    ..Default::default()
+                },
+                0.0,
+            );
+            for cs in status.container_statuses.iter().flatten() {
+                let Some(running) = cs.state.as_ref().and_then(|s| s.running.as_ref()) else {
+                    continue;
+                };
+                let Some(id) = cs
+                    .container_id
+                    .as_deref()
+                    .and_then(|c| c.split_once("://"))
+                    .map(|(_, id)| id.to_string())
+                else {
+                    continue;
+                };
+                let start = running
+                    .started_at
+                    .as_ref()
+                    .map(|t| t.0.as_second() as f64)
+                    .unwrap_or(0.0);
+                push(
+                    Labels {
+                        container: cs.name.clone(),
+                        id: format!("{parent}/{id}"),
+                        image: cs.image.clone(),
+                        name: id,
+                        namespace: namespace.clone(),
+                        pod: name.clone(),
+                    },
+                    start,
+                );
+            }
+        }
+        cadvisor::render(&snap)
     }
 
     pub(crate) fn probe_metrics(&self) -> String {
@@ -236,6 +352,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         last_source: Mutex::new(Instant::now()),
         manifest_errors: Mutex::new(Vec::new()),
         probe_counts: Mutex::new(metrics::ProbeCounts::new()),
+        oom_kills: Mutex::new(BTreeMap::new()),
         config,
     });
 
@@ -258,6 +375,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             source,
         })?;
     tokio::spawn(pleg::run(shared.clone()));
+    oom::spawn(shared.clone());
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {

@@ -7,6 +7,8 @@
 //! agent needs mkdir, a handful of writes and rmdir, and the parsers of the
 //! mount table and of the files stay pure and unit-tested.
 
+pub mod stats;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,383 @@
+//! `/metrics/cadvisor`: cAdvisor's metric names, help texts, types and
+//! labels (`container`, `id`, `image`, `name`, `namespace`, `pod`), read
+//! straight from cgroupfs for the node's root cgroup, each pod cgroup and
+//! each running container, plus `machine_*`. Rendering is pure; `collect`
+//! does the reading.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use cgroup::stats::Stats;
+
+use crate::metrics::{escape, header};
+
+/// The labels cAdvisor puts on every `container_*` series.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Labels {
+    pub container: String,
+    /// The cgroup path.
+    pub id: String,
+    pub image: String,
+    /// The runtime's name for it (containerd and picolet: the container ID).
+    pub name: String,
+    pub namespace: String,
+    pub pod: String,
+}
+
+/// One cgroup's figures.
+#[derive(Debug, Clone, Default)]
+pub struct Entry {
+    pub labels: Labels,
+    pub stats: Stats,
+    pub oom_events: u64,
+    /// Unix seconds the container started (0: unknown).
+    pub start_time: f64,
+}
+
+/// What `machine_*` reports.
+#[derive(Debug, Clone, Default)]
+pub struct Machine {
+    pub cores: u64,
+    pub memory_bytes: u64,
+    pub machine_id: String,
+    pub boot_id: String,
+    pub system_uuid: String,
+}
+
+/// A scrape's worth of data.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub machine: Machine,
+    pub entries: Vec<Entry>,
+    /// Unix milliseconds of the reading (sample timestamps, as cAdvisor).
+    pub timestamp_ms: i64,
+}
+
+type Getter = fn(&Entry) -> Vec<(Vec<(&'static str, String)>, f64)>;
+
+fn one(v: f64) -> Vec<(Vec<(&'static str, String)>, f64)> {
+    vec![(Vec::new(), v)]
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// (name, type, help, values), in cAdvisor's wording.
+fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
+    vec![
+        (
+            "container_cpu_cfs_periods_total",
+            "counter",
+            "Number of elapsed enforcement period intervals.",
+            |e| one(e.stats.cpu.periods as f64),
+        ),
+        (
+            "container_cpu_cfs_throttled_periods_total",
+            "counter",
+            "Number of throttled period intervals.",
+            |e| one(e.stats.cpu.throttled_periods as f64),
+        ),
+        (
+            "container_cpu_cfs_throttled_seconds_total",
+            "counter",
+            "Total time duration the container has been throttled.",
+            |e| one(secs(e.stats.cpu.throttled_ns)),
+        ),
+        (
+            "container_cpu_system_seconds_total",
+            "counter",
+            "Cumulative system cpu time consumed in seconds.",
+            |e| one(secs(e.stats.cpu.system_ns)),
+        ),
+        (
+            "container_cpu_usage_seconds_total",
+            "counter",
+            "Cumulative cpu time consumed in seconds.",
+            |e| {
+                vec![(
+                    vec![("cpu", "total".to_string())],
+                    secs(e.stats.cpu.usage_ns),
+                )]
+            },
+        ),
+        (
+            "container_cpu_user_seconds_total",
+            "counter",
+            "Cumulative user cpu time consumed in seconds.",
+            |e| one(secs(e.stats.cpu.user_ns)),
+        ),
+        (
+            "container_fs_reads_bytes_total",
+            "counter",
+            "Cumulative count of bytes read",
+            |e| {
+                e.stats
+                    .io
+                    .devices
+                    .iter()
+                    .map(|((ma, mi), d)| {
+                        (vec![("device", format!("{ma}:{mi}"))], d.read_bytes as f64)
+                    })
+                    .collect()
+            },
+        ),
+        (
+            "container_fs_writes_bytes_total",
+            "counter",
+            "Cumulative count of bytes written",
+            |e| {
+                e.stats
+                    .io
+                    .devices
+                    .iter()
+                    .map(|((ma, mi), d)| {
+                        (vec![("device", format!("{ma}:{mi}"))], d.write_bytes as f64)
+                    })
+                    .collect()
+            },
+        ),
+        (
+            "container_memory_cache",
+            "gauge",
+            "Number of bytes of page cache memory.",
+            |e| one(e.stats.memory.cache as f64),
+        ),
+        (
+            "container_memory_failcnt",
+            "counter",
+            "Number of memory usage hits limits",
+            |e| one(e.stats.memory.failcnt as f64),
+        ),
+        (
+            "container_memory_failures_total",
+            "counter",
+            "Cumulative count of memory allocation failures.",
+            |e| {
+                let m = &e.stats.memory;
+                let mut v = Vec::new();
+                for scope in ["container", "hierarchy"] {
+                    v.push((
+                        vec![
+                            ("failure_type", "pgfault".to_string()),
+                            ("scope", scope.to_string()),
+                        ],
+                        m.pgfault as f64,
+                    ));
+                    v.push((
+                        vec![
+                            ("failure_type", "pgmajfault".to_string()),
+                            ("scope", scope.to_string()),
+                        ],
+                        m.pgmajfault as f64,
+                    ));
+                }
+                v
+            },
+        ),
+        (
+            "container_memory_mapped_file",
+            "gauge",
+            "Size of memory mapped files in bytes.",
+            |e| one(e.stats.memory.mapped_file as f64),
+        ),
+        (
+            "container_memory_max_usage_bytes",
+            "gauge",
+            "Maximum memory usage recorded in bytes",
+            |e| one(e.stats.memory.max_usage as f64),
+        ),
+        (
+            "container_memory_rss",
+            "gauge",
+            "Size of RSS in bytes.",
+            |e| one(e.stats.memory.rss as f64),
+        ),
+        (
+            "container_memory_swap",
+            "gauge",
+            "Container swap usage in bytes.",
+            |e| one(e.stats.memory.swap as f64),
+        ),
+        (
+            "container_memory_usage_bytes",
+            "gauge",
+            "Current memory usage in bytes, including all memory regardless of when it was accessed",
+            |e| one(e.stats.memory.usage as f64),
+        ),
+        (
+            "container_memory_working_set_bytes",
+            "gauge",
+            "Current working set in bytes.",
+            |e| one(e.stats.memory.working_set as f64),
+        ),
+        (
+            "container_oom_events_total",
+            "counter",
+            "Count of out of memory events observed for the container",
+            |e| one(e.oom_events.max(e.stats.memory.oom_kill) as f64),
+        ),
+        (
+            "container_processes",
+            "gauge",
+            "Number of processes running inside the container.",
+            |e| one(e.stats.pids.current as f64),
+        ),
+        (
+            "container_spec_memory_limit_bytes",
+            "gauge",
+            "Memory limit for the container.",
+            |e| one(e.stats.memory.limit.unwrap_or(0) as f64),
+        ),
+        (
+            "container_start_time_seconds",
+            "gauge",
+            "Start time of the container since unix epoch in seconds.",
+            |e| one(e.start_time),
+        ),
+    ]
+}
+
+fn labels_text(l: &Labels, extra: &[(&str, String)]) -> String {
+    let mut pairs: Vec<(&str, &str)> = vec![
+        ("container", &l.container),
+        ("id", &l.id),
+        ("image", &l.image),
+        ("name", &l.name),
+        ("namespace", &l.namespace),
+        ("pod", &l.pod),
+    ];
+    for (k, v) in extra {
+        pairs.push((k, v));
+    }
+    pairs.sort_by(|a, b| a.0.cmp(b.0));
+    let mut s = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{k}=\"{}\"", escape(v));
+    }
+    s
+}
+
+/// Renders the Prometheus text exposition.
+pub fn render(snap: &Snapshot) -> String {
+    let mut out = String::new();
+    let ts = snap.timestamp_ms;
+    let mut entries: Vec<&Entry> = snap.entries.iter().collect();
+    entries.sort_by(|a, b| a.labels.cmp(&b.labels));
+    for (name, kind, help, get) in families() {
+        header(&mut out, name, kind, help);
+        for e in &entries {
+            for (extra, v) in get(e) {
+                let _ = writeln!(out, "{name}{{{}}} {v} {ts}", labels_text(&e.labels, &extra));
+            }
+        }
+    }
+    header(
+        &mut out,
+        "container_last_seen",
+        "gauge",
+        "Last time a container was seen by the exporter",
+    );
+    for e in &entries {
+        let _ = writeln!(
+            out,
+            "container_last_seen{{{}}} {} {ts}",
+            labels_text(&e.labels, &[]),
+            ts / 1000
+        );
+    }
+    let m = &snap.machine;
+    let mut ml = BTreeMap::new();
+    ml.insert("boot_id", m.boot_id.as_str());
+    ml.insert("machine_id", m.machine_id.as_str());
+    ml.insert("system_uuid", m.system_uuid.as_str());
+    let ml: Vec<String> = ml
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    let ml = ml.join(",");
+    header(
+        &mut out,
+        "machine_cpu_cores",
+        "gauge",
+        "Number of logical CPU cores.",
+    );
+    let _ = writeln!(out, "machine_cpu_cores{{{ml}}} {}", m.cores);
+    header(
+        &mut out,
+        "machine_memory_bytes",
+        "gauge",
+        "Amount of memory installed on the machine.",
+    );
+    let _ = writeln!(out, "machine_memory_bytes{{{ml}}} {}", m.memory_bytes);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_cadvisor_shape() {
+        let mut stats = Stats::default();
+        stats.cpu.usage_ns = 1_500_000_000;
+        stats.memory.working_set = 4096;
+        stats.memory.limit = Some(16 << 20);
+        stats.memory.oom_kill = 1;
+        let snap = Snapshot {
+            machine: Machine {
+                cores: 2,
+                memory_bytes: 1 << 30,
+                machine_id: "m".into(),
+                boot_id: "b".into(),
+                system_uuid: "u".into(),
+            },
+            entries: vec![
+                Entry {
+                    labels: Labels {
+                        container: "web".into(),
+                        id: "/kubepods/podu/c1".into(),
+                        image: "busybox:latest".into(),
+                        name: "c1".into(),
+                        namespace: "default".into(),
+                        pod: "p-\"1\"".into(),
+                    },
+                    stats,
+                    oom_events: 0,
+                    start_time: 1_700_000_000.0,
+                },
+                Entry {
+                    labels: Labels {
+                        id: "/".into(),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            ],
+            timestamp_ms: 1_700_000_123_456,
+        };
+        let text = render(&snap);
+        assert!(text.contains(
+            "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.\n\
+             # TYPE container_cpu_usage_seconds_total counter\n\
+             container_cpu_usage_seconds_total{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"} 0 1700000123456\n\
+             container_cpu_usage_seconds_total{container=\"web\",cpu=\"total\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 1.5 1700000123456\n"
+        ), "{text}");
+        assert!(text.contains("container_spec_memory_limit_bytes{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 16777216 1700000123456\n"));
+        assert!(text.contains("container_oom_events_total{container=\"web\","));
+        assert!(text.contains("} 1 1700000123456\n"));
+        assert!(
+            text.contains(
+                "machine_cpu_cores{boot_id=\"b\",machine_id=\"m\",system_uuid=\"u\"} 2\n"
+            )
+        );
+        // Every family has HELP and TYPE once.
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+        assert_eq!(types, helps);
+        assert_eq!(types, families().len() + 3);
+    }
+}

@@ -1,0 +1,171 @@
+//! The OOM watcher: reads `/dev/kmsg` on a thread of its own, starting at
+//! the end of the buffer (older kills were reported by whoever ran then),
+//! and turns each kill into an `OOMKilling` event on the pod and container
+//! it hit, or a node `SystemOOM` event when the victim was outside any pod
+//! (kubelet's oom_watcher). Reads block in the kernel, so a kill that
+//! happens while the agent runs is never missed; records overwritten before
+//! they were read (EPIPE) are counted and logged.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+
+use crate::Shared;
+use crate::events::Object;
+use crate::kmsg::{OomKill, OomParser, parse_record};
+
+/// Where a memcg path points: (pod UID, container ID) for
+/// `…/pod<uid>/<container id>`, (pod UID, "") for the pod cgroup itself.
+pub fn pod_of(memcg: &str) -> Option<(String, String)> {
+    let parts: Vec<&str> = memcg.split('/').filter(|p| !p.is_empty()).collect();
+    let i = parts.iter().rposition(|p| {
+        p.strip_prefix("pod").is_some_and(|u| {
+            u.len() >= 32
+                && u.bytes()
+                    .all(|b| b.is_ascii_hexdigit() || b == b'-' || b == b'_')
+        })
+    })?;
+    // The cgroupfs layout kubelet and picolet use: `…/pod<uid>/<id>`.
+    let uid = parts[i].trim_start_matches("pod").replace('_', "-");
+    let container = parts.get(i + 1).map(|c| c.to_string()).unwrap_or_default();
+    Some((uid, container))
+}
+
+/// Starts the watcher thread. Errors opening /dev/kmsg (not root, a
+/// container without it) are logged once: the agent runs without it.
+pub fn spawn(shared: Arc<Shared>) {
+    let f = match File::open("/dev/kmsg") {
+        Ok(mut f) => {
+            // Start at the end: only kills from now on.
+            if let Err(e) = f.seek(SeekFrom::End(0)) {
+                tracing::warn!("OOM watcher: seek /dev/kmsg: {e}");
+            }
+            f
+        }
+        Err(e) => {
+            tracing::warn!("OOM watcher disabled: /dev/kmsg: {e}");
+            return;
+        }
+    };
+    let r = std::thread::Builder::new()
+        .name("oom-watcher".into())
+        .spawn(move || watch(f, &shared));
+    if let Err(e) = r {
+        tracing::warn!("OOM watcher: thread: {e}");
+    }
+}
+
+fn watch(mut f: File, shared: &Shared) {
+    let mut parser = OomParser::default();
+    // One record per read; 8 KiB is the kernel's maximum record size.
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                if let Some(rec) = parse_record(&text)
+                    && let Some(kill) = parser.feed(rec.usec, rec.message)
+                {
+                    report(shared, &kill);
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
+                // The ring overwrote records we had not read yet; the next
+                // read returns the oldest record still there.
+                tracing::warn!(
+                    "OOM watcher: kernel log records were overwritten before they were read"
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                tracing::warn!("OOM watcher stopped: read /dev/kmsg: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn report(shared: &Shared, kill: &OomKill) {
+    shared.record_oom(kill);
+    let victim = format!("victim process: {}, pid: {}", kill.process, kill.pid);
+    let Some((uid, container_id)) = pod_of(&kill.task_memcg) else {
+        tracing::warn!(memcg = %kill.task_memcg, "system OOM: {victim}");
+        let node = Object {
+            kind: "Node",
+            namespace: String::new(),
+            name: shared.node.name.clone(),
+            uid: shared.node.name.clone(),
+            field_path: String::new(),
+        };
+        shared.event(
+            &node,
+            "Warning",
+            "SystemOOM",
+            &format!("System OOM encountered, {victim}"),
+        );
+        return;
+    };
+    let Some(pod) = shared.status_of(&uid) else {
+        tracing::warn!(memcg = %kill.task_memcg, "OOM kill in a pod this agent does not know: {victim}");
+        return;
+    };
+    let name = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| {
+            cs.iter().find(|c| {
+                c.container_id
+                    .as_deref()
+                    .is_some_and(|id| !container_id.is_empty() && id.ends_with(&container_id))
+            })
+        })
+        .map(|c| c.name.clone());
+    let obj = Object {
+        kind: "Pod",
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: uid.clone(),
+        field_path: name
+            .as_ref()
+            .map(|n| format!("spec.containers{{{n}}}"))
+            .unwrap_or_default(),
+    };
+    tracing::info!(pod = %obj.name, container = ?name, "OOM kill: {victim}");
+    shared.event(
+        &obj,
+        "Warning",
+        "OOMKilling",
+        &format!(
+            "Memory cgroup out of memory: Killed process {} ({})",
+            kill.pid, kill.process
+        ),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memcg_paths_map_to_pods() {
+        let uid = "0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+        assert_eq!(
+            pod_of(&format!("/picolet/kubepods/besteffort/pod{uid}/c0ffee")),
+            Some((uid.into(), "c0ffee".into()))
+        );
+        assert_eq!(
+            pod_of(&format!("/kubepods/pod{uid}")),
+            Some((uid.into(), String::new()))
+        );
+        let dashed = "0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
+        assert_eq!(
+            pod_of(&format!("/kubepods/burstable/pod{dashed}/abc")),
+            Some((dashed.into(), "abc".into()))
+        );
+        assert_eq!(pod_of("/system.slice/stress.service"), None);
+        assert_eq!(pod_of("/"), None);
+        assert_eq!(pod_of("/podcast/x"), None);
+    }
+}

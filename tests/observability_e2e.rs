@@ -1,0 +1,246 @@
+//! End-to-end: what an operator sees of a pod's resources: OOM kills from
+//! /dev/kmsg and the cgroup, with real containers and the real shim.
+//! Root only.
+
+mod common;
+
+use std::time::Duration;
+
+use common::agent::{Agent, container};
+
+const T: Duration = Duration::from_secs(60);
+
+#[test]
+fn an_oom_killed_container_is_reported_with_event_and_reason() {
+    require_root!();
+    let agent = Agent::start("");
+    // `tail` of an endless stream without newlines keeps growing its line
+    // buffer until the 16 MiB limit kills it.
+    agent.write_manifest(
+        "hog.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: hog
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [tail, /dev/zero]
+    resources:
+      limits: {memory: 16Mi}
+"#,
+    );
+    let p = agent.wait_pod("hog", "OOM-killed", T, |p| {
+        container(p, "hog")["state"]["terminated"].is_object()
+    });
+    let t = &container(&p, "hog")["state"]["terminated"];
+    assert_eq!(t["reason"], "OOMKilled", "{t}");
+    assert_eq!(t["exitCode"], 137, "{t}");
+    assert_eq!(p["status"]["phase"], "Failed");
+    // The kmsg watcher saw the same kill.
+    agent.wait("OOMKilling event", T, || {
+        agent.events().iter().any(|e| {
+            e["reason"] == "OOMKilling"
+                && e["involvedObject"]["fieldPath"] == "spec.containers{hog}"
+                && e["message"].as_str().is_some_and(|m| {
+                    m.starts_with("Memory cgroup out of memory: Killed process ")
+                        && m.ends_with(" (tail)")
+                })
+        })
+    });
+}
+
+/// The value of the first sample of `name` whose labels contain all of
+/// `want` (`key="value"` pairs).
+fn sample(text: &str, name: &str, want: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| want.iter().all(|w| l.contains(w)))
+        .and_then(|l| l.rsplit_once("} "))
+        .and_then(|(_, v)| v.split(' ').next()?.parse().ok())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
+}
+
+#[test]
+fn cadvisor_metrics_match_the_cgroups_and_prometheus_scrapes_them() {
+    require_root!();
+    let agent = Agent::start("");
+    agent.write_manifest(
+        "stats.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: stats
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: mem
+    emptyDir: {medium: Memory}
+  containers:
+  - name: busy
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'while :; do :; done']
+  - name: mem
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'dd if=/dev/zero of=/mem/blob bs=1M count=32 2>/dev/null; touch /mem/done; sleep 100000']
+    volumeMounts: [{name: mem, mountPath: /mem}]
+    resources:
+      limits: {memory: 64Mi}
+"#,
+    );
+    let p = agent.wait_pod("stats", "running", T, |p| {
+        container(p, "busy")["state"]["running"].is_object()
+            && container(p, "mem")["state"]["running"].is_object()
+    });
+    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
+    let busy_id = container(&p, "busy")["containerID"]
+        .as_str()
+        .and_then(|c| c.split_once("://"))
+        .map(|(_, id)| id.to_string())
+        .expect("id");
+    // 64Mi limit on one container, nothing else: Burstable.
+    assert_eq!(p["status"]["qosClass"], "Burstable");
+    let pod_cg = format!("{}/kubepods/burstable/pod{uid}", agent.cgroup_root());
+    let cg = format!("/sys/fs/cgroup/cpuacct{pod_cg}/{busy_id}/cpuacct.usage");
+    let cgroup_cpu = || -> f64 {
+        std::fs::read_to_string(&cg)
+            .expect("cpuacct.usage")
+            .trim()
+            .parse::<f64>()
+            .expect("number")
+            / 1e9
+    };
+    let busy = [
+        "container=\"busy\"",
+        "pod=\"stats-e2e\"",
+        "namespace=\"default\"",
+    ];
+    let scrape = || agent.get("/metrics/cadvisor").expect("/metrics/cadvisor");
+
+    // CPU: the metric's growth over an interval matches the cgroup's.
+    let (m0, c0) = (
+        sample(&scrape(), "container_cpu_usage_seconds_total", &busy).expect("busy cpu"),
+        cgroup_cpu(),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let (m1, c1) = (
+        sample(&scrape(), "container_cpu_usage_seconds_total", &busy).expect("busy cpu"),
+        cgroup_cpu(),
+    );
+    let (dm, dc) = (m1 - m0, c1 - c0);
+    eprintln!("busy container: {dm:.3} cpu-s by the metric, {dc:.3} by the cgroup over 3 s");
+    assert!(dc > 0.5, "the busy loop ran: {dc}");
+    assert!((dm - dc).abs() / dc < 0.10, "metric {dm} vs cgroup {dc}");
+
+    // Memory: 32 MiB written to a memory-backed emptyDir count as working set.
+    let mem = ["container=\"mem\"", "pod=\"stats-e2e\""];
+    agent.wait("32 MiB in the mem container's working set", T, || {
+        sample(&scrape(), "container_memory_working_set_bytes", &mem)
+            .is_some_and(|v| v >= 32.0 * 1048576.0)
+    });
+    let text = scrape();
+    let ws = sample(&text, "container_memory_working_set_bytes", &mem).expect("ws");
+    assert!(ws < 48.0 * 1048576.0, "working set {ws}");
+    assert_eq!(
+        sample(&text, "container_spec_memory_limit_bytes", &mem),
+        Some(64.0 * 1048576.0)
+    );
+    // Pod cgroup and root series exist; machine_* too.
+    let pod_id = format!("id=\"{pod_cg}\"");
+    assert!(
+        sample(
+            &text,
+            "container_memory_usage_bytes",
+            &[&pod_id, "container=\"\""]
+        )
+        .is_some()
+    );
+    assert!(sample(&text, "container_memory_usage_bytes", &["id=\"/\""]).is_some_and(|v| v > 0.0));
+    assert!(sample(&text, "machine_cpu_cores", &[]).is_some_and(|v| v >= 1.0));
+
+    // promtool's checker accepts the exposition.
+    let dir = agent.dir();
+    std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");
+    let check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(dir.join("cadvisor.prom")).expect("open"))
+        .output()
+        .expect("promtool (Debian prometheus package)");
+    // It parses, and the only lint finding is cAdvisor's own name for a
+    // counter without `_total` (kubelet's /metrics/cadvisor has it too;
+    // renaming it would break existing dashboards).
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let findings: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| *l != "container_memory_failcnt counter metrics should have \"_total\" suffix")
+        .collect();
+    assert!(
+        findings.is_empty() && (check.status.success() || report.contains("container_memory_failcnt")),
+        "promtool check metrics: {report}"
+    );
+
+    // A real Prometheus scrapes it and answers a query.
+    let prom_port = free_port();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: picolet\n  metrics_path: /metrics/cadvisor\n  static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+            agent.port
+        ),
+    )
+    .expect("write");
+    let prom = std::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).expect("log"))
+        .spawn()
+        .expect("prometheus (Debian prometheus package)");
+    let query = "/api/v1/query?query=container_memory_working_set_bytes%7Bpod%3D%22stats-e2e%22%2Ccontainer%3D%22mem%22%7D";
+    let answered = (0..120).any(|_| {
+        std::thread::sleep(Duration::from_millis(500));
+        http_get(prom_port, query).is_some_and(|b| {
+            b.contains("\"status\":\"success\"") && b.contains("\"container\":\"mem\"")
+        })
+    });
+    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    common::terminate(prom);
+    assert!(
+        answered,
+        "Prometheus never returned the series; its log:\n{log}"
+    );
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
