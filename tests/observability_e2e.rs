@@ -170,6 +170,36 @@ spec:
     assert!(sample(&text, "container_memory_usage_bytes", &["id=\"/\""]).is_some_and(|v| v > 0.0));
     assert!(sample(&text, "machine_cpu_cores", &[]).is_some_and(|v| v >= 1.0));
 
+    // Process figures from procfs.
+    assert!(sample(&text, "container_threads", &busy).is_some_and(|v| v >= 1.0));
+    assert!(sample(&text, "container_file_descriptors", &busy).is_some_and(|v| v >= 1.0));
+
+    // /metrics/resource, as metrics-server reads it; promtool finds nothing.
+    let res = agent.get("/metrics/resource").expect("/metrics/resource");
+    let pod = ["namespace=\"default\"", "pod=\"stats-e2e\""];
+    assert!(
+        sample(&res, "pod_memory_working_set_bytes", &pod).is_some_and(|v| v >= 32.0 * 1048576.0),
+        "{res}"
+    );
+    assert!(sample(&res, "container_cpu_usage_seconds_total", &busy).is_some_and(|v| v > 0.0));
+    assert!(
+        res.lines()
+            .any(|l| l.starts_with("node_memory_working_set_bytes "))
+    );
+    assert!(res.contains("\nresource_scrape_error 0\n"));
+    std::fs::write(agent.dir().join("resource.prom"), &res).expect("write");
+    let check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(agent.dir().join("resource.prom")).expect("open"))
+        .output()
+        .expect("promtool");
+    assert!(
+        check.status.success(),
+        "promtool on /metrics/resource: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+
     // promtool's checker accepts the exposition.
     let dir = agent.dir();
     std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");
@@ -192,7 +222,8 @@ spec:
         .filter(|l| *l != "container_memory_failcnt counter metrics should have \"_total\" suffix")
         .collect();
     assert!(
-        findings.is_empty() && (check.status.success() || report.contains("container_memory_failcnt")),
+        findings.is_empty()
+            && (check.status.success() || report.contains("container_memory_failcnt")),
         "promtool check metrics: {report}"
     );
 

@@ -9,7 +9,9 @@ use std::fmt::Write;
 
 use cgroup::stats::Stats;
 
+use crate::Shared;
 use crate::metrics::{escape, header};
+use crate::procfs::{self, NetIf};
 
 /// The labels cAdvisor puts on every `container_*` series.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,6 +34,11 @@ pub struct Entry {
     pub oom_events: u64,
     /// Unix seconds the container started (0: unknown).
     pub start_time: f64,
+    /// Interfaces of its network namespace (not for the root cgroup).
+    pub network: Vec<NetIf>,
+    pub threads: u64,
+    pub fds: u64,
+    pub sockets: u64,
 }
 
 /// What `machine_*` reports.
@@ -106,6 +113,12 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "counter",
             "Cumulative user cpu time consumed in seconds.",
             |e| one(secs(e.stats.cpu.user_ns)),
+        ),
+        (
+            "container_file_descriptors",
+            "gauge",
+            "Number of open file descriptors for the container.",
+            |e| one(e.fds as f64),
         ),
         (
             "container_fs_reads_bytes_total",
@@ -212,6 +225,94 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             |e| one(e.stats.memory.working_set as f64),
         ),
         (
+            "container_network_receive_bytes_total",
+            "counter",
+            "Cumulative count of bytes received",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.rx_bytes as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_receive_errors_total",
+            "counter",
+            "Cumulative count of errors encountered while receiving",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.rx_errors as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_receive_packets_dropped_total",
+            "counter",
+            "Cumulative count of packets dropped while receiving",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.rx_dropped as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_receive_packets_total",
+            "counter",
+            "Cumulative count of packets received",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.rx_packets as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_transmit_bytes_total",
+            "counter",
+            "Cumulative count of bytes transmitted",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.tx_bytes as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_transmit_errors_total",
+            "counter",
+            "Cumulative count of errors encountered while transmitting",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.tx_errors as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_transmit_packets_dropped_total",
+            "counter",
+            "Cumulative count of packets dropped while transmitting",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.tx_dropped as f64))
+                    .collect()
+            },
+        ),
+        (
+            "container_network_transmit_packets_total",
+            "counter",
+            "Cumulative count of packets transmitted",
+            |e| {
+                e.network
+                    .iter()
+                    .map(|n| (vec![("interface", n.name.clone())], n.tx_packets as f64))
+                    .collect()
+            },
+        ),
+        (
             "container_oom_events_total",
             "counter",
             "Count of out of memory events observed for the container",
@@ -224,6 +325,12 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             |e| one(e.stats.pids.current as f64),
         ),
         (
+            "container_sockets",
+            "gauge",
+            "Number of open sockets for the container.",
+            |e| one(e.sockets as f64),
+        ),
+        (
             "container_spec_memory_limit_bytes",
             "gauge",
             "Memory limit for the container.",
@@ -234,6 +341,12 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "gauge",
             "Start time of the container since unix epoch in seconds.",
             |e| one(e.start_time),
+        ),
+        (
+            "container_threads",
+            "gauge",
+            "Number of threads running inside the container",
+            |e| one(e.threads as f64),
         ),
     ]
 }
@@ -316,6 +429,262 @@ pub fn render(snap: &Snapshot) -> String {
     out
 }
 
+/// `/metrics/resource` (what metrics-server scrapes), kubelet's names,
+/// help texts and labels: node, pod and container CPU and working set,
+/// container start times, `resource_scrape_error`.
+pub fn render_resource(snap: &Snapshot) -> String {
+    let mut out = String::new();
+    let ts = snap.timestamp_ms;
+    let mut entries: Vec<&Entry> = snap.entries.iter().collect();
+    entries.sort_by(|a, b| a.labels.cmp(&b.labels));
+    let containers: Vec<&&Entry> = entries
+        .iter()
+        .filter(|e| !e.labels.container.is_empty())
+        .collect();
+    let pods: Vec<&&Entry> = entries
+        .iter()
+        .filter(|e| e.labels.container.is_empty() && !e.labels.pod.is_empty())
+        .collect();
+    let root = entries.iter().find(|e| e.labels.id == "/");
+    let cl = |e: &Entry| {
+        format!(
+            "container=\"{}\",namespace=\"{}\",pod=\"{}\"",
+            escape(&e.labels.container),
+            escape(&e.labels.namespace),
+            escape(&e.labels.pod)
+        )
+    };
+    let pl = |e: &Entry| {
+        format!(
+            "namespace=\"{}\",pod=\"{}\"",
+            escape(&e.labels.namespace),
+            escape(&e.labels.pod)
+        )
+    };
+    header(
+        &mut out,
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+    );
+    for e in &containers {
+        let _ = writeln!(
+            out,
+            "container_cpu_usage_seconds_total{{{}}} {} {ts}",
+            cl(e),
+            secs(e.stats.cpu.usage_ns)
+        );
+    }
+    header(
+        &mut out,
+        "container_memory_working_set_bytes",
+        "gauge",
+        "[STABLE] Current working set of the container in bytes",
+    );
+    for e in &containers {
+        let _ = writeln!(
+            out,
+            "container_memory_working_set_bytes{{{}}} {} {ts}",
+            cl(e),
+            e.stats.memory.working_set
+        );
+    }
+    header(
+        &mut out,
+        "container_start_time_seconds",
+        "gauge",
+        "[STABLE] Start time of the container since unix epoch in seconds",
+    );
+    for e in &containers {
+        let _ = writeln!(
+            out,
+            "container_start_time_seconds{{{}}} {} {ts}",
+            cl(e),
+            e.start_time
+        );
+    }
+    if let Some(r) = root {
+        header(
+            &mut out,
+            "node_cpu_usage_seconds_total",
+            "counter",
+            "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
+        );
+        let _ = writeln!(
+            out,
+            "node_cpu_usage_seconds_total {} {ts}",
+            secs(r.stats.cpu.usage_ns)
+        );
+        header(
+            &mut out,
+            "node_memory_working_set_bytes",
+            "gauge",
+            "[STABLE] Current working set of the node in bytes",
+        );
+        let _ = writeln!(
+            out,
+            "node_memory_working_set_bytes {} {ts}",
+            r.stats.memory.working_set
+        );
+    }
+    header(
+        &mut out,
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+    );
+    for e in &pods {
+        let _ = writeln!(
+            out,
+            "pod_cpu_usage_seconds_total{{{}}} {} {ts}",
+            pl(e),
+            secs(e.stats.cpu.usage_ns)
+        );
+    }
+    header(
+        &mut out,
+        "pod_memory_working_set_bytes",
+        "gauge",
+        "[STABLE] Current working set of the pod in bytes",
+    );
+    for e in &pods {
+        let _ = writeln!(
+            out,
+            "pod_memory_working_set_bytes{{{}}} {} {ts}",
+            pl(e),
+            e.stats.memory.working_set
+        );
+    }
+    header(
+        &mut out,
+        "resource_scrape_error",
+        "gauge",
+        "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
+    );
+    let _ = writeln!(out, "resource_scrape_error {}", u8::from(root.is_none()));
+    out
+}
+
+/// Reads the root cgroup, each pod cgroup and each running container now.
+pub(crate) fn collect(shared: &Shared) -> Snapshot {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let mut snap = Snapshot {
+        machine: Machine {
+            cores: u64::try_from(shared.node.cpu_milli / 1000).unwrap_or(0),
+            memory_bytes: u64::try_from(shared.node.memory_bytes).unwrap_or(0),
+            machine_id: read("/etc/machine-id"),
+            boot_id: read("/proc/sys/kernel/random/boot_id"),
+            system_uuid: read("/sys/class/dmi/id/product_uuid"),
+        },
+        entries: Vec::new(),
+        timestamp_ms: i64::try_from(crate::backoff::now().as_millis()).unwrap_or(0),
+    };
+    let Some(h) = shared.cgroups.as_ref() else {
+        return snap;
+    };
+    let ooms = shared.oom_kills();
+    // `pids`: the processes to count and whose network namespace to read
+    // (none for the root cgroup).
+    let mut push = |labels: Labels, start_time: f64, pids: &[u32]| {
+        if let Some(stats) = h.stats(&labels.id) {
+            let oom_events = ooms.get(&labels.id).copied().unwrap_or(0);
+            let (threads, fds, sockets) = procfs::process_counts(pids);
+            let network = pids
+                .first()
+                .map(|p| procfs::net_dev(*p))
+                .unwrap_or_default();
+            snap.entries.push(Entry {
+                labels,
+                stats,
+                oom_events,
+                start_time,
+                network,
+                threads,
+                fds,
+                sockets,
+            });
+        }
+    };
+    push(
+        Labels {
+            id: "/".into(),
+            ..Default::default()
+        },
+        0.0,
+        &[],
+    );
+    if !shared.config.cgroups_per_qos {
+        return snap;
+    }
+    for pod in shared.pods() {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(status) = pod.status.as_ref() else {
+            continue;
+        };
+        let qos = match status.qos_class.as_deref() {
+            Some("Guaranteed") => crate::qos::Qos::Guaranteed,
+            Some("Burstable") => crate::qos::Qos::Burstable,
+            _ => crate::qos::Qos::BestEffort,
+        };
+        let parent = crate::qos::pod_cgroup_parent(&shared.config.cgroup_root, qos, &uid);
+        let mut containers = Vec::new();
+        for cs in status.container_statuses.iter().flatten() {
+            let Some(running) = cs.state.as_ref().and_then(|s| s.running.as_ref()) else {
+                continue;
+            };
+            let Some(id) = cs
+                .container_id
+                .as_deref()
+                .and_then(|c| c.split_once("://"))
+                .map(|(_, id)| id.to_string())
+            else {
+                continue;
+            };
+            let start = running
+                .started_at
+                .as_ref()
+                .map(|t| t.0.as_second() as f64)
+                .unwrap_or(0.0);
+            let path = format!("{parent}/{id}");
+            let pids = h.procs(&path);
+            containers.push((
+                Labels {
+                    container: cs.name.clone(),
+                    id: path,
+                    image: cs.image.clone(),
+                    name: id,
+                    namespace: namespace.clone(),
+                    pod: name.clone(),
+                },
+                start,
+                pids,
+            ));
+        }
+        // The pod cgroup: every container's processes (and their netns).
+        let all: Vec<u32> = containers.iter().flat_map(|c| c.2.clone()).collect();
+        push(
+            Labels {
+                id: parent.clone(),
+                namespace: namespace.clone(),
+                pod: name.clone(),
+                ..Default::default()
+            },
+            0.0,
+            &all,
+        );
+        for (labels, start, pids) in containers {
+            push(labels, start, &pids);
+        }
+    }
+    snap
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +717,12 @@ mod tests {
                     stats,
                     oom_events: 0,
                     start_time: 1_700_000_000.0,
+                    network: vec![NetIf {
+                        name: "eth0".into(),
+                        rx_bytes: 10,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
                 },
                 Entry {
                     labels: Labels {
@@ -374,10 +749,58 @@ mod tests {
                 "machine_cpu_cores{boot_id=\"b\",machine_id=\"m\",system_uuid=\"u\"} 2\n"
             )
         );
+        assert!(
+            text.contains("container_network_receive_bytes_total{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",interface=\"eth0\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 10 1700000123456\n"),
+            "{text}"
+        );
         // Every family has HELP and TYPE once.
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         assert_eq!(types, helps);
         assert_eq!(types, families().len() + 3);
+    }
+
+    #[test]
+    fn resource_metrics_as_kubelet_names_them() {
+        let mut c = Entry {
+            labels: Labels {
+                container: "web".into(),
+                id: "/kubepods/podu/c1".into(),
+                namespace: "default".into(),
+                pod: "p".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        c.stats.cpu.usage_ns = 2_000_000_000;
+        c.stats.memory.working_set = 100;
+        let mut p = Entry {
+            labels: Labels {
+                id: "/kubepods/podu".into(),
+                namespace: "default".into(),
+                pod: "p".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        p.stats.memory.working_set = 150;
+        let mut r = Entry::default();
+        r.labels.id = "/".into();
+        r.stats.cpu.usage_ns = 5_000_000_000;
+        let snap = Snapshot {
+            entries: vec![c, p, r],
+            timestamp_ms: 7,
+            ..Default::default()
+        };
+        let text = render_resource(&snap);
+        for want in [
+            "container_cpu_usage_seconds_total{container=\"web\",namespace=\"default\",pod=\"p\"} 2 7\n",
+            "container_memory_working_set_bytes{container=\"web\",namespace=\"default\",pod=\"p\"} 100 7\n",
+            "node_cpu_usage_seconds_total 5 7\n",
+            "pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 150 7\n",
+            "resource_scrape_error 0\n",
+        ] {
+            assert!(text.contains(want), "{want} in\n{text}");
+        }
     }
 }

@@ -113,7 +113,12 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
         "/metrics/cadvisor" => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
-            shared.cadvisor_metrics(),
+            crate::cadvisor::render(&crate::cadvisor::collect(shared)),
+        ),
+        "/metrics/resource" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::cadvisor::render_resource(&crate::cadvisor::collect(shared)),
         ),
         "/metrics/probes" => reply(
             StatusCode::OK,

@@ -21,6 +21,7 @@ pub mod plan;
 mod pleg;
 pub mod probe;
 pub mod prober;
+mod procfs;
 pub mod qos;
 pub mod runtime;
 pub mod source;
@@ -127,106 +128,6 @@ impl Shared {
     /// OOM kills by victim memcg (`container_oom_events_total`).
     pub(crate) fn oom_kills(&self) -> BTreeMap<String, u64> {
         lock(&self.oom_kills).clone()
-    }
-
-    /// `/metrics/cadvisor`: the root cgroup, each pod cgroup and each
-    /// running container, read now.
-    pub(crate) fn cadvisor_metrics(&self) -> String {
-        use cadvisor::{Entry, Labels, Machine, Snapshot};
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        };
-        let mut snap = Snapshot {
-            machine: Machine {
-                cores: u64::try_from(self.node.cpu_milli / 1000).unwrap_or(0),
-                memory_bytes: u64::try_from(self.node.memory_bytes).unwrap_or(0),
-                machine_id: read("/etc/machine-id"),
-                boot_id: read("/proc/sys/kernel/random/boot_id"),
-                system_uuid: read("/sys/class/dmi/id/product_uuid"),
-            },
-            entries: Vec::new(),
-            timestamp_ms: i64::try_from(backoff::now().as_millis()).unwrap_or(0),
-        };
-        let Some(h) = self.cgroups.as_ref() else {
-            return cadvisor::render(&snap);
-        };
-        let ooms = self.oom_kills();
-        let mut push = |labels: Labels, start_time: f64| {
-            if let Some(stats) = h.stats(&labels.id) {
-                let oom_events = ooms.get(&labels.id).copied().unwrap_or(0);
-                snap.entries.push(Entry {
-                    labels,
-                    stats,
-                    oom_events,
-                    start_time,
-                });
-            }
-        };
-        push(
-            Labels {
-                id: "/".into(),
-                ..Default::default()
-            },
-            0.0,
-        );
-        if !self.config.cgroups_per_qos {
-            return cadvisor::render(&snap);
-        }
-        for pod in self.pods() {
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let Some(status) = pod.status.as_ref() else {
-                continue;
-            };
-            let qos = match status.qos_class.as_deref() {
-                Some("Guaranteed") => qos::Qos::Guaranteed,
-                Some("Burstable") => qos::Qos::Burstable,
-                _ => qos::Qos::BestEffort,
-            };
-            let parent = qos::pod_cgroup_parent(&self.config.cgroup_root, qos, &uid);
-            push(
-                Labels {
-                    id: parent.clone(),
-                    namespace: namespace.clone(),
-                    pod: name.clone(),
-                    ..Default::default()
-                },
-                0.0,
-            );
-            for cs in status.container_statuses.iter().flatten() {
-                let Some(running) = cs.state.as_ref().and_then(|s| s.running.as_ref()) else {
-                    continue;
-                };
-                let Some(id) = cs
-                    .container_id
-                    .as_deref()
-                    .and_then(|c| c.split_once("://"))
-                    .map(|(_, id)| id.to_string())
-                else {
-                    continue;
-                };
-                let start = running
-                    .started_at
-                    .as_ref()
-                    .map(|t| t.0.as_second() as f64)
-                    .unwrap_or(0.0);
-                push(
-                    Labels {
-                        container: cs.name.clone(),
-                        id: format!("{parent}/{id}"),
-                        image: cs.image.clone(),
-                        name: id,
-                        namespace: namespace.clone(),
-                        pod: name.clone(),
-                    },
-                    start,
-                );
-            }
-        }
-        cadvisor::render(&snap)
     }
 
     pub(crate) fn probe_metrics(&self) -> String {

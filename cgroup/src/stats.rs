@@ -279,6 +279,25 @@ fn read(dir: &Path, file: &str) -> String {
 }
 
 impl Hierarchy {
+    /// The processes directly in cgroup `path` (not in its children).
+    pub fn procs(&self, path: &str) -> Vec<u32> {
+        let rel = path.trim_start_matches('/');
+        let dir = match self {
+            Hierarchy::V2(root) => Some(root.join(rel)),
+            Hierarchy::V1(mounts) => mounts
+                .iter()
+                .find(|(c, _)| c == "pids" || c == "memory")
+                .map(|(_, m)| m.join(rel)),
+        };
+        dir.map(|d| {
+            read(&d, "cgroup.procs")
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
     /// The stats of cgroup `path` (relative to the hierarchy, e.g.
     /// `/kubepods/pod<uid>/<id>`). `None` when the cgroup does not exist.
     pub fn stats(&self, path: &str) -> Option<Stats> {
