@@ -200,6 +200,48 @@ spec:
         String::from_utf8_lossy(&check.stderr)
     );
 
+    // /stats/summary in kubelet's shape; a second reading gives CPU rates.
+    let summary = || -> serde_json::Value {
+        serde_json::from_str(&agent.get("/stats/summary").expect("/stats/summary")).expect("json")
+    };
+    summary();
+    std::thread::sleep(Duration::from_millis(1500));
+    let sum = summary();
+    assert_eq!(sum["node"]["nodeName"], "e2e");
+    assert!(
+        sum["node"]["memory"]["workingSetBytes"].as_u64() > Some(0),
+        "{sum}"
+    );
+    assert!(
+        sum["node"]["fs"]["capacityBytes"].as_u64() > Some(0),
+        "{sum}"
+    );
+    let pod = sum["pods"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["podRef"]["name"] == "stats-e2e"))
+        .expect("stats pod in the summary");
+    assert_eq!(pod["podRef"]["uid"], uid.as_str());
+    let c = |name: &str| {
+        pod["containers"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let cores = c("busy")["cpu"]["usageNanoCores"].as_u64().unwrap_or(0);
+    assert!(
+        cores > 200_000_000,
+        "a busy loop uses most of a core: {cores}"
+    );
+    assert!(c("mem")["memory"]["workingSetBytes"].as_u64() >= Some(32 << 20));
+    assert_eq!(
+        c("mem")["memory"]["availableBytes"]
+            .as_u64()
+            .map(|a| a < (32 << 20)),
+        Some(true)
+    );
+    assert!(pod["memory"]["workingSetBytes"].as_u64() >= Some(32 << 20));
+
     // promtool's checker accepts the exposition.
     let dir = agent.dir();
     std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");

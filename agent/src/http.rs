@@ -120,6 +120,7 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "text/plain; version=0.0.4; charset=utf-8",
             crate::cadvisor::render_resource(&crate::cadvisor::collect(shared)),
         ),
+        "/stats/summary" | "/stats/summary/" => json_reply(&shared.summary()),
         "/metrics/probes" => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

@@ -26,6 +26,7 @@ pub mod qos;
 pub mod runtime;
 pub mod source;
 pub mod status;
+pub mod summary;
 pub mod validate;
 pub mod volumes;
 mod worker;
@@ -57,6 +58,9 @@ pub enum Error {
     },
 }
 
+/// A cgroup's CPU reading: when, usage ns, and the last rate (nanocores).
+type CpuSample = (Duration, u64, Option<u64>);
+
 /// State shared by the workers, PLEG and the HTTP endpoints.
 pub struct Shared {
     pub(crate) cri: Cri,
@@ -78,6 +82,9 @@ pub struct Shared {
     probe_counts: Mutex<metrics::ProbeCounts>,
     /// OOM kills seen in /dev/kmsg by the victim's memcg.
     oom_kills: Mutex<BTreeMap<String, u64>>,
+    /// CPU readings by cgroup id for `usageNanoCores`: (when, usage ns,
+    /// the last rate).
+    cpu_samples: Mutex<HashMap<String, CpuSample>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -128,6 +135,93 @@ impl Shared {
     /// OOM kills by victim memcg (`container_oom_events_total`).
     pub(crate) fn oom_kills(&self) -> BTreeMap<String, u64> {
         lock(&self.oom_kills).clone()
+    }
+
+    /// `/stats/summary`.
+    pub(crate) fn summary(&self) -> serde_json::Value {
+        let snap = cadvisor::collect(self);
+        let now = backoff::now();
+        let mut nano_cores = HashMap::new();
+        {
+            let mut samples = lock(&self.cpu_samples);
+            let ids: std::collections::HashSet<&str> =
+                snap.entries.iter().map(|e| e.labels.id.as_str()).collect();
+            samples.retain(|id, _| ids.contains(id.as_str()));
+            for e in &snap.entries {
+                let usage = e.stats.cpu.usage_ns;
+                let entry = samples
+                    .entry(e.labels.id.clone())
+                    .or_insert((now, usage, None));
+                let dt = now.saturating_sub(entry.0);
+                // A rate over at least a second; in between, the last one.
+                if dt >= Duration::from_secs(1) {
+                    let rate = u128::from(usage.saturating_sub(entry.1)) * 1_000_000_000
+                        / dt.as_nanos().max(1);
+                    *entry = (now, usage, Some(u64::try_from(rate).unwrap_or(u64::MAX)));
+                }
+                if let Some(r) = entry.2 {
+                    nano_cores.insert(e.labels.id.clone(), r);
+                }
+            }
+        }
+        let read_num = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let now_s = now.as_secs_f64();
+        let processes = std::fs::read_dir("/proc")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                    })
+                    .count() as u64
+            })
+            .unwrap_or(0);
+        let mut pods = HashMap::new();
+        let mut logs = HashMap::new();
+        for p in self.pods() {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let start = p
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| summary::rfc3339(t.0.as_second()))
+                .unwrap_or_default();
+            pods.insert(
+                uid.clone(),
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata.namespace.clone().unwrap_or_default(),
+                    start,
+                ),
+            );
+            let dir = cri_config::pod_log_dir(&self.config.pod_logs_dir, &p);
+            for c in p.spec.iter().flat_map(|s| s.containers.iter()) {
+                logs.insert(
+                    (uid.clone(), c.name.clone()),
+                    summary::du(&dir.join(&c.name)),
+                );
+            }
+        }
+        let x = summary::Extras {
+            node_name: self.node.name.clone(),
+            now: summary::rfc3339(now.as_secs() as i64),
+            boot_time: summary::rfc3339((now_s - read_num("/proc/uptime")) as i64),
+            nano_cores,
+            node_fs: summary::Fs::of(&self.config.data_dir),
+            image_fs: summary::Fs::of(&self.config.images_dir),
+            pid_max: read_num("/proc/sys/kernel/pid_max") as u64,
+            processes,
+            pods,
+            logs,
+        };
+        summary::build(&snap, &x, &procfs::net_dev(1))
     }
 
     pub(crate) fn probe_metrics(&self) -> String {
@@ -254,6 +348,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         manifest_errors: Mutex::new(Vec::new()),
         probe_counts: Mutex::new(metrics::ProbeCounts::new()),
         oom_kills: Mutex::new(BTreeMap::new()),
+        cpu_samples: Mutex::new(HashMap::new()),
         config,
     });
 
