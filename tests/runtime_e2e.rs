@@ -681,6 +681,61 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
             .is_some(),
         "second sample gives a rate"
     );
+    // The pod: its cgroup (the 32 MiB are below it), processes, network,
+    // and the container's stats inside.
+    let ps = c
+        .pod_sandbox_stats(cri_proto::v1::PodSandboxStatsRequest {
+            pod_sandbox_id: pod_id.clone(),
+        })
+        .await
+        .expect("PodSandboxStats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    assert_eq!(
+        ps.attributes.as_ref().map(|a| a.id.as_str()),
+        Some(pod_id.as_str())
+    );
+    let linux = ps.linux.expect("linux");
+    let pod_ws = linux
+        .memory
+        .as_ref()
+        .and_then(|m| m.working_set_bytes)
+        .expect("pod working set")
+        .value;
+    assert!(pod_ws >= 32 << 20, "pod working set {pod_ws}");
+    assert!(
+        linux
+            .process
+            .as_ref()
+            .and_then(|p| p.process_count)
+            .expect("process count")
+            .value
+            >= 1
+    );
+    assert!(linux.network.is_some());
+    assert_eq!(linux.containers.len(), 1);
+    assert_eq!(
+        linux.containers[0]
+            .attributes
+            .as_ref()
+            .map(|a| a.id.as_str()),
+        Some(id.as_str())
+    );
+    let all = c
+        .list_pod_sandbox_stats(cri_proto::v1::ListPodSandboxStatsRequest { filter: None })
+        .await
+        .expect("ListPodSandboxStats")
+        .into_inner()
+        .stats;
+    assert_eq!(all.len(), 1);
+    let err = c
+        .pod_sandbox_stats(cri_proto::v1::PodSandboxStatsRequest {
+            pod_sandbox_id: "nope".into(),
+        })
+        .await
+        .expect_err("unknown sandbox");
+    assert_eq!(err.code(), tonic::Code::NotFound);
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

@@ -11,7 +11,7 @@ use cgroup::stats::Stats;
 
 use crate::Shared;
 use crate::metrics::{escape, header};
-use crate::procfs::{self, NetIf};
+use cgroup::procfs::{self, NetIf};
 
 /// The labels cAdvisor puts on every `container_*` series.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]

@@ -21,7 +21,6 @@ pub mod plan;
 mod pleg;
 pub mod probe;
 pub mod prober;
-mod procfs;
 pub mod qos;
 pub mod runtime;
 pub mod source;
@@ -221,7 +220,7 @@ impl Shared {
             pods,
             logs,
         };
-        summary::build(&snap, &x, &procfs::net_dev(1))
+        summary::build(&snap, &x, &cgroup::procfs::net_dev(1))
     }
 
     pub(crate) fn probe_metrics(&self) -> String {

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use crate::cadvisor::{Entry, Snapshot};
-use crate::procfs::NetIf;
+use cgroup::procfs::NetIf;
 
 /// Filesystem figures (`FsStats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

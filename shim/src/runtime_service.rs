@@ -336,16 +336,22 @@ impl RuntimeService for RuntimeSvc {
 
     async fn pod_sandbox_stats(
         &self,
-        _req: Request<PodSandboxStatsRequest>,
+        req: Request<PodSandboxStatsRequest>,
     ) -> Result<Response<PodSandboxStatsResponse>, Status> {
-        unimplemented("PodSandboxStats")
+        let id = req.into_inner().pod_sandbox_id;
+        id_of(&id, "pod_sandbox_id")?;
+        Ok(Response::new(PodSandboxStatsResponse {
+            stats: Some(self.rt.pod_sandbox_stats(&id)?),
+        }))
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _req: Request<ListPodSandboxStatsRequest>,
+        req: Request<ListPodSandboxStatsRequest>,
     ) -> Result<Response<ListPodSandboxStatsResponse>, Status> {
-        unimplemented("ListPodSandboxStats")
+        Ok(Response::new(ListPodSandboxStatsResponse {
+            stats: self.rt.list_pod_sandbox_stats(req.into_inner().filter),
+        }))
     }
 
     async fn checkpoint_container(

@@ -1,18 +1,76 @@
-//! CRI container stats from the container's cgroup and writable layer.
+//! CRI container and pod sandbox stats from cgroupfs (the `cgroup`
+//! crate's readers, which the agent's /metrics/cadvisor uses too), procfs
+//! (network of the pod's namespace) and the writable layer.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::OnceLock;
 
+use cgroup::Hierarchy;
+use cgroup::procfs::{self, NetIf};
 use cri_proto::v1::{
     ContainerAttributes, ContainerStats, ContainerStatsFilter, CpuUsage, FilesystemIdentifier,
-    FilesystemUsage, MemoryUsage, UInt64Value,
+    FilesystemUsage, LinuxPodSandboxStats, MemoryUsage, NetworkInterfaceUsage, NetworkUsage,
+    PodSandboxAttributes, PodSandboxStats, PodSandboxStatsFilter, ProcessUsage, UInt64Value,
 };
 
-use crate::cgroupfs;
 use crate::error::Error;
 use crate::runtime::Runtime;
-use crate::state::{self, ContainerRecord};
+use crate::state::{self, ContainerRecord, SandboxRecord};
+
+/// This machine's cgroup mounts, found once.
+fn hierarchy() -> Option<&'static Hierarchy> {
+    static H: OnceLock<Option<Hierarchy>> = OnceLock::new();
+    H.get_or_init(|| Hierarchy::detect().ok()).as_ref()
+}
+
+/// Cumulative usage → CRI cpu with the rate since the last reading of the
+/// same key; memory as kubelet reads it.
+fn cpu_memory(
+    key: &str,
+    cgroup_path: &str,
+    now: i64,
+    last: &mut HashMap<String, (i64, u64)>,
+) -> (Option<CpuUsage>, Option<MemoryUsage>) {
+    let Some(s) = hierarchy().and_then(|h| h.stats(cgroup_path)) else {
+        return (None, None);
+    };
+    let usage = s.cpu.usage_ns;
+    // usage_nano_cores needs two samples: rate since the last one.
+    let nano_cores = last.get(key).and_then(|(t, c)| {
+        let dt = now.checked_sub(*t).filter(|d| *d > 0)? as u128;
+        Some((u128::from(usage.saturating_sub(*c)) * 1_000_000_000 / dt) as u64)
+    });
+    last.insert(key.to_string(), (now, usage));
+    let m = &s.memory;
+    (
+        Some(CpuUsage {
+            timestamp: now,
+            usage_core_nano_seconds: u(usage),
+            usage_nano_cores: nano_cores.and_then(u),
+        }),
+        Some(MemoryUsage {
+            timestamp: now,
+            working_set_bytes: u(m.working_set),
+            available_bytes: m.limit.and_then(|l| u(l.saturating_sub(m.working_set))),
+            usage_bytes: u(m.usage),
+            rss_bytes: u(m.rss),
+            page_faults: u(m.pgfault),
+            major_page_faults: u(m.pgmajfault),
+        }),
+    )
+}
+
+fn interface(n: &NetIf) -> NetworkInterfaceUsage {
+    NetworkInterfaceUsage {
+        name: n.name.clone(),
+        rx_bytes: u(n.rx_bytes),
+        rx_errors: u(n.rx_errors),
+        tx_bytes: u(n.tx_bytes),
+        tx_errors: u(n.tx_errors),
+    }
+}
 
 fn u(value: u64) -> Option<UInt64Value> {
     Some(UInt64Value { value })
@@ -51,35 +109,7 @@ impl Runtime {
             labels: rec.config.labels.clone(),
             annotations: rec.config.annotations.clone(),
         });
-        let (cpu, memory) = match cgroupfs::sample(&rec.cgroup) {
-            Some(s) => {
-                // usage_nano_cores needs two samples: rate since the last one.
-                let nano_cores = last.get(&rec.id).and_then(|(t, c)| {
-                    let dt = now.checked_sub(*t).filter(|d| *d > 0)? as u128;
-                    Some((u128::from(s.cpu_ns.saturating_sub(*c)) * 1_000_000_000 / dt) as u64)
-                });
-                last.insert(rec.id.clone(), (now, s.cpu_ns));
-                (
-                    Some(CpuUsage {
-                        timestamp: now,
-                        usage_core_nano_seconds: u(s.cpu_ns),
-                        usage_nano_cores: nano_cores.and_then(u),
-                    }),
-                    Some(MemoryUsage {
-                        timestamp: now,
-                        working_set_bytes: u(s.working_set),
-                        available_bytes: s
-                            .memory_limit
-                            .and_then(|l| u(l.saturating_sub(s.working_set))),
-                        usage_bytes: u(s.memory_usage),
-                        rss_bytes: u(s.rss),
-                        page_faults: u(s.page_faults),
-                        major_page_faults: u(s.major_page_faults),
-                    }),
-                )
-            }
-            None => (None, None),
-        };
+        let (cpu, memory) = cpu_memory(&rec.id, &rec.cgroup, now, last);
         let upper = rec.dir.join("upper");
         let (bytes, inodes) = disk_usage(&upper);
         ContainerStats {
@@ -118,6 +148,113 @@ impl Runtime {
         recs.iter()
             .filter(|r| self.state_of(r).0 == cri_proto::v1::ContainerState::ContainerRunning)
             .map(|r| self.stats_of(r, &mut last))
+            .collect()
+    }
+
+    fn sandbox_stats_of(
+        &self,
+        sb: &SandboxRecord,
+        containers: &[ContainerRecord],
+        last: &mut HashMap<String, (i64, u64)>,
+    ) -> PodSandboxStats {
+        let now = state::now_nanos();
+        let parent = sb
+            .config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        let (cpu, memory) = if parent.is_empty() {
+            (None, None)
+        } else {
+            cpu_memory(&format!("sandbox/{}", sb.id), &parent, now, last)
+        };
+        let mine: Vec<&ContainerRecord> = containers
+            .iter()
+            .filter(|c| c.sandbox_id == sb.id)
+            .collect();
+        let running: Vec<&&ContainerRecord> = mine
+            .iter()
+            .filter(|c| self.state_of(c).0 == cri_proto::v1::ContainerState::ContainerRunning)
+            .collect();
+        // The pod's network namespace, seen through one of its processes
+        // (the host's for host-network pods).
+        let ifs = match (&sb.netns, running.iter().find_map(|c| c.init_pid)) {
+            (None, _) => procfs::net_dev(1),
+            (Some(_), Some(pid)) => procfs::net_dev(u32::try_from(pid).unwrap_or(0)),
+            (Some(_), None) => Vec::new(),
+        };
+        let network = Some(NetworkUsage {
+            timestamp: now,
+            default_interface: ifs
+                .iter()
+                .find(|n| n.name == "eth0")
+                .or(ifs.first())
+                .map(interface),
+            interfaces: ifs.iter().map(interface).collect(),
+        });
+        let process_count: u64 = running
+            .iter()
+            .filter_map(|c| hierarchy()?.stats(&c.cgroup))
+            .map(|s| s.pids.current)
+            .sum();
+        PodSandboxStats {
+            attributes: Some(PodSandboxAttributes {
+                id: sb.id.clone(),
+                metadata: sb.config.metadata.clone(),
+                labels: sb.config.labels.clone(),
+                annotations: sb.config.annotations.clone(),
+            }),
+            linux: Some(LinuxPodSandboxStats {
+                cpu,
+                memory,
+                network,
+                process: Some(ProcessUsage {
+                    timestamp: now,
+                    process_count: u(process_count),
+                }),
+                containers: running.iter().map(|c| self.stats_of(c, last)).collect(),
+            }),
+            windows: None,
+        }
+    }
+
+    pub fn pod_sandbox_stats(&self, id: &str) -> Result<PodSandboxStats, Error> {
+        let sb = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))?;
+        let containers = self.all_containers();
+        let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.sandbox_stats_of(&sb, &containers, &mut last))
+    }
+
+    pub fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<PodSandboxStatsFilter>,
+    ) -> Vec<PodSandboxStats> {
+        let f = filter.unwrap_or_default();
+        let containers = self.all_containers();
+        let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
+        let sandboxes: Vec<SandboxRecord> = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        sandboxes
+            .iter()
+            .filter(|s| s.ready && s.id.starts_with(&f.id))
+            .filter(|s| {
+                f.label_selector
+                    .iter()
+                    .all(|(k, v)| s.config.labels.get(k) == Some(v))
+            })
+            .map(|s| self.sandbox_stats_of(s, &containers, &mut last))
             .collect()
     }
 }
