@@ -58,9 +58,9 @@ spec:
 /// `want` (`key="value"` pairs).
 fn sample(text: &str, name: &str, want: &[&str]) -> Option<f64> {
     text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
         .find(|l| want.iter().all(|w| l.contains(w)))
-        .and_then(|l| l.rsplit_once("} "))
+        .and_then(|l| l.rsplit_once("} ").or_else(|| l.split_once(' ')))
         .and_then(|(_, v)| v.split(' ').next()?.parse().ok())
 }
 
@@ -269,6 +269,71 @@ spec:
         "promtool check metrics: {report}"
     );
 
+    // The agent's own metrics, kubelet's names; promtool finds nothing.
+    let own = agent.get("/metrics").expect("/metrics");
+    assert!(
+        sample(&own, "kubelet_running_pods", &[]).is_some_and(|v| v >= 1.0),
+        "{own}"
+    );
+    assert!(
+        sample(
+            &own,
+            "kubelet_running_containers",
+            &["container_state=\"running\""]
+        )
+        .is_some_and(|v| v >= 2.0)
+    );
+    assert!(
+        sample(
+            &own,
+            "kubelet_runtime_operations_total",
+            &["operation_type=\"list_containers\""]
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{own}"
+    );
+    assert!(
+        sample(
+            &own,
+            "kubelet_runtime_operations_total",
+            &["operation_type=\"run_podsandbox\""]
+        )
+        .is_some_and(|v| v >= 1.0)
+    );
+    assert!(
+        sample(&own, "kubelet_pleg_relist_duration_seconds_count", &[]).is_some_and(|v| v >= 1.0)
+    );
+    assert!(
+        sample(&own, "kubelet_pod_start_duration_seconds_count", &[]).is_some_and(|v| v >= 1.0)
+    );
+    std::fs::write(agent.dir().join("own.prom"), &own).expect("write");
+    let check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(agent.dir().join("own.prom")).expect("open"))
+        .output()
+        .expect("promtool");
+    assert!(
+        check.status.success(),
+        "promtool on /metrics: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // OpenMetrics on request (the Prometheus below asks for it too).
+    let om = http_get_accept(
+        agent.port,
+        "/metrics/cadvisor",
+        "application/openmetrics-text;version=1.0.0",
+    )
+    .expect("openmetrics");
+    assert!(
+        om.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{om}"
+    );
+    assert!(om.ends_with("# EOF\n"));
+    assert!(om.contains("# TYPE container_cpu_usage_seconds counter\n"));
+
     // A real Prometheus scrapes it and answers a query.
     let prom_port = free_port();
     std::fs::write(
@@ -309,10 +374,19 @@ spec:
 }
 
 fn http_get(port: u16, path: &str) -> Option<String> {
+    http_get_accept(port, path, "*/*")
+}
+
+/// The whole response (head and body).
+fn http_get_accept(port: u16, path: &str, accept: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: {accept}\r\n\r\n"
+    )
+    .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)

@@ -14,6 +14,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 
+use crate::metrics;
 use crate::{Shared, lock};
 
 /// kubelet's PLEG health threshold.
@@ -71,6 +72,23 @@ fn json_reply(v: &serde_json::Value) -> Response<Full<Bytes>> {
     )
 }
 
+/// Prometheus text, or OpenMetrics when the scraper asks for it.
+fn metrics_reply(req: &Request<Incoming>, text: String) -> Response<Full<Bytes>> {
+    let accept = req
+        .headers()
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    if metrics::wants_openmetrics(accept) {
+        reply(
+            StatusCode::OK,
+            metrics::OPENMETRICS_CONTENT_TYPE,
+            metrics::to_openmetrics(&text),
+        )
+    } else {
+        reply(StatusCode::OK, metrics::TEXT_CONTENT_TYPE, text)
+    }
+}
+
 fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
@@ -110,22 +128,17 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "metadata": {},
             "items": shared.events_list(),
         })),
-        "/metrics/cadvisor" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
+        "/metrics" => metrics_reply(&req, shared.agent_metrics()),
+        "/metrics/cadvisor" => metrics_reply(
+            &req,
             crate::cadvisor::render(&crate::cadvisor::collect(shared)),
         ),
-        "/metrics/resource" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
+        "/metrics/resource" => metrics_reply(
+            &req,
             crate::cadvisor::render_resource(&crate::cadvisor::collect(shared)),
         ),
         "/stats/summary" | "/stats/summary/" => json_reply(&shared.summary()),
-        "/metrics/probes" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            shared.probe_metrics(),
-        ),
+        "/metrics/probes" => metrics_reply(&req, shared.probe_metrics()),
         "/manifests" => json_reply(&json!({
             "errors": lock(&shared.manifest_errors).clone(),
         })),

@@ -84,6 +84,7 @@ pub struct Shared {
     /// CPU readings by cgroup id for `usageNanoCores`: (when, usage ns,
     /// the last rate).
     cpu_samples: Mutex<HashMap<String, CpuSample>>,
+    pub(crate) metrics: Arc<metrics::AgentMetrics>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -223,6 +224,42 @@ impl Shared {
         summary::build(&snap, &x, &cgroup::procfs::net_dev(1))
     }
 
+    /// `/metrics`: the agent's own, kubelet's names.
+    pub(crate) fn agent_metrics(&self) -> String {
+        let pods = self.pods();
+        let mut running_pods = 0;
+        let mut states: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in &pods {
+            let statuses = p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten());
+            let mut any_running = false;
+            for c in statuses {
+                let st = c.state.as_ref();
+                let state = if st.is_some_and(|s| s.running.is_some()) {
+                    any_running = true;
+                    "running"
+                } else if st.is_some_and(|s| s.terminated.is_some()) {
+                    "exited"
+                } else if c.container_id.is_some() {
+                    "created"
+                } else {
+                    continue;
+                };
+                *states.entry(state).or_default() += 1;
+            }
+            if any_running
+                || p.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+            {
+                running_pods += 1;
+            }
+        }
+        self.metrics.render(running_pods, &states)
+    }
+
     pub(crate) fn probe_metrics(&self) -> String {
         metrics::probes(&lock(&self.probe_counts))
     }
@@ -296,10 +333,11 @@ fn host_ip() -> Option<String> {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
     // The runtime may still be starting (`picolet up`, boot): wait for it.
     let socket = config.cri_socket.clone();
+    let metrics = Arc::new(metrics::AgentMetrics::default());
     let deadline = Instant::now() + config.runtime_request_timeout;
     let (cri, runtime_name) = loop {
         let attempt = async {
-            let cri = Cri::connect(&socket, config.runtime_request_timeout)
+            let cri = Cri::connect(&socket, config.runtime_request_timeout, metrics.clone())
                 .await
                 .map_err(|e| e.to_string())?;
             let name = cri.runtime_name().await.map_err(|e| e.to_string())?;
@@ -348,6 +386,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         probe_counts: Mutex::new(metrics::ProbeCounts::new()),
         oom_kills: Mutex::new(BTreeMap::new()),
         cpu_samples: Mutex::new(HashMap::new()),
+        metrics,
         config,
     });
 

@@ -18,12 +18,14 @@ pub async fn run(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(RELIST_PERIOD);
     loop {
         tick.tick().await;
+        let started = Instant::now();
         let (Ok(containers), Ok(pods)) = (
             shared.cri.list_containers().await,
             shared.cri.list_pod_uids().await,
         ) else {
             continue;
         };
+        shared.metrics.pleg_relist(started.elapsed());
         *lock(&shared.last_relist) = Instant::now();
         let mut now: HashMap<String, (String, i32)> = HashMap::new();
         let mut changed: Vec<String> = Vec::new();

@@ -16,7 +16,12 @@ use cri_proto::v1::{
     RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
     StopContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
+use std::sync::Arc;
+
+use tonic::codegen::http;
 use tonic::{Request, Status};
+
+use crate::metrics::{self, AgentMetrics};
 
 use crate::cri_config::{
     ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, LABEL_CONTAINER_NAME, LABEL_POD_NAME,
@@ -24,11 +29,55 @@ use crate::cri_config::{
 };
 use crate::plan::{Observed, ObservedContainer, ObservedSandbox, State};
 
+/// The CRI channel, timing every call into kubelet's
+/// `kubelet_runtime_operations_*` metrics by operation.
+#[derive(Clone)]
+pub struct Timed {
+    inner: Channel,
+    metrics: Arc<AgentMetrics>,
+}
+
+type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for Timed {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = BoxFuture<std::result::Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::result::Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let op = metrics::operation_type(req.uri().path());
+        let m = self.metrics.clone();
+        let fut = self.inner.call(req);
+        let start = std::time::Instant::now();
+        Box::pin(async move {
+            let r = fut.await;
+            // gRPC errors of unary calls come as trailers-only responses:
+            // the status is in the headers.
+            let failed = match &r {
+                Err(_) => true,
+                Ok(resp) => resp
+                    .headers()
+                    .get("grpc-status")
+                    .is_some_and(|v| v.as_bytes() != b"0"),
+            };
+            m.runtime_op(&op, start.elapsed(), failed);
+            r
+        })
+    }
+}
+
 /// A CRI connection (cheap to clone: one HTTP/2 channel underneath).
 #[derive(Clone)]
 pub struct Cri {
-    rt: RuntimeServiceClient<Channel>,
-    img: ImageServiceClient<Channel>,
+    rt: RuntimeServiceClient<Timed>,
+    img: ImageServiceClient<Timed>,
     timeout: Duration,
 }
 
@@ -59,14 +108,19 @@ fn uid_filter(uid: &str) -> HashMap<String, String> {
 }
 
 impl Cri {
-    /// Connects to the CRI socket.
-    pub async fn connect(socket: &Path, timeout: Duration) -> std::io::Result<Self> {
+    /// Connects to the CRI socket; every call is timed into `metrics`.
+    pub async fn connect(
+        socket: &Path,
+        timeout: Duration,
+        metrics: Arc<AgentMetrics>,
+    ) -> std::io::Result<Self> {
         let ch = cri_proto::connect(socket)
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let timed = Timed { inner: ch, metrics };
         Ok(Self {
-            rt: RuntimeServiceClient::new(ch.clone()),
-            img: ImageServiceClient::new(ch),
+            rt: RuntimeServiceClient::new(timed.clone()),
+            img: ImageServiceClient::new(timed),
             timeout,
         })
     }

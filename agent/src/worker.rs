@@ -63,6 +63,11 @@ pub struct Worker {
     qos: Qos,
     wake: Arc<Notify>,
     probes: PodProbes,
+    /// The pod's start duration has been recorded, or is not this agent's
+    /// to record (its containers were already running when it came).
+    start_recorded: bool,
+    /// This worker started a container.
+    started_any: bool,
 }
 
 /// A container to stop, the `Killing` event's message, and a grace period
@@ -125,6 +130,8 @@ pub fn spawn(
         qos,
         wake: wake.clone(),
         probes: PodProbes::default(),
+        start_recorded: false,
+        started_any: false,
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
@@ -392,7 +399,7 @@ impl Worker {
         Ok(next)
     }
 
-    fn publish(&self, pod: &Pod, observed: &Observed) {
+    fn publish(&mut self, pod: &Pod, observed: &Observed) {
         let ctx = status::Context {
             waiting: &self.waiting,
             host_ip: &self.shared.node.host_ip,
@@ -402,6 +409,23 @@ impl Worker {
             probes: &|id| self.probes.state(id),
         };
         let st = status::pod_status(pod, observed, &ctx);
+        // kubelet_pod_start_duration_seconds: first seen → every app
+        // container running, once per pod.
+        if !self.start_recorded
+            && self.started_any
+            && st.container_statuses.as_ref().is_some_and(|cs| {
+                !cs.is_empty()
+                    && cs
+                        .iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            })
+        {
+            self.start_recorded = true;
+            let took = now_ns().saturating_sub(self.start_time);
+            self.shared
+                .metrics
+                .pod_started(Duration::from_nanos(u64::try_from(took).unwrap_or(0)));
+        }
         let mut p = pod.clone();
         p.status = Some(st);
         self.shared.set_status(&self.uid, p);
@@ -601,6 +625,7 @@ impl Worker {
             return;
         }
         self.waiting.remove(&c.name);
+        self.started_any = true;
         self.event(
             Some(&c.name),
             "Normal",
