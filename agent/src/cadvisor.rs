@@ -351,27 +351,39 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
     ]
 }
 
-fn labels_text(l: &Labels, extra: &[(&str, String)]) -> String {
-    let mut pairs: Vec<(&str, &str)> = vec![
-        ("container", &l.container),
-        ("id", &l.id),
-        ("image", &l.image),
-        ("name", &l.name),
-        ("namespace", &l.namespace),
-        ("pod", &l.pod),
-    ];
-    for (k, v) in extra {
-        pairs.push((k, v));
-    }
-    pairs.sort_by(|a, b| a.0.cmp(b.0));
-    let mut s = String::new();
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            s.push(',');
+/// An entry's six labels, escaped once per scrape, in key order.
+fn escaped(l: &Labels) -> [(&'static str, String); 6] {
+    [
+        ("container", escape(&l.container)),
+        ("id", escape(&l.id)),
+        ("image", escape(&l.image)),
+        ("name", escape(&l.name)),
+        ("namespace", escape(&l.namespace)),
+        ("pod", escape(&l.pod)),
+    ]
+}
+
+/// Writes `k="v",…` merging the entry's labels with a metric's own, in
+/// key order (as client_golang does), without intermediate strings.
+fn write_labels(out: &mut String, base: &[(&'static str, String)], extra: &[(&str, String)]) {
+    let (mut i, mut j) = (0, 0);
+    let mut first = true;
+    while i < base.len() || j < extra.len() {
+        let take_base = j >= extra.len() || (i < base.len() && base[i].0 <= extra[j].0);
+        if !first {
+            out.push(',');
         }
-        let _ = write!(s, "{k}=\"{}\"", escape(v));
+        first = false;
+        if take_base {
+            let (k, v) = &base[i];
+            let _ = write!(out, "{k}=\"{v}\"");
+            i += 1;
+        } else {
+            let (k, v) = &extra[j];
+            let _ = write!(out, "{k}=\"{}\"", escape(v));
+            j += 1;
+        }
     }
-    s
 }
 
 /// Renders the Prometheus text exposition.
@@ -380,11 +392,17 @@ pub fn render(snap: &Snapshot) -> String {
     let ts = snap.timestamp_ms;
     let mut entries: Vec<&Entry> = snap.entries.iter().collect();
     entries.sort_by(|a, b| a.labels.cmp(&b.labels));
+    let labels: Vec<[(&'static str, String); 6]> =
+        entries.iter().map(|e| escaped(&e.labels)).collect();
+    out.reserve(entries.len() * 8 * 1024);
     for (name, kind, help, get) in families() {
         header(&mut out, name, kind, help);
-        for e in &entries {
+        for (e, base) in entries.iter().zip(&labels) {
             for (extra, v) in get(e) {
-                let _ = writeln!(out, "{name}{{{}}} {v} {ts}", labels_text(&e.labels, &extra));
+                out.push_str(name);
+                out.push('{');
+                write_labels(&mut out, base, &extra);
+                let _ = writeln!(out, "}} {v} {ts}");
             }
         }
     }
@@ -394,13 +412,10 @@ pub fn render(snap: &Snapshot) -> String {
         "gauge",
         "Last time a container was seen by the exporter",
     );
-    for e in &entries {
-        let _ = writeln!(
-            out,
-            "container_last_seen{{{}}} {} {ts}",
-            labels_text(&e.labels, &[]),
-            ts / 1000
-        );
+    for base in &labels {
+        out.push_str("container_last_seen{");
+        write_labels(&mut out, base, &[]);
+        let _ = writeln!(out, "}} {} {ts}", ts / 1000);
     }
     let m = &snap.machine;
     let mut ml = BTreeMap::new();
