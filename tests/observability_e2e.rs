@@ -52,6 +52,17 @@ spec:
                 })
         })
     });
+    // The pod cgroup (kept while the failed pod exists) counts the kill.
+    let text = agent.get("/metrics/cadvisor").expect("/metrics/cadvisor");
+    assert!(
+        sample(
+            &text,
+            "container_oom_events_total",
+            &["pod=\"hog-e2e\"", "container=\"\""]
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
 }
 
 /// The value of the first sample of `name` whose labels contain all of

@@ -606,7 +606,14 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
     // (none for the root cgroup).
     let mut push = |labels: Labels, start_time: f64, pids: &[u32]| {
         if let Some(stats) = h.stats(&labels.id) {
-            let oom_events = ooms.get(&labels.id).copied().unwrap_or(0);
+            // Kills in this cgroup or below it (a pod counts its
+            // containers'; the root only kills outside any cgroup).
+            let below = format!("{}/", labels.id);
+            let oom_events = ooms
+                .iter()
+                .filter(|(m, _)| **m == labels.id || (labels.id != "/" && m.starts_with(&below)))
+                .map(|(_, n)| n)
+                .sum();
             let (threads, fds, sockets) = procfs::process_counts(pids);
             let network = pids
                 .first()
