@@ -252,6 +252,12 @@ spec:
         Some(true)
     );
     assert!(pod["memory"]["workingSetBytes"].as_u64() >= Some(32 << 20));
+    assert!(c("busy")["rootfs"]["usedBytes"].is_u64(), "{pod}");
+    assert!(
+        c("busy")["rootfs"]["capacityBytes"].as_u64() > Some(0),
+        "{pod}"
+    );
+    assert!(pod["ephemeral-storage"]["usedBytes"].is_u64(), "{pod}");
 
     // promtool's checker accepts the exposition.
     let dir = agent.dir();

@@ -43,7 +43,15 @@ pub async fn serve(
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let shared = shared.clone();
-                        async move { Ok::<_, Infallible>(route(&shared, req)) }
+                        async move {
+                            // The summary asks the runtime (writable layers).
+                            if req.method() == Method::GET
+                                && matches!(req.uri().path(), "/stats/summary" | "/stats/summary/")
+                            {
+                                return Ok::<_, Infallible>(json_reply(&shared.summary().await));
+                            }
+                            Ok::<_, Infallible>(route(&shared, req))
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -137,7 +145,6 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
             &req,
             crate::cadvisor::render_resource(&crate::cadvisor::collect(shared)),
         ),
-        "/stats/summary" | "/stats/summary/" => json_reply(&shared.summary()),
         "/metrics/probes" => metrics_reply(&req, shared.probe_metrics()),
         "/manifests" => json_reply(&json!({
             "errors": lock(&shared.manifest_errors).clone(),

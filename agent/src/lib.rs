@@ -138,7 +138,8 @@ impl Shared {
     }
 
     /// `/stats/summary`.
-    pub(crate) fn summary(&self) -> serde_json::Value {
+    pub(crate) async fn summary(&self) -> serde_json::Value {
+        let rootfs = self.cri.writable_layers().await.unwrap_or_default();
         let snap = cadvisor::collect(self);
         let now = backoff::now();
         let mut nano_cores = HashMap::new();
@@ -220,6 +221,7 @@ impl Shared {
             processes,
             pods,
             logs,
+            rootfs,
         };
         summary::build(&snap, &x, &cgroup::procfs::net_dev(1))
     }

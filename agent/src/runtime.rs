@@ -11,10 +11,11 @@ use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
     ContainerConfig, ContainerFilter, ContainerStatusRequest, CreateContainerRequest,
-    ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainersRequest, ListPodSandboxRequest,
-    PodSandboxConfig, PodSandboxFilter, PodSandboxStatusRequest, PullImageRequest,
-    RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest,
-    StopContainerRequest, StopPodSandboxRequest, VersionRequest,
+    ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainerStatsRequest,
+    ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter,
+    PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
+    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
+    VersionRequest,
 };
 use std::sync::Arc;
 
@@ -292,6 +293,33 @@ impl Cri {
             .map(|c| {
                 let uid = c.labels.get(LABEL_POD_UID).cloned().unwrap_or_default();
                 (c.id, uid, c.state)
+            })
+            .collect())
+    }
+
+    /// Writable layer usage (bytes, inodes) by container id, from the
+    /// runtime's ListContainerStats (kubelet's container `rootfs`).
+    pub async fn writable_layers(&self) -> Result<HashMap<String, (u64, u64)>> {
+        let stats = self
+            .rt
+            .clone()
+            .list_container_stats(self.req(ListContainerStatsRequest::default()))
+            .await
+            .map_err(e("ListContainerStats"))?
+            .into_inner()
+            .stats;
+        Ok(stats
+            .into_iter()
+            .filter_map(|s| {
+                let id = s.attributes?.id;
+                let w = s.writable_layer?;
+                Some((
+                    id,
+                    (
+                        w.used_bytes.map(|v| v.value).unwrap_or(0),
+                        w.inodes_used.map(|v| v.value).unwrap_or(0),
+                    ),
+                ))
             })
             .collect())
     }

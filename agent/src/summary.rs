@@ -68,6 +68,8 @@ pub struct Extras {
     pub pods: HashMap<String, (String, String, String)>,
     /// By (pod UID, container name): log bytes and inodes.
     pub logs: HashMap<(String, String), (u64, u64)>,
+    /// By container ID (the runtime's): writable layer bytes and inodes.
+    pub rootfs: HashMap<String, (u64, u64)>,
 }
 
 /// Unix seconds → RFC 3339, as the Kubernetes API writes times.
@@ -174,6 +176,7 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
         });
         let mut containers = Vec::new();
         let mut log_total = (0, 0);
+        let mut rootfs_total = (0, 0);
         for e in snap.entries.iter().filter(|e| {
             !e.labels.container.is_empty()
                 && e.labels.pod == *name
@@ -195,6 +198,17 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
                 fs["usedBytes"] = json!(bytes);
                 fs["inodesUsed"] = json!(inodes);
                 c["logs"] = fs;
+            }
+            if let Some((bytes, inodes)) = x.rootfs.get(&e.labels.name) {
+                rootfs_total.0 += bytes;
+                rootfs_total.1 += inodes;
+                let mut fs = x
+                    .image_fs
+                    .map(|f| f.json(&x.now))
+                    .unwrap_or_else(|| json!({"time": x.now}));
+                fs["usedBytes"] = json!(bytes);
+                fs["inodesUsed"] = json!(inodes);
+                c["rootfs"] = fs;
             }
             containers.push(c);
         }
@@ -221,8 +235,9 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
         }
         if let Some(fs) = &x.node_fs {
             let mut eph = fs.json(&x.now);
-            eph["usedBytes"] = json!(log_total.0);
-            eph["inodesUsed"] = json!(log_total.1);
+            // kubelet: rootfs + logs (+ local volumes, not counted yet).
+            eph["usedBytes"] = json!(log_total.0 + rootfs_total.0);
+            eph["inodesUsed"] = json!(log_total.1 + rootfs_total.1);
             p["ephemeral-storage"] = eph;
         }
         pods.push(p);
@@ -256,6 +271,7 @@ mod tests {
     fn entry(id: &str, container: &str, pod: &str, cpu_ns: u64, ws: u64) -> Entry {
         let mut e = Entry {
             labels: Labels {
+                name: id.rsplit('/').next().unwrap_or("").into(),
                 id: id.into(),
                 container: container.into(),
                 pod: pod.into(),
@@ -306,6 +322,7 @@ mod tests {
                 ),
             )]),
             logs: HashMap::from([(("u".to_string(), "web".to_string()), (4096, 2))]),
+            rootfs: HashMap::from([("c1".to_string(), (8192, 3))]),
             ..Default::default()
         };
         let v = build(&snap, &x, &[]);
@@ -318,12 +335,13 @@ mod tests {
         assert_eq!(p["podRef"]["uid"], "u");
         assert_eq!(p["memory"]["workingSetBytes"], 300);
         assert_eq!(p["process_stats"]["process_count"], 2);
-        assert_eq!(p["ephemeral-storage"]["usedBytes"], 4096);
+        assert_eq!(p["ephemeral-storage"]["usedBytes"], 4096 + 8192);
         let c = &p["containers"][0];
         assert_eq!(c["name"], "web");
         assert_eq!(c["cpu"]["usageNanoCores"], 250_000_000);
         assert_eq!(c["memory"]["availableBytes"], 800);
         assert_eq!(c["logs"]["usedBytes"], 4096);
+        assert_eq!(c["rootfs"]["usedBytes"], 8192);
         assert!(p["cpu"].get("usageNanoCores").is_none(), "no rate yet");
     }
 }
