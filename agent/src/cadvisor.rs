@@ -45,6 +45,9 @@ pub struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct Machine {
     pub cores: u64,
+    pub physical_cores: u64,
+    pub sockets: u64,
+    pub swap_bytes: u64,
     pub memory_bytes: u64,
     pub machine_id: String,
     pub boot_id: String,
@@ -441,6 +444,31 @@ pub fn render(snap: &Snapshot) -> String {
         "Amount of memory installed on the machine.",
     );
     let _ = writeln!(out, "machine_memory_bytes{{{ml}}} {}", m.memory_bytes);
+    header(
+        &mut out,
+        "machine_cpu_physical_cores",
+        "gauge",
+        "Number of physical CPU cores.",
+    );
+    let _ = writeln!(
+        out,
+        "machine_cpu_physical_cores{{{ml}}} {}",
+        m.physical_cores
+    );
+    header(
+        &mut out,
+        "machine_cpu_sockets",
+        "gauge",
+        "Number of CPU sockets.",
+    );
+    let _ = writeln!(out, "machine_cpu_sockets{{{ml}}} {}", m.sockets);
+    header(
+        &mut out,
+        "machine_swap_bytes",
+        "gauge",
+        "Amount of swap memory available on the machine.",
+    );
+    let _ = writeln!(out, "machine_swap_bytes{{{ml}}} {}", m.swap_bytes);
     out
 }
 
@@ -587,8 +615,12 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
             .map(|s| s.trim().to_string())
             .unwrap_or_default()
     };
+    let (physical_cores, sockets) = procfs::parse_cpuinfo(&read("/proc/cpuinfo"));
     let mut snap = Snapshot {
         machine: Machine {
+            physical_cores,
+            sockets,
+            swap_bytes: procfs::meminfo_bytes(&read("/proc/meminfo"), "SwapTotal"),
             cores: u64::try_from(shared.node.cpu_milli / 1000).unwrap_or(0),
             memory_bytes: u64::try_from(shared.node.memory_bytes).unwrap_or(0),
             machine_id: read("/etc/machine-id"),
@@ -725,6 +757,7 @@ mod tests {
                 machine_id: "m".into(),
                 boot_id: "b".into(),
                 system_uuid: "u".into(),
+                ..Default::default()
             },
             entries: vec![
                 Entry {
@@ -779,7 +812,7 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         assert_eq!(types, helps);
-        assert_eq!(types, families().len() + 3);
+        assert_eq!(types, families().len() + 6);
     }
 
     #[test]

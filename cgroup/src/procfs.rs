@@ -91,6 +91,45 @@ pub fn net_dev(pid: u32) -> Vec<NetIf> {
     parse_net_dev(&std::fs::read_to_string(format!("/proc/{pid}/net/dev")).unwrap_or_default())
 }
 
+/// (physical cores, sockets) from `/proc/cpuinfo`: distinct
+/// (physical id, core id) pairs and distinct physical ids. Kernels that do
+/// not print them (some arm64 ones) count each processor as a core on one
+/// socket.
+pub fn parse_cpuinfo(text: &str) -> (u64, u64) {
+    let mut cores = std::collections::BTreeSet::new();
+    let mut sockets = std::collections::BTreeSet::new();
+    let mut processors = 0;
+    for block in text.split("\n\n") {
+        let field = |k: &str| {
+            block.lines().find_map(|l| {
+                let (key, v) = l.split_once(':')?;
+                (key.trim() == k).then(|| v.trim().to_string())
+            })
+        };
+        if field("processor").is_none() {
+            continue;
+        }
+        processors += 1;
+        if let (Some(p), Some(c)) = (field("physical id"), field("core id")) {
+            cores.insert((p.clone(), c));
+            sockets.insert(p);
+        }
+    }
+    if cores.is_empty() {
+        return (processors, u64::from(processors > 0));
+    }
+    (cores.len() as u64, sockets.len() as u64)
+}
+
+/// A `/proc/meminfo` field in bytes.
+pub fn meminfo_bytes(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +159,21 @@ veth1a2b3c:  100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0
             }]
         );
         assert!(parse_net_dev("").is_empty());
+    }
+
+    #[test]
+    fn cpuinfo_cores_and_sockets() {
+        let x86 = "processor\t: 0\nphysical id\t: 0\ncore id\t\t: 0\n\n\
+                   processor\t: 1\nphysical id\t: 0\ncore id\t\t: 0\n\n\
+                   processor\t: 2\nphysical id\t: 0\ncore id\t\t: 1\n\n\
+                   processor\t: 3\nphysical id\t: 1\ncore id\t\t: 0\n";
+        assert_eq!(parse_cpuinfo(x86), (3, 2));
+        let arm = "processor\t: 0\nBogoMIPS\t: 50.00\n\nprocessor\t: 1\nBogoMIPS\t: 50.00\n\nHardware\t: x\n";
+        assert_eq!(parse_cpuinfo(arm), (2, 1));
+        assert_eq!(
+            meminfo_bytes("MemTotal:  2048 kB\nSwapTotal:   1024 kB\n", "SwapTotal"),
+            1 << 20
+        );
     }
 
     #[test]
