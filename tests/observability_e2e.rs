@@ -258,6 +258,11 @@ spec:
         "{pod}"
     );
     assert!(pod["ephemeral-storage"]["usedBytes"].is_u64(), "{pod}");
+    let mem_vol = pod["volume"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["name"] == "mem"))
+        .expect("the mem emptyDir in the summary");
+    assert!(mem_vol["usedBytes"].as_u64() >= Some(32 << 20), "{mem_vol}");
 
     // promtool's checker accepts the exposition.
     let dir = agent.dir();

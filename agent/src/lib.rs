@@ -186,6 +186,7 @@ impl Shared {
             .unwrap_or(0);
         let mut pods = HashMap::new();
         let mut logs = HashMap::new();
+        let mut volume_stats = HashMap::new();
         for p in self.pods() {
             let uid = p.metadata.uid.clone().unwrap_or_default();
             let start = p
@@ -202,6 +203,18 @@ impl Shared {
                     start,
                 ),
             );
+            let ed = volumes::pod_dir(&self.config.data_dir, &uid)
+                .join("volumes")
+                .join("kubernetes.io~empty-dir");
+            let mut vols = Vec::new();
+            for v in p.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                if let Some(e) = &v.empty_dir {
+                    let (bytes, inodes) = summary::du(&ed.join(&v.name));
+                    let memory = e.medium.as_deref() == Some("Memory");
+                    vols.push((v.name.clone(), bytes, inodes, memory));
+                }
+            }
+            volume_stats.insert(uid.clone(), vols);
             let dir = cri_config::pod_log_dir(&self.config.pod_logs_dir, &p);
             for c in p.spec.iter().flat_map(|s| s.containers.iter()) {
                 logs.insert(
@@ -222,6 +235,7 @@ impl Shared {
             pods,
             logs,
             rootfs,
+            volumes: volume_stats,
         };
         summary::build(&snap, &x, &cgroup::procfs::net_dev(1))
     }

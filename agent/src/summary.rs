@@ -70,6 +70,8 @@ pub struct Extras {
     pub logs: HashMap<(String, String), (u64, u64)>,
     /// By container ID (the runtime's): writable layer bytes and inodes.
     pub rootfs: HashMap<String, (u64, u64)>,
+    /// By pod UID: emptyDir volumes (name, bytes, inodes, memory-backed).
+    pub volumes: HashMap<String, Vec<(String, u64, u64, bool)>>,
 }
 
 /// Unix seconds → RFC 3339, as the Kubernetes API writes times.
@@ -233,11 +235,32 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
                 .sum::<u64>();
             p["process_stats"] = json!({"process_count": procs});
         }
+        let mut vol_total = (0, 0);
+        let mut volumes = Vec::new();
+        for (vname, bytes, inodes, memory) in x.volumes.get(uid).into_iter().flatten() {
+            // Disk-backed emptyDirs count as ephemeral storage; tmpfs ones
+            // are memory (kubelet does the same).
+            if !memory {
+                vol_total.0 += bytes;
+                vol_total.1 += inodes;
+            }
+            let mut v = x
+                .node_fs
+                .map(|f| f.json(&x.now))
+                .unwrap_or_else(|| json!({"time": x.now}));
+            v["name"] = json!(vname);
+            v["usedBytes"] = json!(bytes);
+            v["inodesUsed"] = json!(inodes);
+            volumes.push(v);
+        }
+        if !volumes.is_empty() {
+            p["volume"] = json!(volumes);
+        }
         if let Some(fs) = &x.node_fs {
             let mut eph = fs.json(&x.now);
-            // kubelet: rootfs + logs (+ local volumes, not counted yet).
-            eph["usedBytes"] = json!(log_total.0 + rootfs_total.0);
-            eph["inodesUsed"] = json!(log_total.1 + rootfs_total.1);
+            // kubelet: rootfs + logs + local (emptyDir) volumes.
+            eph["usedBytes"] = json!(log_total.0 + rootfs_total.0 + vol_total.0);
+            eph["inodesUsed"] = json!(log_total.1 + rootfs_total.1 + vol_total.1);
             p["ephemeral-storage"] = eph;
         }
         pods.push(p);
@@ -323,6 +346,13 @@ mod tests {
             )]),
             logs: HashMap::from([(("u".to_string(), "web".to_string()), (4096, 2))]),
             rootfs: HashMap::from([("c1".to_string(), (8192, 3))]),
+            volumes: HashMap::from([(
+                "u".to_string(),
+                vec![
+                    ("cache".to_string(), 1024, 1, false),
+                    ("shm".to_string(), 2048, 1, true),
+                ],
+            )]),
             ..Default::default()
         };
         let v = build(&snap, &x, &[]);
@@ -335,7 +365,9 @@ mod tests {
         assert_eq!(p["podRef"]["uid"], "u");
         assert_eq!(p["memory"]["workingSetBytes"], 300);
         assert_eq!(p["process_stats"]["process_count"], 2);
-        assert_eq!(p["ephemeral-storage"]["usedBytes"], 4096 + 8192);
+        assert_eq!(p["ephemeral-storage"]["usedBytes"], 4096 + 8192 + 1024);
+        assert_eq!(p["volume"][1]["name"], "shm");
+        assert_eq!(p["volume"][1]["usedBytes"], 2048);
         let c = &p["containers"][0];
         assert_eq!(c["name"], "web");
         assert_eq!(c["cpu"]["usageNanoCores"], 250_000_000);
