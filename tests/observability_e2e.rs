@@ -181,6 +181,28 @@ spec:
     assert!(sample(&text, "container_memory_usage_bytes", &["id=\"/\""]).is_some_and(|v| v > 0.0));
     assert!(sample(&text, "machine_cpu_cores", &[]).is_some_and(|v| v >= 1.0));
 
+    // The image label is the pod's image name, as kubelet's cAdvisor shows it.
+    assert!(
+        sample(
+            &text,
+            "container_memory_usage_bytes",
+            &[busy[0], "image=\"busybox:latest\""]
+        )
+        .is_some(),
+        "image label"
+    );
+    // Network: the node's on the root cgroup, none per app container.
+    assert!(
+        sample(
+            &text,
+            "container_network_receive_bytes_total",
+            &["id=\"/\""]
+        )
+        .is_some()
+    );
+    assert!(sample(&text, "container_network_receive_bytes_total", &busy).is_none());
+    assert!(text.contains("\ncontainer_scrape_error 0\n"));
+
     // Process figures from procfs.
     assert!(sample(&text, "container_threads", &busy).is_some_and(|v| v >= 1.0));
     assert!(sample(&text, "container_file_descriptors", &busy).is_some_and(|v| v >= 1.0));

@@ -61,6 +61,8 @@ pub struct Snapshot {
     pub entries: Vec<Entry>,
     /// Unix milliseconds of the reading (sample timestamps, as cAdvisor).
     pub timestamp_ms: i64,
+    /// The cgroups could not be read (no hierarchy found).
+    pub scrape_error: bool,
 }
 
 type Getter = fn(&Entry) -> Vec<(Vec<(&'static str, String)>, f64)>;
@@ -128,6 +130,10 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "counter",
             "Cumulative count of bytes read",
             |e| {
+                // Root and pod cgroups only, as kubelet's cAdvisor.
+                if !e.labels.container.is_empty() {
+                    return Vec::new();
+                }
                 e.stats
                     .io
                     .devices
@@ -143,6 +149,9 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "counter",
             "Cumulative count of bytes written",
             |e| {
+                if !e.labels.container.is_empty() {
+                    return Vec::new();
+                }
                 e.stats
                     .io
                     .devices
@@ -192,6 +201,12 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             },
         ),
         (
+            "container_memory_kernel_usage",
+            "gauge",
+            "Size of kernel memory allocated in bytes.",
+            |e| one(e.stats.memory.kernel as f64),
+        ),
+        (
             "container_memory_mapped_file",
             "gauge",
             "Size of memory mapped files in bytes.",
@@ -214,6 +229,18 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "gauge",
             "Container swap usage in bytes.",
             |e| one(e.stats.memory.swap as f64),
+        ),
+        (
+            "container_memory_total_active_file_bytes",
+            "gauge",
+            "Current total active file in bytes.",
+            |e| one(e.stats.memory.active_file as f64),
+        ),
+        (
+            "container_memory_total_inactive_file_bytes",
+            "gauge",
+            "Current total inactive file in bytes.",
+            |e| one(e.stats.memory.inactive_file as f64),
         ),
         (
             "container_memory_usage_bytes",
@@ -351,6 +378,12 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "Number of threads running inside the container",
             |e| one(e.threads as f64),
         ),
+        (
+            "container_threads_max",
+            "gauge",
+            "Maximum number of threads allowed inside the container, infinity if value is zero",
+            |e| one(e.stats.pids.limit.unwrap_or(0) as f64),
+        ),
     ]
 }
 
@@ -421,9 +454,9 @@ pub fn render(snap: &Snapshot) -> String {
         let _ = writeln!(out, "}} {} {ts}", ts / 1000);
     }
     let m = &snap.machine;
+    // kubelet's cAdvisor labels machine_* with boot_id and system_uuid.
     let mut ml = BTreeMap::new();
     ml.insert("boot_id", m.boot_id.as_str());
-    ml.insert("machine_id", m.machine_id.as_str());
     ml.insert("system_uuid", m.system_uuid.as_str());
     let ml: Vec<String> = ml
         .iter()
@@ -469,6 +502,24 @@ pub fn render(snap: &Snapshot) -> String {
         "Amount of swap memory available on the machine.",
     );
     let _ = writeln!(out, "machine_swap_bytes{{{ml}}} {}", m.swap_bytes);
+    header(
+        &mut out,
+        "container_scrape_error",
+        "gauge",
+        "1 if there was an error while getting container metrics, 0 otherwise",
+    );
+    let _ = writeln!(
+        out,
+        "container_scrape_error {}",
+        u8::from(snap.scrape_error)
+    );
+    header(
+        &mut out,
+        "machine_scrape_error",
+        "gauge",
+        "1 if there was an error while getting machine metrics, 0 otherwise.",
+    );
+    let _ = writeln!(out, "machine_scrape_error 0");
     out
 }
 
@@ -629,8 +680,10 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
         },
         entries: Vec::new(),
         timestamp_ms: i64::try_from(crate::backoff::now().as_millis()).unwrap_or(0),
+        scrape_error: false,
     };
     let Some(h) = shared.cgroups.as_ref() else {
+        snap.scrape_error = true;
         return snap;
     };
     let ooms = shared.oom_kills();
@@ -647,10 +700,18 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
                 .map(|(_, n)| n)
                 .sum();
             let (threads, fds, sockets) = procfs::process_counts(pids);
-            let network = pids
-                .first()
-                .map(|p| procfs::net_dev(*p))
-                .unwrap_or_default();
+            // Network: the node's for the root, the pod namespace's for a
+            // pod cgroup; none per app container (kubelet's cAdvisor puts
+            // it on the sandbox, so sums by pod count it once).
+            let network = if labels.id == "/" {
+                procfs::net_dev(1)
+            } else if labels.container.is_empty() {
+                pids.first()
+                    .map(|p| procfs::net_dev(*p))
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             snap.entries.push(Entry {
                 labels,
                 stats,
@@ -687,6 +748,12 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
             _ => crate::qos::Qos::BestEffort,
         };
         let parent = crate::qos::pod_cgroup_parent(&shared.config.cgroup_root, qos, &uid);
+        let spec_images: std::collections::HashMap<&str, String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .filter_map(|c| Some((c.name.as_str(), c.image.clone()?)))
+            .collect();
         let mut containers = Vec::new();
         for cs in status.container_statuses.iter().flatten() {
             let Some(running) = cs.state.as_ref().and_then(|s| s.running.as_ref()) else {
@@ -711,7 +778,12 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
                 Labels {
                     container: cs.name.clone(),
                     id: path,
-                    image: cs.image.clone(),
+                    // The image as the pod names it (the status holds the
+                    // runtime's image ID).
+                    image: spec_images
+                        .get(cs.name.as_str())
+                        .cloned()
+                        .unwrap_or_else(|| cs.image.clone()),
                     name: id,
                     namespace: namespace.clone(),
                     pod: name.clone(),
@@ -788,6 +860,7 @@ mod tests {
                 },
             ],
             timestamp_ms: 1_700_000_123_456,
+            scrape_error: false,
         };
         let text = render(&snap);
         assert!(text.contains(
@@ -799,11 +872,7 @@ mod tests {
         assert!(text.contains("container_spec_memory_limit_bytes{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 16777216 1700000123456\n"));
         assert!(text.contains("container_oom_events_total{container=\"web\","));
         assert!(text.contains("} 1 1700000123456\n"));
-        assert!(
-            text.contains(
-                "machine_cpu_cores{boot_id=\"b\",machine_id=\"m\",system_uuid=\"u\"} 2\n"
-            )
-        );
+        assert!(text.contains("machine_cpu_cores{boot_id=\"b\",system_uuid=\"u\"} 2\n"));
         assert!(
             text.contains("container_network_receive_bytes_total{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",interface=\"eth0\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 10 1700000123456\n"),
             "{text}"
@@ -812,7 +881,8 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         assert_eq!(types, helps);
-        assert_eq!(types, families().len() + 6);
+        assert_eq!(types, families().len() + 8);
+        assert!(text.contains("\ncontainer_scrape_error 0\n"));
     }
 
     #[test]

@@ -51,6 +51,13 @@ pub struct Memory {
     pub oom_kill: u64,
     /// `None`: unlimited.
     pub limit: Option<u64>,
+    pub active_file: u64,
+    pub inactive_file: u64,
+    /// Kernel memory (v2 `kernel`; v1 `memory.kmem.usage_in_bytes` is not
+    /// read: 0).
+    pub kernel: u64,
+    /// v2 `memory.events` `high` (0 on v1).
+    pub events_high: u64,
 }
 
 /// Process counts.
@@ -155,6 +162,10 @@ pub fn memory_v1(
             .copied()
             .unwrap_or(0),
         limit: v1_limit(limit),
+        active_file: pick("active_file"),
+        inactive_file: pick("inactive_file"),
+        kernel: 0,
+        events_high: 0,
     }
 }
 
@@ -184,6 +195,10 @@ pub fn memory_v2(
         pgmajfault: get("pgmajfault"),
         oom_kill: ev.get("oom_kill").copied().unwrap_or(0),
         limit: limit(max),
+        active_file: get("active_file"),
+        inactive_file: get("inactive_file"),
+        kernel: get("kernel"),
+        events_high: ev.get("high").copied().unwrap_or(0),
     }
 }
 
@@ -442,6 +457,10 @@ nr_bursts 0\nburst_usec 0\n";
         );
         assert_eq!((m.pgfault, m.pgmajfault), (3300, 7));
         assert_eq!(m.limit, None);
+        assert_eq!(
+            (m.active_file, m.inactive_file, m.kernel),
+            (2_048_000, 6_144_000, 385_024)
+        );
         assert_eq!(
             memory_v2("", "", "16777216\n", "", "", "").limit,
             Some(16 << 20)
