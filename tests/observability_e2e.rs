@@ -202,6 +202,13 @@ spec:
     );
     assert!(sample(&text, "container_network_receive_bytes_total", &busy).is_none());
     assert!(text.contains("\ncontainer_scrape_error 0\n"));
+    // No CPU request: kubelet's minimum shares (2); no limit: no quota.
+    assert_eq!(sample(&text, "container_spec_cpu_shares", &busy), Some(2.0));
+    assert_eq!(
+        sample(&text, "container_spec_cpu_period", &busy),
+        Some(100_000.0)
+    );
+    assert!(sample(&text, "container_spec_cpu_quota", &busy).is_none());
 
     // Process figures from procfs.
     assert!(sample(&text, "container_threads", &busy).is_some_and(|v| v >= 1.0));

@@ -361,6 +361,32 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             |e| one(e.sockets as f64),
         ),
         (
+            "container_spec_cpu_period",
+            "gauge",
+            "CPU period of the container.",
+            |e| one(e.stats.cpu.spec.period as f64),
+        ),
+        (
+            "container_spec_cpu_quota",
+            "gauge",
+            "CPU quota of the container.",
+            // cAdvisor only reports a quota that is set.
+            |e| {
+                e.stats
+                    .cpu
+                    .spec
+                    .quota
+                    .map(|q| one(q as f64))
+                    .unwrap_or_default()
+            },
+        ),
+        (
+            "container_spec_cpu_shares",
+            "gauge",
+            "CPU share of the container.",
+            |e| one(e.stats.cpu.spec.shares as f64),
+        ),
+        (
             "container_spec_memory_limit_bytes",
             "gauge",
             "Memory limit for the container.",

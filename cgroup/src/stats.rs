@@ -25,6 +25,49 @@ pub struct Cpu {
     pub periods: u64,
     pub throttled_periods: u64,
     pub throttled_ns: u64,
+    /// The cgroup's CPU settings, as cAdvisor's `spec`: shares (v2's weight
+    /// converted back), CFS quota (`None`: unlimited) and period, µs.
+    pub spec: CpuSpec,
+}
+
+/// CPU settings of a cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuSpec {
+    pub shares: u64,
+    pub quota: Option<u64>,
+    pub period: u64,
+}
+
+/// v1 `cpu.shares`, `cpu.cfs_quota_us` (-1: none), `cpu.cfs_period_us`.
+pub fn cpu_spec_v1(shares: &str, quota: &str, period: &str) -> CpuSpec {
+    CpuSpec {
+        shares: num(shares),
+        quota: quota
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|q| *q > 0)
+            .map(|q| q as u64),
+        period: num(period),
+    }
+}
+
+/// v2 `cpu.weight` (→ shares, the inverse of runc's conversion) and
+/// `cpu.max` (`max 100000` or `50000 100000`).
+pub fn cpu_spec_v2(weight: &str, max: &str) -> CpuSpec {
+    let w = num(weight);
+    let mut f = max.split_whitespace();
+    let quota = f.next().and_then(|q| q.parse().ok());
+    let period = f.next().map(num).unwrap_or(0);
+    CpuSpec {
+        shares: if w == 0 {
+            0
+        } else {
+            2 + (w - 1) * 262_142 / 9_999
+        },
+        quota,
+        period,
+    }
 }
 
 /// Memory usage, with cAdvisor's field meanings.
@@ -216,6 +259,7 @@ pub fn cpu_v1(usage: &str, stat: &str, percpu: &str, cpu_stat: &str) -> Cpu {
         periods: cs.get("nr_periods").copied().unwrap_or(0),
         throttled_periods: cs.get("nr_throttled").copied().unwrap_or(0),
         throttled_ns: cs.get("throttled_time").copied().unwrap_or(0),
+        spec: CpuSpec::default(),
     }
 }
 
@@ -231,6 +275,7 @@ pub fn cpu_v2(cpu_stat: &str) -> Cpu {
         periods: cs.get("nr_periods").copied().unwrap_or(0),
         throttled_periods: cs.get("nr_throttled").copied().unwrap_or(0),
         throttled_ns: us("throttled_usec"),
+        spec: CpuSpec::default(),
     }
 }
 
@@ -324,7 +369,10 @@ impl Hierarchy {
                     return None;
                 }
                 Some(Stats {
-                    cpu: cpu_v2(&read(&d, "cpu.stat")),
+                    cpu: Cpu {
+                        spec: cpu_spec_v2(&read(&d, "cpu.weight"), &read(&d, "cpu.max")),
+                        ..cpu_v2(&read(&d, "cpu.stat"))
+                    },
                     memory: memory_v2(
                         &read(&d, "memory.current"),
                         &read(&d, "memory.peak"),
@@ -356,12 +404,19 @@ impl Hierarchy {
                 let pids = dir("pids").unwrap_or_default();
                 let blkio = dir("blkio").unwrap_or_default();
                 Some(Stats {
-                    cpu: cpu_v1(
-                        &read(&cpuacct, "cpuacct.usage"),
-                        &read(&cpuacct, "cpuacct.stat"),
-                        &read(&cpuacct, "cpuacct.usage_percpu"),
-                        &read(&cpu, "cpu.stat"),
-                    ),
+                    cpu: Cpu {
+                        spec: cpu_spec_v1(
+                            &read(&cpu, "cpu.shares"),
+                            &read(&cpu, "cpu.cfs_quota_us"),
+                            &read(&cpu, "cpu.cfs_period_us"),
+                        ),
+                        ..cpu_v1(
+                            &read(&cpuacct, "cpuacct.usage"),
+                            &read(&cpuacct, "cpuacct.stat"),
+                            &read(&cpuacct, "cpuacct.usage_percpu"),
+                            &read(&cpu, "cpu.stat"),
+                        )
+                    },
                     memory: memory_v1(
                         &read(&mem, "memory.usage_in_bytes"),
                         &read(&mem, "memory.max_usage_in_bytes"),
@@ -496,6 +551,29 @@ nr_bursts 0\nburst_usec 0\n";
             (c.periods, c.throttled_periods, c.throttled_ns),
             (40, 7, 350_000_000)
         );
+    }
+
+    #[test]
+    fn cpu_specs() {
+        assert_eq!(
+            cpu_spec_v1("614\n", "60000\n", "100000\n"),
+            CpuSpec {
+                shares: 614,
+                quota: Some(60_000),
+                period: 100_000
+            }
+        );
+        assert_eq!(cpu_spec_v1("2\n", "-1\n", "100000\n").quota, None);
+        // runc: weight = 1 + (shares - 2) * 9999 / 262142; 1024 → 39.
+        assert_eq!(
+            cpu_spec_v2("39\n", "max 100000\n"),
+            CpuSpec {
+                shares: 998,
+                quota: None,
+                period: 100_000
+            }
+        );
+        assert_eq!(cpu_spec_v2("100\n", "50000 100000\n").quota, Some(50_000));
     }
 
     #[test]
