@@ -174,6 +174,40 @@ mod tests {
         );
     }
 
+    // Recorded on Debian's own 6.1 kernels (6.1.0-56-cloud-amd64 and
+    // 6.1.0-56-arm64) booted under qemu by tests/vm/record-kmsg-oom.sh: a
+    // 16 MiB memcg laid out like a pod's (cgroup v2), busybox `tail`.
+    #[test]
+    fn recorded_kernel_6_1_amd64_and_arm64_memcg_kills() {
+        for (text, usec, pid) in [
+            (
+                include_str!("../testdata/kmsg-6.1-amd64-memcg-oom.txt"),
+                2140018,
+                93,
+            ),
+            (
+                include_str!("../testdata/kmsg-6.1-arm64-memcg-oom.txt"),
+                1507219,
+                94,
+            ),
+        ] {
+            let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with(' ')).collect();
+            let k = run(&lines);
+            let memcg = "/kubepods/besteffort/pod0a1b2c3d4e5f60718293a4b5c6d7e8f9/c0ffee";
+            assert_eq!(
+                k,
+                [OomKill {
+                    usec,
+                    pid,
+                    process: "tail".into(),
+                    task_memcg: memcg.into(),
+                    oom_memcg: memcg.into(),
+                    constraint: "CONSTRAINT_MEMCG".into(),
+                }]
+            );
+        }
+    }
+
     // Linux 6.1 format (mm/oom_kill.c; values written for the test): a
     // memcg limit hit in a container's cgroup.
     #[test]
