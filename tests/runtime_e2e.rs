@@ -736,6 +736,43 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
         .await
         .expect_err("unknown sandbox");
     assert_eq!(err.code(), tonic::Code::NotFound);
+    // CRI metrics in cAdvisor's names (kubelet's PodAndContainerStatsFromCRI).
+    let descs = c
+        .list_metric_descriptors(cri_proto::v1::ListMetricDescriptorsRequest {})
+        .await
+        .expect("ListMetricDescriptors")
+        .into_inner()
+        .descriptors;
+    let ws_desc = descs
+        .iter()
+        .find(|d| d.name == "container_memory_working_set_bytes")
+        .expect("working set descriptor");
+    let pm = c
+        .list_pod_sandbox_metrics(cri_proto::v1::ListPodSandboxMetricsRequest {})
+        .await
+        .expect("ListPodSandboxMetrics")
+        .into_inner()
+        .pod_metrics;
+    assert_eq!(pm.len(), 1);
+    assert_eq!(pm[0].pod_sandbox_id, pod_id);
+    let cm = &pm[0].container_metrics;
+    assert_eq!(cm.len(), 1);
+    assert_eq!(cm[0].container_id, id);
+    let ws_metric = cm[0]
+        .metrics
+        .iter()
+        .find(|m| m.name == "container_memory_working_set_bytes")
+        .expect("working set metric");
+    assert_eq!(ws_metric.label_values.len(), ws_desc.label_keys.len());
+    assert_eq!(ws_metric.label_values[0], "app", "container label");
+    assert!(ws_metric.value.as_ref().map(|v| v.value) >= Some(32 << 20));
+    assert!(
+        pm[0]
+            .metrics
+            .iter()
+            .any(|m| m.name == "container_memory_working_set_bytes"),
+        "pod cgroup metrics"
+    );
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

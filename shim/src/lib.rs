@@ -10,6 +10,7 @@
 mod cgroupfs;
 mod container;
 mod container_exec;
+mod cri_metrics;
 mod error;
 mod host_inputs;
 mod image_service;

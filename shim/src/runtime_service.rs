@@ -365,13 +365,17 @@ impl RuntimeService for RuntimeSvc {
         &self,
         _req: Request<ListMetricDescriptorsRequest>,
     ) -> Result<Response<ListMetricDescriptorsResponse>, Status> {
-        unimplemented("ListMetricDescriptors")
+        Ok(Response::new(ListMetricDescriptorsResponse {
+            descriptors: crate::cri_metrics::descriptors(),
+        }))
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _req: Request<ListPodSandboxMetricsRequest>,
     ) -> Result<Response<ListPodSandboxMetricsResponse>, Status> {
-        unimplemented("ListPodSandboxMetrics")
+        Ok(Response::new(ListPodSandboxMetricsResponse {
+            pod_metrics: self.rt.list_pod_sandbox_metrics(),
+        }))
     }
 }

@@ -20,7 +20,7 @@ use crate::runtime::Runtime;
 use crate::state::{self, ContainerRecord, SandboxRecord};
 
 /// This machine's cgroup mounts, found once.
-fn hierarchy() -> Option<&'static Hierarchy> {
+pub(crate) fn hierarchy() -> Option<&'static Hierarchy> {
     static H: OnceLock<Option<Hierarchy>> = OnceLock::new();
     H.get_or_init(|| Hierarchy::detect().ok()).as_ref()
 }
@@ -60,6 +60,16 @@ fn cpu_memory(
             major_page_faults: u(m.pgmajfault),
         }),
     )
+}
+
+/// The pod's network counters, seen through one of its processes (the
+/// host's for host-network pods).
+pub(crate) fn pod_network(sb: &SandboxRecord, running: &[&ContainerRecord]) -> Vec<NetIf> {
+    match (&sb.netns, running.iter().find_map(|c| c.init_pid)) {
+        (None, _) => procfs::net_dev(1),
+        (Some(_), Some(pid)) => procfs::net_dev(u32::try_from(pid).unwrap_or(0)),
+        (Some(_), None) => Vec::new(),
+    }
 }
 
 fn interface(n: &NetIf) -> NetworkInterfaceUsage {
@@ -177,13 +187,8 @@ impl Runtime {
             .iter()
             .filter(|c| self.state_of(c).0 == cri_proto::v1::ContainerState::ContainerRunning)
             .collect();
-        // The pod's network namespace, seen through one of its processes
-        // (the host's for host-network pods).
-        let ifs = match (&sb.netns, running.iter().find_map(|c| c.init_pid)) {
-            (None, _) => procfs::net_dev(1),
-            (Some(_), Some(pid)) => procfs::net_dev(u32::try_from(pid).unwrap_or(0)),
-            (Some(_), None) => Vec::new(),
-        };
+        let running_recs: Vec<&ContainerRecord> = running.iter().map(|c| **c).collect();
+        let ifs = pod_network(sb, &running_recs);
         let network = Some(NetworkUsage {
             timestamp: now,
             default_interface: ifs
