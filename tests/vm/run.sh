@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Boots Debian's own kernel under qemu-system (TCG; no KVM needed) with a
+# busybox initramfs holding the static picolet binary, the project's busybox
+# image and the demo static pod, and runs a scenario on cgroup v2 inside the
+# guest: `picolet up`, the pod runs and serves, its limits land in the v2
+# files, /metrics/cadvisor reports the container. The guest prints
+# `VMTEST ok|FAIL <check>` lines; this script fails when any check failed or
+# the guest did not finish. (Issue 8's first step: x86_64 only so far.)
+#
+#   sudo tests/vm/run.sh [amd64]        # needs dist/picolet-x86_64 (scripts/dist.sh)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ARCH="${1:-amd64}"
+KVER=6.1.0-56
+C=/var/cache/picolet-vm
+mkdir -p "$C"
+need() { command -v "$1" >/dev/null || apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }
+need cpio cpio
+case "$ARCH" in
+  amd64)
+    need qemu-system-x86_64 qemu-system-x86
+    PKG="linux-image-$KVER-cloud-amd64"; BUSYBOX=/bin/busybox; BIN=dist/picolet-x86_64
+    QEMU=(qemu-system-x86_64 -cpu max); CONSOLE=ttyS0 ;;
+  *) echo "arch: amd64 (arm64 is next)" >&2; exit 2 ;;
+esac
+[ -x "$BIN" ] || { echo "vm: $BIN missing: run scripts/dist.sh first" >&2; exit 1; }
+(cd "$C" && { ls "${PKG}"_*.deb >/dev/null 2>&1 || apt-get download "$PKG" >/dev/null; } \
+  && rm -rf "k-$ARCH" && dpkg-deb -x "${PKG}"_*.deb "k-$ARCH")
+KERNEL=$(ls "$C/k-$ARCH"/boot/vmlinuz-*)
+OVERLAY=$(find "$C/k-$ARCH/lib/modules" -name overlay.ko | head -1)
+
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+R="$W/root"
+mkdir -p "$R"/{bin,proc,sys,dev,etc/picolet/manifests,var/lib/picolet/images,lib}
+cp "$BUSYBOX" "$R/bin/busybox"
+for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod switch_root ls find head tr ifconfig pkill rm; do
+  ln -s busybox "$R/bin/$a"
+done
+cp "$BIN" "$R/bin/picolet"
+cp "$OVERLAY" "$R/lib/overlay.ko"
+cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" >/dev/null
+cp examples/manifests/hello.yaml "$R/etc/picolet/manifests/"
+# A memory hog for the OOM check, dropped in by the scenario.
+cat > "$R/etc/hog.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [tail, /dev/zero]
+    resources: {limits: {memory: 16Mi}}
+YAML
+cat > "$R/etc/picolet/config.yaml" <<'YAML'
+picolet:
+  nodeName: vm
+  nodeIP: 127.0.0.1
+YAML
+cat > "$R/init" <<'INIT'
+#!/bin/sh
+# Stage 1: / is the initramfs, which pivot_root refuses: move to a tmpfs.
+if [ ! -e /stage2 ]; then
+  mount -t proc proc /proc
+  mkdir -p /newroot
+  mount -t tmpfs -o size=800m tmpfs /newroot
+  cp -a /bin /etc /lib /var /init /newroot/
+  mkdir -p /newroot/proc /newroot/sys /newroot/dev /newroot/run /newroot/tmp
+  touch /newroot/stage2
+  umount /proc
+  exec switch_root /newroot /init
+fi
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmpfs /run
+mount -t cgroup2 none /sys/fs/cgroup
+echo "+cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control
+insmod /lib/overlay.ko
+ifconfig lo 127.0.0.1 up
+ok() { echo "VMTEST ok $1"; }
+fail() { echo "VMTEST FAIL $1: $2"; }
+picolet up > /run/up.log 2>&1 &
+i=0
+until picolet ctl ps 2>/dev/null | grep -q "Running.*httpd"; do
+  i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5
+done
+if picolet ctl ps 2>/dev/null | grep -q "Running.*httpd"; then ok pod-running; else fail pod-running "$(picolet ctl ps -a 2>&1; cat /run/up.log)"; fi
+page=$(wget -qO- http://127.0.0.1:8080/ 2>&1)
+case "$page" in "hello from hello-vm on vm"*) ok served ;; *) fail served "$page" ;; esac
+id=$(picolet ctl ps 2>/dev/null | grep 'Running.*httpd' | { read -r c _; echo "$c"; })
+cg=$(ls -d /sys/fs/cgroup/kubepods/burstable/pod*/"$id"* 2>/dev/null | head -1)
+[ "$(cat "$cg/memory.max" 2>/dev/null)" = 33554432 ] && ok memory.max || fail memory.max "$cg: $(cat "$cg/memory.max" 2>&1)"
+[ "$(cat "$cg/cpu.max" 2>/dev/null)" = "20000 100000" ] && ok cpu.max || fail cpu.max "$(cat "$cg/cpu.max" 2>&1)"
+m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep '^container_memory_working_set_bytes{container="httpd"')
+[ -n "$m" ] && ok cadvisor-v2 || fail cadvisor-v2 "no httpd working set"
+pods() { wget -qO- http://127.0.0.1:10250/pods 2>/dev/null; }
+
+# OOM on cgroup v2: memory.events + /dev/kmsg.
+cp /etc/hog.yaml /etc/picolet/manifests/
+i=0
+until pods | grep -q '"reason":"OOMKilled"'; do i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5; done
+pods | grep -q '"reason":"OOMKilled"' && ok oom-killed || fail oom-killed "$(pods)"
+i=0
+until wget -qO- http://127.0.0.1:10250/events 2>/dev/null | grep -q OOMKilling; do i=$((i + 1)); [ $i -gt 40 ] && break; sleep 0.5; done
+wget -qO- http://127.0.0.1:10250/events 2>/dev/null | grep -q OOMKilling && ok oom-event || fail oom-event "no OOMKilling event"
+
+# kill -9 of the shim and the agent: `up` restarts them, nothing restarts.
+pkill -9 -f "picolet shim"
+pkill -9 -f "picolet agent"
+sleep 3
+i=0
+until picolet ctl ps 2>/dev/null | grep -q "Running.*httpd"; do i=$((i + 1)); [ $i -gt 60 ] && break; sleep 0.5; done
+id2=$(picolet ctl ps 2>/dev/null | grep 'Running.*httpd' | { read -r c _; echo "$c"; })
+[ -n "$id" ] && [ "$id" = "$id2" ] && ok kill9-kept-container || fail kill9-kept-container "$id -> $id2"
+sleep 2
+pods | grep -q '"restartCount":1' && fail kill9-no-restart "$(pods)" || ok kill9-no-restart
+
+# Teardown: no pod cgroups and no overlay mounts left.
+rm -f /etc/picolet/manifests/*.yaml
+i=0
+until [ -z "$(ls -d /sys/fs/cgroup/kubepods/*/pod* /sys/fs/cgroup/kubepods/pod* 2>/dev/null)" ]; do i=$((i + 1)); [ $i -gt 60 ] && break; sleep 0.5; done
+left=$(ls -d /sys/fs/cgroup/kubepods/*/pod* /sys/fs/cgroup/kubepods/pod* 2>/dev/null)
+[ -z "$left" ] && ok teardown-cgroups || fail teardown-cgroups "$left"
+grep -q " overlay " /proc/mounts && fail teardown-mounts "$(grep ' overlay ' /proc/mounts)" || ok teardown-mounts
+echo "VMTEST DONE"
+poweroff -f
+INIT
+chmod +x "$R/init"
+(cd "$R" && find . | cpio -o -H newc 2>/dev/null | gzip > "$W/initrd.gz")
+start=$(date +%s)
+timeout 600 "${QEMU[@]}" -smp 2 -m 1536 -kernel "$KERNEL" -initrd "$W/initrd.gz" \
+  -append "console=$CONSOLE rdinit=/init panic=-1 quiet" -nographic -no-reboot > "$W/console.txt" 2>&1 || true
+tr -d '\r' < "$W/console.txt" | grep -o 'VMTEST .*' || true
+echo "vm $ARCH: $(( $(date +%s) - start )) s, $(du -h "$BIN" | cut -f1) binary"
+if ! grep -q 'VMTEST DONE' "$W/console.txt" || grep -q 'VMTEST FAIL' "$W/console.txt"; then
+  echo "vm $ARCH: FAILED; console tail:" >&2
+  tr -d '\r' < "$W/console.txt" | tail -40 >&2
+  exit 1
+fi
