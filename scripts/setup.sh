@@ -8,8 +8,8 @@ need_apt=()
 # musl-tools, gcc-aarch64-linux-gnu: ring's C for the static builds; openssl:
 # the HTTPS server (s_server) of the probe tests; prometheus: promtool and a
 # real server scraping /metrics/cadvisor in the observability tests.
-# qemu-system-x86, cpio: the cgroup v2 guest of tests/vm/run.sh.
-for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu openssl prometheus qemu-system-x86 cpio; do
+# qemu-system-x86/-arm, cpio: the cgroup v2 guests of tests/vm/run.sh.
+for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu openssl prometheus qemu-system-x86 qemu-system-arm cpio; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

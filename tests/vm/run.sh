@@ -5,9 +5,12 @@
 # guest: `picolet up`, the pod runs and serves, its limits land in the v2
 # files, /metrics/cadvisor reports the container. The guest prints
 # `VMTEST ok|FAIL <check>` lines; this script fails when any check failed or
-# the guest did not finish. (Issue 8's first step: x86_64 only so far.)
+# the guest did not finish.
 #
-#   sudo tests/vm/run.sh [amd64]        # needs dist/picolet-x86_64 (scripts/dist.sh)
+#   sudo tests/vm/run.sh [amd64|arm64]  # needs dist/picolet-<arch> (scripts/dist.sh)
+#
+# Kernels (and arm64's busybox) come from the Debian archive (apt-get
+# download), cached in /var/cache/picolet-vm.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCH="${1:-amd64}"
@@ -21,10 +24,18 @@ case "$ARCH" in
     need qemu-system-x86_64 qemu-system-x86
     PKG="linux-image-$KVER-cloud-amd64"; BUSYBOX=/bin/busybox; BIN=dist/picolet-x86_64
     QEMU=(qemu-system-x86_64 -cpu max); CONSOLE=ttyS0 ;;
-  *) echo "arch: amd64 (arm64 is next)" >&2; exit 2 ;;
+  arm64)
+    need qemu-system-aarch64 qemu-system-arm
+    dpkg --print-foreign-architectures | grep -qx arm64 || { dpkg --add-architecture arm64; apt-get update -qq; }
+    PKG="linux-image-$KVER-arm64"; BIN=dist/picolet-aarch64
+    (cd "$C" && { ls busybox-static_*_arm64.deb >/dev/null 2>&1 || apt-get download busybox-static:arm64 >/dev/null; } \
+      && rm -rf bb-arm64 && dpkg-deb -x busybox-static_*_arm64.deb bb-arm64)
+    BUSYBOX="$C/bb-arm64/bin/busybox"
+    QEMU=(qemu-system-aarch64 -M virt -cpu cortex-a72); CONSOLE=ttyAMA0 ;;
+  *) echo "arch: amd64 or arm64" >&2; exit 2 ;;
 esac
 [ -x "$BIN" ] || { echo "vm: $BIN missing: run scripts/dist.sh first" >&2; exit 1; }
-(cd "$C" && { ls "${PKG}"_*.deb >/dev/null 2>&1 || apt-get download "$PKG" >/dev/null; } \
+(cd "$C" && { ls "${PKG}"_*.deb >/dev/null 2>&1 || apt-get download "$PKG:$ARCH" >/dev/null; } \
   && rm -rf "k-$ARCH" && dpkg-deb -x "${PKG}"_*.deb "k-$ARCH")
 KERNEL=$(ls "$C/k-$ARCH"/boot/vmlinuz-*)
 OVERLAY=$(find "$C/k-$ARCH/lib/modules" -name overlay.ko | head -1)
@@ -39,7 +50,7 @@ for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod 
 done
 cp "$BIN" "$R/bin/picolet"
 cp "$OVERLAY" "$R/lib/overlay.ko"
-cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" >/dev/null
+BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" "$ARCH" >/dev/null
 cp examples/manifests/hello.yaml "$R/etc/picolet/manifests/"
 # A memory hog for the OOM check, dropped in by the scenario.
 cat > "$R/etc/hog.yaml" <<'YAML'

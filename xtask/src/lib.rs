@@ -202,10 +202,23 @@ pub fn busybox_layer(busybox: &Path) -> Result<Layer> {
             busybox.display()
         )
     })?;
-    let out = Command::new(busybox)
-        .arg("--list")
-        .output()
-        .with_context(|| format!("run {} --list", busybox.display()))?;
+    // A busybox of another arch (an arm64 guest's image built on x86_64)
+    // lists its applets under qemu-user.
+    let out = match Command::new(busybox).arg("--list").output() {
+        Err(e) if e.raw_os_error() == Some(8) => {
+            let qemu = match bin.get(18..20) {
+                Some([0xb7, 0]) => "qemu-aarch64-static",
+                Some([0x3e, 0]) => "qemu-x86_64-static",
+                _ => bail!("{}: not an executable for this machine", busybox.display()),
+            };
+            Command::new(qemu)
+                .arg(busybox)
+                .arg("--list")
+                .output()
+                .with_context(|| format!("run {qemu} {} --list", busybox.display()))?
+        }
+        r => r.with_context(|| format!("run {} --list", busybox.display()))?,
+    };
     let applets: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::trim)

@@ -1,7 +1,7 @@
 //! `cargo xtask`: project tasks.
 //!
 //! - `cargo xtask test-images OUT`: the test images in every format.
-//! - `cargo xtask demo-image OUT.tar`: the busybox demo image (oci-archive).
+//! - `cargo xtask demo-image OUT.tar [ARCH]`: the busybox demo image (oci-archive).
 //! - `cargo xtask bench-image OUT.tar [MB]`: busybox + MB MiB of random data,
 //!   as a docker-archive (what `ctr images import` and picolet both read).
 
@@ -22,10 +22,16 @@ fn main() -> Result<()> {
             let t = xtask::build_test_images(&busybox, Path::new(out))?;
             println!("{t:#?}");
         }
-        ["demo-image", out] => {
+        ["demo-image", out, rest @ ..] if rest.len() <= 1 => {
+            // An optional OCI architecture (`arm64` for a guest of another
+            // arch; BUSYBOX must then point at that arch's busybox).
             let base = xtask::busybox_layer(&busybox)?;
+            let mut img = xtask::busybox_image(&base);
+            if let Some(arch) = rest.first() {
+                img.arch = arch.to_string();
+            }
             let dir = tempdir_for(out)?;
-            xtask::write_oci_layout(&dir, &[xtask::busybox_image(&base)])?;
+            xtask::write_oci_layout(&dir, &[img])?;
             xtask::tar_dir(&dir, Path::new(out))?;
             std::fs::remove_dir_all(&dir)?;
             println!("wrote {out} ({})", xtask::BUSYBOX_REF);
@@ -63,7 +69,7 @@ fn main() -> Result<()> {
             println!("wrote {out} ({}, {mb} MiB layer)", xtask::BIG_REF);
         }
         _ => bail!(
-            "usage: cargo xtask test-images OUT | demo-image OUT.tar | bench-image OUT.tar [MB]"
+            "usage: cargo xtask test-images OUT | demo-image OUT.tar [ARCH] | bench-image OUT.tar [MB]"
         ),
     }
     Ok(())
