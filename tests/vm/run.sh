@@ -52,6 +52,20 @@ cp "$BIN" "$R/bin/picolet"
 cp "$OVERLAY" "$R/lib/overlay.ko"
 BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" "$ARCH" >/dev/null
 cp examples/manifests/hello.yaml "$R/etc/picolet/manifests/"
+# CPU quota enforcement: a spinner limited to 100m.
+cat > "$R/etc/limits.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: limits}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: spin
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'while :; do :; done']
+    resources: {limits: {cpu: 100m, memory: 32Mi}}
+YAML
 # A memory hog for the OOM check, dropped in by the scenario.
 cat > "$R/etc/hog.yaml" <<'YAML'
 apiVersion: v1
@@ -67,6 +81,7 @@ spec:
     resources: {limits: {memory: 16Mi}}
 YAML
 cat > "$R/etc/picolet/config.yaml" <<'YAML'
+podPidsLimit: 64
 picolet:
   nodeName: vm
   nodeIP: 127.0.0.1
@@ -109,6 +124,24 @@ cg=$(ls -d /sys/fs/cgroup/kubepods/burstable/pod*/"$id"* 2>/dev/null | head -1)
 m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep '^container_memory_working_set_bytes{container="httpd"')
 [ -n "$m" ] && ok cadvisor-v2 || fail cadvisor-v2 "no httpd working set"
 pods() { wget -qO- http://127.0.0.1:10250/pods 2>/dev/null; }
+wget -qO- http://127.0.0.1:10250/stats/summary 2>/dev/null | grep -q '"name":"hello-vm"' \
+  && ok stats-summary || fail stats-summary "no hello-vm in /stats/summary"
+
+# CPU quota enforced (a Guaranteed pod: kubepods/pod<uid>), podPidsLimit lands.
+cp /etc/limits.yaml /etc/picolet/manifests/
+i=0
+until picolet ctl ps 2>/dev/null | grep -q 'Running.*spin'; do i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5; done
+sid=$(picolet ctl ps 2>/dev/null | grep 'Running.*spin' | { read -r c _; echo "$c"; })
+scg=$(ls -d /sys/fs/cgroup/kubepods/pod*/"$sid"* /sys/fs/cgroup/kubepods/*/pod*/"$sid"* 2>/dev/null | head -1)
+usage() { grep usage_usec "$scg/cpu.stat" | { read -r _ v; echo "$v"; }; }
+u0=$(usage); sleep 2; u1=$(usage)
+used=$(( (u1 - u0) / 1000 ))
+[ "$(cat "$scg/cpu.max" 2>/dev/null)" = "10000 100000" ] && [ -n "$u0" ] && [ "$used" -le 400 ] \
+  && ok cpu-quota-enforced || fail cpu-quota-enforced "cpu.max $(cat "$scg/cpu.max" 2>&1), ${used} ms of CPU in 2 s"
+pcg=$(dirname "$scg")
+[ "$(cat "$pcg/pids.max")" = 64 ] \
+  && ok pod-pids.max || fail pod-pids.max "$(cat "$pcg/pids.max" 2>&1)"
+rm -f /etc/picolet/manifests/limits.yaml
 
 # OOM on cgroup v2: memory.events + /dev/kmsg.
 cp /etc/hog.yaml /etc/picolet/manifests/
