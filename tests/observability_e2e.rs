@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::agent::{Agent, container};
+use common::agent::{Agent, container, free_port};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -73,13 +73,6 @@ fn sample(text: &str, name: &str, want: &[&str]) -> Option<f64> {
         .find(|l| want.iter().all(|w| l.contains(w)))
         .and_then(|l| l.rsplit_once("} ").or_else(|| l.split_once(' ')))
         .and_then(|(_, v)| v.split(' ').next()?.parse().ok())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
 }
 
 #[test]

@@ -10,17 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::agent::{Agent, container};
+use common::agent::{Agent, container, free_port};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port")
-}
 
 fn write_exec(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write");

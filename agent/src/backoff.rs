@@ -97,6 +97,16 @@ impl Backoff {
     }
 }
 
+/// `10s`, `5m0s` as kubelet prints back-off delays.
+pub fn humantime(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

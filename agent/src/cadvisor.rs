@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use cgroup::stats::Stats;
+use cgroup::stats::{DeviceIo, Stats};
 
 use crate::Shared;
 use crate::metrics::{escape, header};
@@ -49,7 +49,6 @@ pub struct Machine {
     pub sockets: u64,
     pub swap_bytes: u64,
     pub memory_bytes: u64,
-    pub machine_id: String,
     pub boot_id: String,
     pub system_uuid: String,
 }
@@ -65,14 +64,39 @@ pub struct Snapshot {
     pub scrape_error: bool,
 }
 
-type Getter = fn(&Entry) -> Vec<(Vec<(&'static str, String)>, f64)>;
+/// Samples of one family for one entry: (extra labels, value).
+type Samples = Vec<(Vec<(&'static str, String)>, f64)>;
 
-fn one(v: f64) -> Vec<(Vec<(&'static str, String)>, f64)> {
+type Getter = fn(&Entry) -> Samples;
+
+fn one(v: f64) -> Samples {
     vec![(Vec::new(), v)]
 }
 
-fn secs(ns: u64) -> f64 {
+pub(crate) fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
+}
+
+/// One sample per block device, for the root and pod cgroups only (as
+/// kubelet's cAdvisor reports fs I/O).
+fn per_device(e: &Entry, f: fn(&DeviceIo) -> u64) -> Samples {
+    if !e.labels.container.is_empty() {
+        return Vec::new();
+    }
+    e.stats
+        .io
+        .devices
+        .iter()
+        .map(|((ma, mi), d)| (vec![("device", format!("{ma}:{mi}"))], f(d) as f64))
+        .collect()
+}
+
+/// One sample per network interface.
+fn per_interface(e: &Entry, f: fn(&NetIf) -> u64) -> Samples {
+    e.network
+        .iter()
+        .map(|n| (vec![("interface", n.name.clone())], f(n) as f64))
+        .collect()
 }
 
 /// (name, type, help, values), in cAdvisor's wording.
@@ -129,38 +153,13 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "container_fs_reads_bytes_total",
             "counter",
             "Cumulative count of bytes read",
-            |e| {
-                // Root and pod cgroups only, as kubelet's cAdvisor.
-                if !e.labels.container.is_empty() {
-                    return Vec::new();
-                }
-                e.stats
-                    .io
-                    .devices
-                    .iter()
-                    .map(|((ma, mi), d)| {
-                        (vec![("device", format!("{ma}:{mi}"))], d.read_bytes as f64)
-                    })
-                    .collect()
-            },
+            |e| per_device(e, |d| d.read_bytes),
         ),
         (
             "container_fs_writes_bytes_total",
             "counter",
             "Cumulative count of bytes written",
-            |e| {
-                if !e.labels.container.is_empty() {
-                    return Vec::new();
-                }
-                e.stats
-                    .io
-                    .devices
-                    .iter()
-                    .map(|((ma, mi), d)| {
-                        (vec![("device", format!("{ma}:{mi}"))], d.write_bytes as f64)
-                    })
-                    .collect()
-            },
+            |e| per_device(e, |d| d.write_bytes),
         ),
         (
             "container_memory_cache",
@@ -258,89 +257,49 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             "container_network_receive_bytes_total",
             "counter",
             "Cumulative count of bytes received",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.rx_bytes as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.rx_bytes),
         ),
         (
             "container_network_receive_errors_total",
             "counter",
             "Cumulative count of errors encountered while receiving",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.rx_errors as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.rx_errors),
         ),
         (
             "container_network_receive_packets_dropped_total",
             "counter",
             "Cumulative count of packets dropped while receiving",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.rx_dropped as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.rx_dropped),
         ),
         (
             "container_network_receive_packets_total",
             "counter",
             "Cumulative count of packets received",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.rx_packets as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.rx_packets),
         ),
         (
             "container_network_transmit_bytes_total",
             "counter",
             "Cumulative count of bytes transmitted",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.tx_bytes as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.tx_bytes),
         ),
         (
             "container_network_transmit_errors_total",
             "counter",
             "Cumulative count of errors encountered while transmitting",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.tx_errors as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.tx_errors),
         ),
         (
             "container_network_transmit_packets_dropped_total",
             "counter",
             "Cumulative count of packets dropped while transmitting",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.tx_dropped as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.tx_dropped),
         ),
         (
             "container_network_transmit_packets_total",
             "counter",
             "Cumulative count of packets transmitted",
-            |e| {
-                e.network
-                    .iter()
-                    .map(|n| (vec![("interface", n.name.clone())], n.tx_packets as f64))
-                    .collect()
-            },
+            |e| per_interface(e, |n| n.tx_packets),
         ),
         (
             "container_oom_events_total",
@@ -549,142 +508,6 @@ pub fn render(snap: &Snapshot) -> String {
     out
 }
 
-/// `/metrics/resource` (what metrics-server scrapes), kubelet's names,
-/// help texts and labels: node, pod and container CPU and working set,
-/// container start times, `resource_scrape_error`.
-pub fn render_resource(snap: &Snapshot) -> String {
-    let mut out = String::new();
-    let ts = snap.timestamp_ms;
-    let mut entries: Vec<&Entry> = snap.entries.iter().collect();
-    entries.sort_by(|a, b| a.labels.cmp(&b.labels));
-    let containers: Vec<&&Entry> = entries
-        .iter()
-        .filter(|e| !e.labels.container.is_empty())
-        .collect();
-    let pods: Vec<&&Entry> = entries
-        .iter()
-        .filter(|e| e.labels.container.is_empty() && !e.labels.pod.is_empty())
-        .collect();
-    let root = entries.iter().find(|e| e.labels.id == "/");
-    let cl = |e: &Entry| {
-        format!(
-            "container=\"{}\",namespace=\"{}\",pod=\"{}\"",
-            escape(&e.labels.container),
-            escape(&e.labels.namespace),
-            escape(&e.labels.pod)
-        )
-    };
-    let pl = |e: &Entry| {
-        format!(
-            "namespace=\"{}\",pod=\"{}\"",
-            escape(&e.labels.namespace),
-            escape(&e.labels.pod)
-        )
-    };
-    header(
-        &mut out,
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-    );
-    for e in &containers {
-        let _ = writeln!(
-            out,
-            "container_cpu_usage_seconds_total{{{}}} {} {ts}",
-            cl(e),
-            secs(e.stats.cpu.usage_ns)
-        );
-    }
-    header(
-        &mut out,
-        "container_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the container in bytes",
-    );
-    for e in &containers {
-        let _ = writeln!(
-            out,
-            "container_memory_working_set_bytes{{{}}} {} {ts}",
-            cl(e),
-            e.stats.memory.working_set
-        );
-    }
-    header(
-        &mut out,
-        "container_start_time_seconds",
-        "gauge",
-        "[STABLE] Start time of the container since unix epoch in seconds",
-    );
-    for e in &containers {
-        let _ = writeln!(
-            out,
-            "container_start_time_seconds{{{}}} {} {ts}",
-            cl(e),
-            e.start_time
-        );
-    }
-    if let Some(r) = root {
-        header(
-            &mut out,
-            "node_cpu_usage_seconds_total",
-            "counter",
-            "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
-        );
-        let _ = writeln!(
-            out,
-            "node_cpu_usage_seconds_total {} {ts}",
-            secs(r.stats.cpu.usage_ns)
-        );
-        header(
-            &mut out,
-            "node_memory_working_set_bytes",
-            "gauge",
-            "[STABLE] Current working set of the node in bytes",
-        );
-        let _ = writeln!(
-            out,
-            "node_memory_working_set_bytes {} {ts}",
-            r.stats.memory.working_set
-        );
-    }
-    header(
-        &mut out,
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-    );
-    for e in &pods {
-        let _ = writeln!(
-            out,
-            "pod_cpu_usage_seconds_total{{{}}} {} {ts}",
-            pl(e),
-            secs(e.stats.cpu.usage_ns)
-        );
-    }
-    header(
-        &mut out,
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the pod in bytes",
-    );
-    for e in &pods {
-        let _ = writeln!(
-            out,
-            "pod_memory_working_set_bytes{{{}}} {} {ts}",
-            pl(e),
-            e.stats.memory.working_set
-        );
-    }
-    header(
-        &mut out,
-        "resource_scrape_error",
-        "gauge",
-        "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
-    );
-    let _ = writeln!(out, "resource_scrape_error {}", u8::from(root.is_none()));
-    out
-}
-
 /// Reads the root cgroup, each pod cgroup and each running container now.
 pub(crate) fn collect(shared: &Shared) -> Snapshot {
     let read = |p: &str| {
@@ -700,7 +523,6 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
             swap_bytes: procfs::meminfo_bytes(&read("/proc/meminfo"), "SwapTotal"),
             cores: u64::try_from(shared.node.cpu_milli / 1000).unwrap_or(0),
             memory_bytes: u64::try_from(shared.node.memory_bytes).unwrap_or(0),
-            machine_id: read("/etc/machine-id"),
             boot_id: read("/proc/sys/kernel/random/boot_id"),
             system_uuid: read("/sys/class/dmi/id/product_uuid"),
         },
@@ -852,7 +674,6 @@ mod tests {
             machine: Machine {
                 cores: 2,
                 memory_bytes: 1 << 30,
-                machine_id: "m".into(),
                 boot_id: "b".into(),
                 system_uuid: "u".into(),
                 ..Default::default()
@@ -909,49 +730,5 @@ mod tests {
         assert_eq!(types, helps);
         assert_eq!(types, families().len() + 8);
         assert!(text.contains("\ncontainer_scrape_error 0\n"));
-    }
-
-    #[test]
-    fn resource_metrics_as_kubelet_names_them() {
-        let mut c = Entry {
-            labels: Labels {
-                container: "web".into(),
-                id: "/kubepods/podu/c1".into(),
-                namespace: "default".into(),
-                pod: "p".into(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        c.stats.cpu.usage_ns = 2_000_000_000;
-        c.stats.memory.working_set = 100;
-        let mut p = Entry {
-            labels: Labels {
-                id: "/kubepods/podu".into(),
-                namespace: "default".into(),
-                pod: "p".into(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        p.stats.memory.working_set = 150;
-        let mut r = Entry::default();
-        r.labels.id = "/".into();
-        r.stats.cpu.usage_ns = 5_000_000_000;
-        let snap = Snapshot {
-            entries: vec![c, p, r],
-            timestamp_ms: 7,
-            ..Default::default()
-        };
-        let text = render_resource(&snap);
-        for want in [
-            "container_cpu_usage_seconds_total{container=\"web\",namespace=\"default\",pod=\"p\"} 2 7\n",
-            "container_memory_working_set_bytes{container=\"web\",namespace=\"default\",pod=\"p\"} 100 7\n",
-            "node_cpu_usage_seconds_total 5 7\n",
-            "pod_memory_working_set_bytes{namespace=\"default\",pod=\"p\"} 150 7\n",
-            "resource_scrape_error 0\n",
-        ] {
-            assert!(text.contains(want), "{want} in\n{text}");
-        }
     }
 }

@@ -143,7 +143,7 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
         ),
         "/metrics/resource" => metrics_reply(
             &req,
-            crate::cadvisor::render_resource(&crate::cadvisor::collect(shared)),
+            crate::resource::render(&crate::cadvisor::collect(shared)),
         ),
         "/metrics/probes" => metrics_reply(&req, shared.probe_metrics()),
         "/manifests" => json_reply(&json!({

@@ -22,6 +22,7 @@ mod pleg;
 pub mod probe;
 pub mod prober;
 pub mod qos;
+pub mod resource;
 pub mod runtime;
 pub mod source;
 pub mod status;

@@ -319,7 +319,13 @@ impl AgentMetrics {
 /// and the exposition ends with `# EOF`.
 pub fn to_openmetrics(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
-    let is_counter = |name: &str| text.contains(&format!("# TYPE {name} counter"));
+    // One pass for the counter families (a /metrics/cadvisor page is ~1 MiB:
+    // no search of the whole text per family).
+    let counters: std::collections::HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let is_counter = |name: &str| counters.contains(name);
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ")
             && let Some((name, kind)) = rest.split_once(' ')

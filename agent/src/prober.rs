@@ -161,6 +161,26 @@ async fn grpc(host: &str, port: u16, service: &str, tls: bool, timeout: Duration
     }
 }
 
+/// The address probes use: the node's for host-network pods, else the
+/// sandbox's.
+pub fn address(shared: &Shared, pod: &Pod, observed: &Observed) -> String {
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
+    let ip = observed
+        .sandboxes
+        .first()
+        .map(|s| s.ip.clone())
+        .unwrap_or_default();
+    if host_network || ip.is_empty() {
+        shared.node.host_ip.clone()
+    } else {
+        ip
+    }
+}
+
 /// Results by (container ID, kind).
 type Results = Arc<Mutex<HashMap<(String, Kind), bool>>>;
 

@@ -113,37 +113,37 @@ fn memory(e: &Entry, x: &Extras, limit: Option<u64>) -> Value {
     v
 }
 
+fn interface(n: &NetIf) -> Value {
+    json!({
+        "name": n.name,
+        "rxBytes": n.rx_bytes,
+        "rxErrors": n.rx_errors,
+        "txBytes": n.tx_bytes,
+        "txErrors": n.tx_errors,
+    })
+}
+
 fn network(ifs: &[NetIf], x: &Extras) -> Value {
-    let list: Vec<Value> = ifs
-        .iter()
-        .map(|n| {
-            json!({
-                "name": n.name,
-                "rxBytes": n.rx_bytes,
-                "rxErrors": n.rx_errors,
-                "txBytes": n.tx_bytes,
-                "txErrors": n.tx_errors,
-            })
-        })
-        .collect();
     // The default interface: eth0 when there is one (kubelet's choice).
-    let first = ifs
+    let mut v = ifs
         .iter()
         .find(|n| n.name == "eth0")
         .or(ifs.first())
-        .map(|n| {
-            json!({
-                "name": n.name,
-                "rxBytes": n.rx_bytes,
-                "rxErrors": n.rx_errors,
-                "txBytes": n.tx_bytes,
-                "txErrors": n.tx_errors,
-            })
-        })
+        .map(interface)
         .unwrap_or_else(|| json!({}));
-    let mut v = first;
+    let list: Vec<Value> = ifs.iter().map(interface).collect();
     v["time"] = json!(x.now);
     v["interfaces"] = json!(list);
+    v
+}
+
+/// `FsStats` of the filesystem `fs` (when known) with this usage.
+fn usage(fs: Option<Fs>, x: &Extras, (bytes, inodes): (u64, u64)) -> Value {
+    let mut v = fs
+        .map(|f| f.json(&x.now))
+        .unwrap_or_else(|| json!({"time": x.now}));
+    v["usedBytes"] = json!(bytes);
+    v["inodesUsed"] = json!(inodes);
     v
 }
 
@@ -171,46 +171,32 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
     uids.sort();
     for uid in uids {
         let (name, namespace, start) = &x.pods[uid];
-        let pod_cg = snap.entries.iter().find(|e| {
-            e.labels.container.is_empty()
-                && e.labels.pod == *name
-                && e.labels.namespace == *namespace
-        });
+        // The pod's cgroup and its containers' entries.
+        let (pod_level, mine): (Vec<&Entry>, Vec<&Entry>) = snap
+            .entries
+            .iter()
+            .filter(|e| e.labels.pod == *name && e.labels.namespace == *namespace)
+            .partition(|e| e.labels.container.is_empty());
+        let pod_cg = pod_level.first();
         let mut containers = Vec::new();
         let mut log_total = (0, 0);
         let mut rootfs_total = (0, 0);
-        for e in snap.entries.iter().filter(|e| {
-            !e.labels.container.is_empty()
-                && e.labels.pod == *name
-                && e.labels.namespace == *namespace
-        }) {
+        for e in &mine {
             let mut c = json!({
                 "name": e.labels.container,
                 "startTime": rfc3339(e.start_time as i64),
                 "cpu": cpu(e, x),
                 "memory": memory(e, x, None),
             });
-            if let Some((bytes, inodes)) = x.logs.get(&(uid.clone(), e.labels.container.clone())) {
+            if let Some(&(bytes, inodes)) = x.logs.get(&(uid.clone(), e.labels.container.clone())) {
                 log_total.0 += bytes;
                 log_total.1 += inodes;
-                let mut fs = x
-                    .node_fs
-                    .map(|f| f.json(&x.now))
-                    .unwrap_or_else(|| json!({"time": x.now}));
-                fs["usedBytes"] = json!(bytes);
-                fs["inodesUsed"] = json!(inodes);
-                c["logs"] = fs;
+                c["logs"] = usage(x.node_fs, x, (bytes, inodes));
             }
-            if let Some((bytes, inodes)) = x.rootfs.get(&e.labels.name) {
+            if let Some(&(bytes, inodes)) = x.rootfs.get(&e.labels.name) {
                 rootfs_total.0 += bytes;
                 rootfs_total.1 += inodes;
-                let mut fs = x
-                    .image_fs
-                    .map(|f| f.json(&x.now))
-                    .unwrap_or_else(|| json!({"time": x.now}));
-                fs["usedBytes"] = json!(bytes);
-                fs["inodesUsed"] = json!(inodes);
-                c["rootfs"] = fs;
+                c["rootfs"] = usage(x.image_fs, x, (bytes, inodes));
             }
             containers.push(c);
         }
@@ -223,16 +209,7 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
             p["cpu"] = cpu(e, x);
             p["memory"] = memory(e, x, None);
             p["network"] = network(&e.network, x);
-            let procs = snap
-                .entries
-                .iter()
-                .filter(|c| {
-                    !c.labels.container.is_empty()
-                        && c.labels.pod == *name
-                        && c.labels.namespace == *namespace
-                })
-                .map(|c| c.stats.pids.current)
-                .sum::<u64>();
+            let procs: u64 = mine.iter().map(|c| c.stats.pids.current).sum();
             p["process_stats"] = json!({"process_count": procs});
         }
         let mut vol_total = (0, 0);
@@ -244,24 +221,20 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
                 vol_total.0 += bytes;
                 vol_total.1 += inodes;
             }
-            let mut v = x
-                .node_fs
-                .map(|f| f.json(&x.now))
-                .unwrap_or_else(|| json!({"time": x.now}));
+            let mut v = usage(x.node_fs, x, (*bytes, *inodes));
             v["name"] = json!(vname);
-            v["usedBytes"] = json!(bytes);
-            v["inodesUsed"] = json!(inodes);
             volumes.push(v);
         }
         if !volumes.is_empty() {
             p["volume"] = json!(volumes);
         }
-        if let Some(fs) = &x.node_fs {
-            let mut eph = fs.json(&x.now);
+        if x.node_fs.is_some() {
             // kubelet: rootfs + logs + local (emptyDir) volumes.
-            eph["usedBytes"] = json!(log_total.0 + rootfs_total.0 + vol_total.0);
-            eph["inodesUsed"] = json!(log_total.1 + rootfs_total.1 + vol_total.1);
-            p["ephemeral-storage"] = eph;
+            let total = (
+                log_total.0 + rootfs_total.0 + vol_total.0,
+                log_total.1 + rootfs_total.1 + vol_total.1,
+            );
+            p["ephemeral-storage"] = usage(x.node_fs, x, total);
         }
         pods.push(p);
     }

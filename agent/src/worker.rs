@@ -352,7 +352,7 @@ impl Worker {
             };
             let msg = format!(
                 "back-off {} restarting failed container={} pod={}_{}({})",
-                humantime(delay),
+                crate::backoff::humantime(delay),
                 w.name,
                 self.obj.name,
                 self.obj.namespace,
@@ -379,7 +379,7 @@ impl Worker {
             observed
         };
         self.gc(&observed).await;
-        let pod_ip = pod_ip_of(&self.shared, &pod, &observed);
+        let pod_ip = prober::address(&self.shared, &pod, &observed);
         let env = prober::Env {
             shared: &self.shared,
             wake: &self.wake,
@@ -789,35 +789,5 @@ impl Worker {
             tracing::info!(pod = %self.obj.name, uid = %self.uid, "pod terminated");
         }
         Ok(())
-    }
-}
-
-/// The address probes use: the node's for host-network pods, else the
-/// sandbox's.
-fn pod_ip_of(shared: &Shared, pod: &Pod, observed: &Observed) -> String {
-    let host_network = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false);
-    let ip = observed
-        .sandboxes
-        .first()
-        .map(|s| s.ip.clone())
-        .unwrap_or_default();
-    if host_network || ip.is_empty() {
-        shared.node.host_ip.clone()
-    } else {
-        ip
-    }
-}
-
-/// `10s`, `5m0s` as kubelet prints back-off delays.
-fn humantime(d: Duration) -> String {
-    let s = d.as_secs();
-    if s >= 60 {
-        format!("{}m{}s", s / 60, s % 60)
-    } else {
-        format!("{s}s")
     }
 }

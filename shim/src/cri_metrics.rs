@@ -14,7 +14,7 @@ use cri_proto::v1::{
 };
 
 use crate::runtime::Runtime;
-use crate::state::{self, ContainerRecord, SandboxRecord};
+use crate::state;
 
 /// The labels every series carries, in cAdvisor's order.
 const LABELS: [&str; 6] = ["container", "id", "image", "name", "namespace", "pod"];
@@ -185,14 +185,7 @@ impl Runtime {
     /// `ListPodSandboxMetrics`: every ready sandbox, its pod cgroup and its
     /// running containers.
     pub fn list_pod_sandbox_metrics(&self) -> Vec<PodSandboxMetrics> {
-        let sandboxes: Vec<SandboxRecord> = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|s| s.ready)
-            .cloned()
-            .collect();
+        let sandboxes = self.ready_sandboxes();
         let containers = self.all_containers();
         let Some(h) = crate::stats::hierarchy() else {
             return Vec::new();
@@ -202,19 +195,8 @@ impl Runtime {
             .iter()
             .map(|sb| {
                 let meta = sb.config.metadata.clone().unwrap_or_default();
-                let parent = sb
-                    .config
-                    .linux
-                    .as_ref()
-                    .map(|l| l.cgroup_parent.clone())
-                    .unwrap_or_default();
-                let running: Vec<&ContainerRecord> = containers
-                    .iter()
-                    .filter(|c| {
-                        c.sandbox_id == sb.id
-                            && self.state_of(c).0 == cri_proto::v1::ContainerState::ContainerRunning
-                    })
-                    .collect();
+                let parent = crate::stats::cgroup_parent(sb);
+                let running = self.running_in(&containers, &sb.id);
                 let network: Vec<(String, u64, u64)> = crate::stats::pod_network(sb, &running)
                     .iter()
                     .map(|n| (n.name.clone(), n.rx_bytes, n.tx_bytes))

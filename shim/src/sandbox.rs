@@ -265,7 +265,7 @@ impl Runtime {
         crate::state::remove_record_dir(&rec.dir)
     }
 
-    fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {
+    pub(crate) fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {
         self.sandboxes
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -25,16 +25,27 @@ pub(crate) fn hierarchy() -> Option<&'static Hierarchy> {
     H.get_or_init(|| Hierarchy::detect().ok()).as_ref()
 }
 
+/// The pod cgroup a sandbox's containers live under ("" when the client
+/// gave none).
+pub(crate) fn cgroup_parent(sb: &SandboxRecord) -> String {
+    sb.config
+        .linux
+        .as_ref()
+        .map(|l| l.cgroup_parent.clone())
+        .unwrap_or_default()
+}
+
 /// Cumulative usage → CRI cpu with the rate since the last reading of the
-/// same key; memory as kubelet reads it.
+/// same key; memory as kubelet reads it; and the process count (pids is
+/// hierarchical: a pod cgroup counts its containers').
 fn cpu_memory(
     key: &str,
     cgroup_path: &str,
     now: i64,
     last: &mut HashMap<String, (i64, u64)>,
-) -> (Option<CpuUsage>, Option<MemoryUsage>) {
+) -> (Option<CpuUsage>, Option<MemoryUsage>, Option<u64>) {
     let Some(s) = hierarchy().and_then(|h| h.stats(cgroup_path)) else {
-        return (None, None);
+        return (None, None, None);
     };
     let usage = s.cpu.usage_ns;
     // usage_nano_cores needs two samples: rate since the last one.
@@ -59,6 +70,7 @@ fn cpu_memory(
             page_faults: u(m.pgfault),
             major_page_faults: u(m.pgmajfault),
         }),
+        Some(s.pids.current),
     )
 }
 
@@ -119,7 +131,7 @@ impl Runtime {
             labels: rec.config.labels.clone(),
             annotations: rec.config.annotations.clone(),
         });
-        let (cpu, memory) = cpu_memory(&rec.id, &rec.cgroup, now, last);
+        let (cpu, memory, _) = cpu_memory(&rec.id, &rec.cgroup, now, last);
         let upper = rec.dir.join("upper");
         let (bytes, inodes) = disk_usage(&upper);
         ContainerStats {
@@ -161,6 +173,32 @@ impl Runtime {
             .collect()
     }
 
+    /// Ready sandboxes, copied out of the lock.
+    pub(crate) fn ready_sandboxes(&self) -> Vec<SandboxRecord> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|s| s.ready)
+            .cloned()
+            .collect()
+    }
+
+    /// The running containers of sandbox `id` among `containers`.
+    pub(crate) fn running_in<'a>(
+        &self,
+        containers: &'a [ContainerRecord],
+        id: &str,
+    ) -> Vec<&'a ContainerRecord> {
+        containers
+            .iter()
+            .filter(|c| {
+                c.sandbox_id == id
+                    && self.state_of(c).0 == cri_proto::v1::ContainerState::ContainerRunning
+            })
+            .collect()
+    }
+
     fn sandbox_stats_of(
         &self,
         sb: &SandboxRecord,
@@ -168,27 +206,14 @@ impl Runtime {
         last: &mut HashMap<String, (i64, u64)>,
     ) -> PodSandboxStats {
         let now = state::now_nanos();
-        let parent = sb
-            .config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .unwrap_or_default();
-        let (cpu, memory) = if parent.is_empty() {
-            (None, None)
+        let parent = cgroup_parent(sb);
+        let (cpu, memory, pod_pids) = if parent.is_empty() {
+            (None, None, None)
         } else {
             cpu_memory(&format!("sandbox/{}", sb.id), &parent, now, last)
         };
-        let mine: Vec<&ContainerRecord> = containers
-            .iter()
-            .filter(|c| c.sandbox_id == sb.id)
-            .collect();
-        let running: Vec<&&ContainerRecord> = mine
-            .iter()
-            .filter(|c| self.state_of(c).0 == cri_proto::v1::ContainerState::ContainerRunning)
-            .collect();
-        let running_recs: Vec<&ContainerRecord> = running.iter().map(|c| **c).collect();
-        let ifs = pod_network(sb, &running_recs);
+        let running = self.running_in(containers, &sb.id);
+        let ifs = pod_network(sb, &running);
         let network = Some(NetworkUsage {
             timestamp: now,
             default_interface: ifs
@@ -198,11 +223,14 @@ impl Runtime {
                 .map(interface),
             interfaces: ifs.iter().map(interface).collect(),
         });
-        let process_count: u64 = running
-            .iter()
-            .filter_map(|c| hierarchy()?.stats(&c.cgroup))
-            .map(|s| s.pids.current)
-            .sum();
+        // Without a pod cgroup: each container's count.
+        let process_count = pod_pids.unwrap_or_else(|| {
+            running
+                .iter()
+                .filter_map(|c| hierarchy()?.stats(&c.cgroup))
+                .map(|s| s.pids.current)
+                .sum()
+        });
         PodSandboxStats {
             attributes: Some(PodSandboxAttributes {
                 id: sb.id.clone(),
@@ -225,13 +253,7 @@ impl Runtime {
     }
 
     pub fn pod_sandbox_stats(&self, id: &str) -> Result<PodSandboxStats, Error> {
-        let sb = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))?;
+        let sb = self.sandbox(id)?;
         let containers = self.all_containers();
         let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
         Ok(self.sandbox_stats_of(&sb, &containers, &mut last))
@@ -244,16 +266,9 @@ impl Runtime {
         let f = filter.unwrap_or_default();
         let containers = self.all_containers();
         let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
-        let sandboxes: Vec<SandboxRecord> = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        sandboxes
+        self.ready_sandboxes()
             .iter()
-            .filter(|s| s.ready && s.id.starts_with(&f.id))
+            .filter(|s| s.id.starts_with(&f.id))
             .filter(|s| {
                 f.label_selector
                     .iter()

@@ -23,7 +23,8 @@ pub struct Agent {
     pub command: &'static str,
 }
 
-fn free_port() -> u16 {
+/// A free port on 127.0.0.1 (bound, read, released).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
