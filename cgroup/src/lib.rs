@@ -7,6 +7,7 @@
 //! agent needs mkdir, a handful of writes and rmdir, and the parsers of the
 //! mount table and of the files stay pure and unit-tested.
 
+pub mod devices;
 pub mod procfs;
 pub mod stats;
 
