@@ -9,8 +9,9 @@ use cri_proto::picolet::images_client::ImagesClient;
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
-    ContainerFilter, ContainerState, ContainerStateValue, ImageSpec, ListContainersRequest,
-    ListImagesRequest, ListPodSandboxRequest, PodSandboxState, RemoveImageRequest,
+    ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest, ExecSyncRequest,
+    ImageSpec, ListContainersRequest, ListImagesRequest, ListPodSandboxRequest, PodSandboxState,
+    RemoveImageRequest,
 };
 use edge_config::DEFAULT_SOCKET;
 
@@ -48,7 +49,37 @@ enum CtlCommand {
         #[arg(short, long)]
         all: bool,
     },
+    /// Print a container's log (the text of its CRI log records).
+    Logs {
+        /// Container ID or a unique prefix of it.
+        container: String,
+        /// Only the last N lines.
+        #[arg(long)]
+        tail: Option<usize>,
+    },
+    /// Run a command in a running container and wait for it (ExecSync).
+    Exec {
+        /// Seconds before the command is killed (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        timeout: i64,
+        /// Container ID or a unique prefix of it.
+        container: String,
+        #[arg(required = true, last = true)]
+        cmd: Vec<String>,
+    },
 }
+
+/// Exit status a command wants (`ctl exec` passes the container's on).
+#[derive(Debug)]
+struct Status(u8);
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for Status {}
 
 pub fn run(args: CtlArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -63,10 +94,13 @@ pub fn run(args: CtlArgs) -> ExitCode {
     };
     match rt.block_on(dispatch(args)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("picolet ctl: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<Status>() {
+            Some(Status(code)) => ExitCode::from(*code),
+            None => {
+                eprintln!("picolet ctl: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -80,6 +114,99 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
         CtlCommand::Rmi { images } => rmi(channel, images).await,
         CtlCommand::Pods => pods(channel).await,
         CtlCommand::Ps { all } => ps(channel, all).await,
+        CtlCommand::Logs { container, tail } => logs(channel, &container, tail).await,
+        CtlCommand::Exec {
+            timeout,
+            container,
+            cmd,
+        } => exec(channel, &container, cmd, timeout).await,
+    }
+}
+
+/// The one container whose ID starts with `prefix`.
+async fn resolve(
+    client: &mut RuntimeServiceClient<cri_proto::Channel>,
+    prefix: &str,
+) -> Result<String> {
+    let list = client
+        .list_containers(ListContainersRequest { filter: None })
+        .await?
+        .into_inner()
+        .containers;
+    let hits: Vec<String> = list
+        .into_iter()
+        .map(|c| c.id)
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!("no container {prefix:?}"),
+        _ => anyhow::bail!("{prefix:?} matches {} containers", hits.len()),
+    }
+}
+
+async fn logs(channel: cri_proto::Channel, prefix: &str, tail: Option<usize>) -> Result<()> {
+    use std::io::Write;
+    let mut client = RuntimeServiceClient::new(channel);
+    let id = resolve(&mut client, prefix).await?;
+    let status = client
+        .container_status(ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await?
+        .into_inner()
+        .status
+        .unwrap_or_default();
+    if status.log_path.is_empty() {
+        anyhow::bail!("container {id} has no log");
+    }
+    let text = std::fs::read_to_string(&status.log_path)
+        .with_context(|| format!("read {}", status.log_path))?;
+    // Whole lines: partial records join the next one of the same stream.
+    let mut lines: Vec<(cri_proto::log::Stream, String)> = Vec::new();
+    let mut open: [Option<String>; 2] = [None, None];
+    for rec in text.lines().filter_map(cri_proto::log::parse_record) {
+        let slot = &mut open[rec.stream as usize];
+        let line = slot.get_or_insert_with(String::new);
+        line.push_str(rec.text);
+        if !rec.partial {
+            lines.push((rec.stream, slot.take().unwrap_or_default()));
+        }
+    }
+    let skip = tail.map_or(0, |n| lines.len().saturating_sub(n));
+    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
+    for (stream, line) in &lines[skip..] {
+        match stream {
+            cri_proto::log::Stream::Stdout => writeln!(out, "{line}")?,
+            cri_proto::log::Stream::Stderr => writeln!(err, "{line}")?,
+        }
+    }
+    Ok(())
+}
+
+async fn exec(
+    channel: cri_proto::Channel,
+    prefix: &str,
+    cmd: Vec<String>,
+    timeout: i64,
+) -> Result<()> {
+    use std::io::Write;
+    let mut client = RuntimeServiceClient::new(channel);
+    let id = resolve(&mut client, prefix).await?;
+    let r = client
+        .exec_sync(ExecSyncRequest {
+            container_id: id,
+            cmd,
+            timeout,
+        })
+        .await?
+        .into_inner();
+    std::io::stdout().write_all(&r.stdout)?;
+    std::io::stderr().write_all(&r.stderr)?;
+    match r.exit_code {
+        0 => Ok(()),
+        code => Err(Status(u8::try_from(code).unwrap_or(255)).into()),
     }
 }
 

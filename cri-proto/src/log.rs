@@ -108,8 +108,56 @@ impl LineSplitter {
     }
 }
 
+/// One record of a CRI log file, borrowed from its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub time: &'a str,
+    pub stream: Stream,
+    /// `P`: the line goes on in the next record.
+    pub partial: bool,
+    pub text: &'a str,
+}
+
+/// Parses one line of a CRI log file (without its newline); `None` when it
+/// is not one.
+pub fn parse_record(line: &str) -> Option<Record<'_>> {
+    let mut it = line.splitn(4, ' ');
+    let time = it.next()?;
+    let stream = match it.next()? {
+        "stdout" => Stream::Stdout,
+        "stderr" => Stream::Stderr,
+        _ => return None,
+    };
+    let partial = match it.next()? {
+        "P" => true,
+        "F" => false,
+        _ => return None,
+    };
+    Some(Record {
+        time,
+        stream,
+        partial,
+        text: it.next().unwrap_or(""),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn records_parse_back() {
+        let r = parse_record("2016-10-06T00:17:09.669794202Z stderr P a b ").expect("record");
+        assert_eq!(r.time, "2016-10-06T00:17:09.669794202Z");
+        assert_eq!(
+            (r.stream, r.partial, r.text),
+            (Stream::Stderr, true, "a b ")
+        );
+        let r = parse_record("t stdout F").expect("empty text");
+        assert_eq!((r.stream, r.partial, r.text), (Stream::Stdout, false, ""));
+        assert_eq!(parse_record("t stdin F x"), None);
+        assert_eq!(parse_record("t stdout X x"), None);
+        assert_eq!(parse_record("garbage"), None);
+    }
+
     use super::*;
     use std::time::Duration;
 

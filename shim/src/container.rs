@@ -254,6 +254,7 @@ impl Runtime {
             group: group.as_deref(),
             devices: &devices,
             min_oom_score_adj: crate::host_inputs::own_oom_score_adj(),
+            cap_bounding: crate::host_inputs::own_cap_bounding(),
             localhost_seccomp: crate::host_inputs::load_localhost_seccomp(&rec.config)?,
         })?;
         let bundle = rec.dir.join("bundle");

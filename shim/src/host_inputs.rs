@@ -71,6 +71,18 @@ pub(crate) fn own_oom_score_adj() -> i64 {
         .unwrap_or(-1000)
 }
 
+/// The shim's capability bounding set (`CapBnd` of /proc/self/status).
+pub(crate) fn own_cap_bounding() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapBnd:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(u64::MAX)
+}
+
 pub(crate) fn resolve_devices(config: &ContainerConfig) -> Result<Vec<ResolvedDevice>, Error> {
     let mut out = Vec::new();
     for (i, d) in config.devices.iter().enumerate() {

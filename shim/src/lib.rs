@@ -11,6 +11,7 @@ mod cgroupfs;
 mod container;
 mod container_exec;
 mod cri_metrics;
+mod devices;
 mod error;
 mod host_inputs;
 mod image_service;

@@ -91,7 +91,12 @@ pub fn run(args: MonitorArgs) -> i32 {
     };
     // Compile seccomp here, in the parent, so a bad profile fails the create
     // with a clear message; the container's init only installs the result.
-    let filters = match seccomp_filters(&args.bundle) {
+    let config = args.bundle.join("config.json");
+    let spec = match oci_spec::runtime::Spec::load(&config) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("load {}: {e}", config.display())),
+    };
+    let filters = match seccomp_filters(&spec) {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
@@ -110,7 +115,7 @@ pub fn run(args: MonitorArgs) -> i32 {
                 .with_detach(true)
                 .build()
         });
-    let container = match built {
+    let mut container = match built {
         Ok(c) => c,
         Err(e) => {
             // The init process reports its own failure on the container's stderr.
@@ -124,6 +129,16 @@ pub fn run(args: MonitorArgs) -> i32 {
     let Some(pid) = container.pid() else {
         return fail("create container: no init pid".into());
     };
+    // cgroup v2 has no devices controller and libcontainer (without libbpf)
+    // leaves the rules out: attach them now, before anything runs.
+    if let Some(dir) = crate::devices::v2_dir(&args.cgroup)
+        && let Err(e) = crate::devices::restrict(&spec, &dir)
+    {
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+        let _ = container.delete(true);
+        return fail(format!("create container: {e}"));
+    }
     say(&Handshake {
         pid: Some(pid.as_raw()),
         start_time: proc_start_time(pid.as_raw()),
@@ -146,10 +161,7 @@ pub fn run(args: MonitorArgs) -> i32 {
     }
 }
 
-fn seccomp_filters(bundle: &Path) -> Result<Vec<seccompiler::BpfProgram>, String> {
-    let config = bundle.join("config.json");
-    let spec = oci_spec::runtime::Spec::load(&config)
-        .map_err(|e| format!("load {}: {e}", config.display()))?;
+fn seccomp_filters(spec: &oci_spec::runtime::Spec) -> Result<Vec<seccompiler::BpfProgram>, String> {
     match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
         Some(profile) => crate::seccomp::compile(profile),
         None => Ok(Vec::new()),

@@ -149,6 +149,8 @@ pub struct SpecInput<'a> {
     pub devices: &'a [ResolvedDevice],
     /// The runtime's own oom_score_adj: the kernel will not let us go lower.
     pub min_oom_score_adj: i64,
+    /// The shim's own capability bounding set (what privileged gets).
+    pub cap_bounding: u64,
     /// The file a Localhost seccomp profile names, already read and parsed.
     pub localhost_seccomp: Option<Value>,
 }
@@ -216,15 +218,29 @@ fn cap_name(c: &str) -> String {
     }
 }
 
-/// The capability set: containerd's defaults (or all when privileged), then
-/// drops and adds; `ALL` works in either list.
+/// Every capability in `bounding` (a `CapBnd` mask: bit n is capability n,
+/// the order of [`ALL_CAPS`]).
+fn all_caps(bounding: u64) -> Vec<String> {
+    ALL_CAPS
+        .iter()
+        .enumerate()
+        .filter(|(bit, _)| bounding & (1 << bit) != 0)
+        .map(|(_, c)| c.to_string())
+        .collect()
+}
+
+/// The capability set: containerd's defaults, then drops and adds; `ALL`
+/// works in either list. Privileged (or adding `ALL`) means every
+/// capability the shim itself holds (`bounding`), as containerd's
+/// `WithAllCurrentCapabilities`: asking the kernel for more fails the create.
 pub fn capabilities(
     add: &[String],
     drop: &[String],
     privileged: bool,
+    bounding: u64,
 ) -> Result<Vec<String>, Error> {
     if privileged {
-        return Ok(ALL_CAPS.iter().map(|s| s.to_string()).collect());
+        return Ok(all_caps(bounding));
     }
     let known = |c: &str| ALL_CAPS.contains(&c);
     let mut caps: Vec<String> = DEFAULT_CAPS.iter().map(|s| s.to_string()).collect();
@@ -244,7 +260,7 @@ pub fn capabilities(
     }
     for a in add {
         if a.eq_ignore_ascii_case("ALL") {
-            return Ok(ALL_CAPS.iter().map(|s| s.to_string()).collect());
+            return Ok(all_caps(bounding));
         }
         let a = cap_name(a);
         if !known(&a) {
@@ -302,6 +318,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             .map(|k| k.drop_capabilities.clone())
             .unwrap_or_default(),
         sc.privileged,
+        input.cap_bounding,
     )?;
     let ambient: Vec<String> = sc
         .capabilities
@@ -668,6 +685,7 @@ mod tests {
             &["NET_ADMIN".into()],
             &["CAP_KILL".into(), "mknod".into()],
             false,
+            u64::MAX,
         )
         .expect("ok");
         assert!(caps.contains(&"CAP_NET_ADMIN".to_string()));
@@ -675,18 +693,25 @@ mod tests {
             !caps.contains(&"CAP_KILL".to_string()) && !caps.contains(&"CAP_MKNOD".to_string())
         );
         assert_eq!(
-            capabilities(&[], &["ALL".into()], false).expect("ok"),
+            capabilities(&[], &["ALL".into()], false, u64::MAX).expect("ok"),
             Vec::<String>::new()
         );
         assert_eq!(
-            capabilities(&["ALL".into()], &[], false).expect("ok").len(),
+            capabilities(&["ALL".into()], &[], false, u64::MAX)
+                .expect("ok")
+                .len(),
             ALL_CAPS.len()
         );
         assert_eq!(
-            capabilities(&[], &[], true).expect("ok").len(),
+            capabilities(&[], &[], true, u64::MAX).expect("ok").len(),
             ALL_CAPS.len()
         );
-        assert!(capabilities(&["CAP_FLY".into()], &[], false).is_err());
+        // Privileged gets what the shim holds: here all but CAP_SYS_RESOURCE (24).
+        let held = capabilities(&[], &[], true, ((1 << 41) - 1) & !(1 << 24)).expect("ok");
+        assert_eq!(held.len(), ALL_CAPS.len() - 1);
+        assert!(!held.contains(&"CAP_SYS_RESOURCE".to_string()));
+        assert!(held.contains(&"CAP_CHECKPOINT_RESTORE".to_string()));
+        assert!(capabilities(&["CAP_FLY".into()], &[], false, u64::MAX).is_err());
     }
 
     fn spec_for(
@@ -709,6 +734,7 @@ mod tests {
             group: Some("root:x:0:\napp:x:1000:\nextra:x:7:app\n"),
             devices: &[],
             min_oom_score_adj: min_oom,
+            cap_bounding: u64::MAX,
             localhost_seccomp: None,
         })
     }

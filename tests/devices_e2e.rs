@@ -1,0 +1,128 @@
+//! End-to-end: device rules. An unprivileged container may create any
+//! device node (CAP_MKNOD, `c *:* m`) but only open the standard ones and
+//! the devices CRI gave it, with the access CRI gave; a privileged one opens
+//! anything. On this machine (cgroup v1) libcontainer writes them to the
+//! devices controller; on cgroup v2 the shim attaches an eBPF program with
+//! the same rules (tests/vm/run.sh checks that in a v2 guest). Also drives
+//! `picolet ctl exec` and `picolet ctl logs`. Root.
+
+mod common;
+
+use common::cri;
+use common::{Shim, test_images};
+use cri_proto::v1::Device;
+
+/// `picolet ctl exec ID -- sh -c SCRIPT`: (exit code, stdout, stderr).
+fn sh(shim: &Shim, id: &str, script: &str) -> (i32, String, String) {
+    let out = shim.ctl(&[
+        "exec",
+        "--timeout",
+        "10",
+        &id[..12],
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn device_rules_are_enforced_and_ctl_exec_and_logs_work() {
+    require_root!();
+    let shim = Shim::start();
+    shim.import(&test_images().busybox_layout);
+    let mut c = cri::client(&shim.socket()).await;
+    let logs = shim.dir.path().join("pods").join("devices");
+    let pod = cri::pod("devices", &logs, false, &shim.cgroup_parent("devices"));
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+
+    let plain = cri::container(
+        "plain",
+        "busybox",
+        &[
+            "sh",
+            "-c",
+            "echo started; echo warned >&2; sleep 0.3; echo second; exec sleep 60",
+        ],
+    );
+    let plain = cri::create(&mut c, &pod_id, &pod, plain).await;
+    cri::start(&mut c, &plain).await;
+    let mut granted = cri::container("granted", "busybox", &["sleep", "60"]);
+    // The host's /dev/kmsg (c 1:11), write-only: writing needs no capability.
+    granted.devices = vec![Device {
+        container_path: "/dev/mykmsg".into(),
+        host_path: "/dev/kmsg".into(),
+        permissions: "w".into(),
+    }];
+    let granted = cri::create(&mut c, &pod_id, &pod, granted).await;
+    cri::start(&mut c, &granted).await;
+    let mut privileged = cri::container("privileged", "busybox", &["sleep", "60"]);
+    if let Some(sc) = privileged
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+    {
+        sc.privileged = true;
+    }
+    let privileged = cri::create(&mut c, &pod_id, &pod, privileged).await;
+    cri::start(&mut c, &privileged).await;
+
+    // Standard nodes work; mknod of any node works; opening one does not.
+    assert_eq!(
+        sh(
+            &shim,
+            &plain,
+            "echo x > /dev/null && head -c 4 /dev/zero | wc -c"
+        )
+        .1
+        .trim(),
+        "4"
+    );
+    let (code, out, _) = sh(&shim, &plain, "mknod /tmp/kmsg c 1 11 && echo made");
+    assert_eq!((code, out.as_str()), (0, "made\n"));
+    let (code, _, err) = sh(&shim, &plain, "echo picolet-devices-e2e > /tmp/kmsg");
+    assert_ne!(code, 0);
+    assert!(err.contains("Operation not permitted"), "{err}");
+    let (code, _, err) = sh(&shim, &plain, "mknod /tmp/b b 7 0 && head -c 1 /tmp/b");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("Operation not permitted"),
+        "block device opened: {err}"
+    );
+    // The CRI device: w granted, r not.
+    let (code, _, err) = sh(&shim, &granted, "echo picolet-devices-e2e > /dev/mykmsg");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = sh(&shim, &granted, "head -c 1 /dev/mykmsg");
+    assert_ne!(code, 0);
+    assert!(err.contains("Operation not permitted"), "{err}");
+    // Privileged: the node it made opens.
+    let (code, _, err) = sh(
+        &shim,
+        &privileged,
+        "mknod /tmp/kmsg c 1 11 && echo picolet-devices-e2e > /tmp/kmsg",
+    );
+    assert_eq!(code, 0, "{err}");
+
+    // ctl exec passes the exit code and both streams on.
+    let (code, out, err) = sh(&shim, &plain, "echo out; echo err >&2; exit 7");
+    assert_eq!((code, out.as_str(), err.as_str()), (7, "out\n", "err\n"));
+    let bad = shim.ctl(&["exec", "nope", "--", "true"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no container \"nope\""));
+    // ctl logs: the text of the records, stdout and stderr apart.
+    let out = shim.ctl(&["logs", &plain[..12]]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\nsecond\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "warned\n");
+    let out = shim.ctl(&["logs", "--tail", "1", &plain[..12]]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "second\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
