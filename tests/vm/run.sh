@@ -45,7 +45,7 @@ trap 'rm -rf "$W"' EXIT
 R="$W/root"
 mkdir -p "$R"/{bin,proc,sys,dev,etc/picolet/manifests,var/lib/picolet/images,lib}
 cp "$BUSYBOX" "$R/bin/busybox"
-for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod switch_root ls find head tr ifconfig pkill rm; do
+for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod switch_root ls find head tr ifconfig rm seq wc; do
   ln -s busybox "$R/bin/$a"
 done
 cp "$BIN" "$R/bin/picolet"
@@ -79,6 +79,25 @@ spec:
     imagePullPolicy: IfNotPresent
     command: [tail, /dev/zero]
     resources: {limits: {memory: 16Mi}}
+YAML
+# Device rules on v2: both containers hold CAP_MKNOD; only the privileged
+# one may open a node it made.
+cat > "$R/etc/devices.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: devices}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: plain
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sleep, '3600']
+  - name: priv
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sleep, '3600']
+    securityContext: {privileged: true}
 YAML
 cat > "$R/etc/picolet/config.yaml" <<'YAML'
 podPidsLimit: 64
@@ -137,11 +156,36 @@ usage() { grep usage_usec "$scg/cpu.stat" | { read -r _ v; echo "$v"; }; }
 u0=$(usage); sleep 2; u1=$(usage)
 used=$(( (u1 - u0) / 1000 ))
 [ "$(cat "$scg/cpu.max" 2>/dev/null)" = "10000 100000" ] && [ -n "$u0" ] && [ "$used" -le 400 ] \
-  && ok cpu-quota-enforced || fail cpu-quota-enforced "cpu.max $(cat "$scg/cpu.max" 2>&1), ${used} ms of CPU in 2 s"
+  && ok "cpu-quota-enforced (${used} ms of CPU in 2 s)" || fail cpu-quota-enforced "cpu.max $(cat "$scg/cpu.max" 2>&1), ${used} ms of CPU in 2 s"
 pcg=$(dirname "$scg")
 [ "$(cat "$pcg/pids.max")" = 64 ] \
   && ok pod-pids.max || fail pod-pids.max "$(cat "$pcg/pids.max" 2>&1)"
+# 100 background sleeps in the pod: forks past 64 fail, the kernel counts them.
+picolet ctl exec --timeout 30 "$sid" -- sh -c \
+  'for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & done 2>/dev/null; echo done' > /run/forks.txt 2>&1
+peak=$(cat "$pcg/pids.peak" 2>/dev/null || cat "$pcg/pids.current")
+# 6.1 counts a refused fork in the forking task's cgroup (the container's);
+# newer kernels also in the cgroup whose limit was hit (the pod's).
+maxes() { grep -h '^max ' "$scg/pids.events" "$pcg/pids.events" | { n=0; while read -r _ v; do n=$((n + v)); done; echo $n; }; }
+hits=$(maxes)
+[ "${hits:-0}" -gt 0 ] && [ "$peak" -le 64 ] \
+  && ok "pids-enforced (peak $peak, $hits forks refused)" || fail pids-enforced "pids.events max ${hits:-?}, peak $peak: $(cat /run/forks.txt)"
+picolet ctl exec "$sid" -- killall sleep >/dev/null 2>&1
 rm -f /etc/picolet/manifests/limits.yaml
+
+# Device rules on v2 (eBPF): mknod is allowed, opening the node is not.
+cp /etc/devices.yaml /etc/picolet/manifests/
+i=0
+until [ "$(picolet ctl ps 2>/dev/null | grep -c 'Running.*\(plain\|priv\) ')" = 2 ]; do i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5; done
+plain=$(picolet ctl ps 2>/dev/null | grep 'Running.*plain ' | { read -r c _; echo "$c"; })
+priv=$(picolet ctl ps 2>/dev/null | grep 'Running.*priv ' | { read -r c _; echo "$c"; })
+out=$(picolet ctl exec "$plain" -- sh -c 'mknod /tmp/kmsg c 1 11 && echo vm-devices > /tmp/kmsg' 2>&1)
+case "$out" in *"Operation not permitted"*) ok devices-denied ;; *) fail devices-denied "plain wrote c 1:11: $out" ;; esac
+out=$(picolet ctl exec "$plain" -- sh -c 'echo x > /dev/null && head -c 3 /dev/zero | wc -c' 2>&1)
+[ "$out" = 3 ] && ok devices-standard || fail devices-standard "$out"
+out=$(picolet ctl exec "$priv" -- sh -c 'mknod /tmp/kmsg c 1 11 && echo vm-devices > /tmp/kmsg && echo wrote' 2>&1)
+[ "$out" = wrote ] && ok devices-privileged || fail devices-privileged "$out"
+rm -f /etc/picolet/manifests/devices.yaml
 
 # OOM on cgroup v2: memory.events + /dev/kmsg.
 cp /etc/hog.yaml /etc/picolet/manifests/
@@ -153,9 +197,18 @@ until wget -qO- http://127.0.0.1:10250/events 2>/dev/null | grep -q OOMKilling; 
 wget -qO- http://127.0.0.1:10250/events 2>/dev/null | grep -q OOMKilling && ok oom-event || fail oom-event "no OOMKilling event"
 
 # kill -9 of the shim and the agent: `up` restarts them, nothing restarts.
-pkill -9 -f "picolet shim"
-pkill -9 -f "picolet agent"
+# (Debian's busybox has no pkill: find them by command line.)
+pids_of() {
+  for p in /proc/[0-9]*; do
+    case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in *"$1"*) echo "${p#/proc/}" ;; esac
+  done
+}
+shim0=$(pids_of "picolet shim"); agent0=$(pids_of "picolet agent")
+kill -9 $shim0 $agent0
 sleep 3
+shim1=$(pids_of "picolet shim"); agent1=$(pids_of "picolet agent")
+[ -n "$shim0" ] && [ -n "$agent0" ] && [ -n "$shim1" ] && [ -n "$agent1" ] && [ "$shim0" != "$shim1" ] && [ "$agent0" != "$agent1" ] \
+  && ok kill9-restarted || fail kill9-restarted "shim $shim0 -> $shim1, agent $agent0 -> $agent1"
 i=0
 until picolet ctl ps 2>/dev/null | grep -q "Running.*httpd"; do i=$((i + 1)); [ $i -gt 60 ] && break; sleep 0.5; done
 id2=$(picolet ctl ps 2>/dev/null | grep 'Running.*httpd' | { read -r c _; echo "$c"; })
@@ -179,7 +232,9 @@ start=$(date +%s)
 timeout 600 "${QEMU[@]}" -smp 2 -m 1536 -kernel "$KERNEL" -initrd "$W/initrd.gz" \
   -append "console=$CONSOLE rdinit=/init panic=-1 quiet" -nographic -no-reboot > "$W/console.txt" 2>&1 || true
 tr -d '\r' < "$W/console.txt" | grep -o 'VMTEST .*' || true
-echo "vm $ARCH: $(( $(date +%s) - start )) s, $(du -h "$BIN" | cut -f1) binary"
+passed=$(grep -c 'VMTEST ok' "$W/console.txt" || true)
+failed=$(grep -c 'VMTEST FAIL' "$W/console.txt" || true)
+echo "vm $ARCH: $passed passed, $failed failed, $(( $(date +%s) - start )) s wall, kernel ${KERNEL##*/vmlinuz-}, $BIN $(stat -c %s "$BIN") bytes"
 if ! grep -q 'VMTEST DONE' "$W/console.txt" || grep -q 'VMTEST FAIL' "$W/console.txt"; then
   echo "vm $ARCH: FAILED; console tail:" >&2
   tr -d '\r' < "$W/console.txt" | tail -40 >&2
