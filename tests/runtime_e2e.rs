@@ -91,6 +91,11 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     assert_eq!(st.reason, "Error");
     assert!(st.finished_at >= st.started_at && st.started_at > 0);
     assert!(st.log_path.ends_with("app/0.log"));
+    // As containerd: `image` is the image's tag (kubelet shows it in the pod
+    // status), `image_ref` its digest or ID.
+    let image = st.image.as_ref().map(|i| i.image.as_str()).unwrap_or("");
+    assert!(image.contains("busybox:"), "status image {image:?}");
+    assert!(st.image_ref.contains("sha256:"), "{}", st.image_ref);
     let log = std::fs::read_to_string(&st.log_path).expect("log file");
     let lines: Vec<&str> = log.lines().collect();
     assert!(

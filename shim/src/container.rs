@@ -147,6 +147,7 @@ impl Runtime {
                 .first()
                 .cloned()
                 .unwrap_or_else(|| image.id.to_string()),
+            image_name: image.repo_tags.first().cloned().unwrap_or_default(),
             created_at: state::now_nanos(),
             started_at: None,
             log_path,
@@ -540,8 +541,14 @@ impl Runtime {
             started_at: rec.started_at.unwrap_or(0),
             finished_at: exit.as_ref().map_or(0, |e| e.finished_at),
             exit_code: exit.as_ref().map_or(0, |e| e.exit_code),
+            // As containerd: the image's tag (kubelet shows it as the
+            // container status' image), its ID when it has none.
             image: Some(ImageSpec {
-                image: rec.image_id.clone(),
+                image: if rec.image_name.is_empty() {
+                    rec.image_id.clone()
+                } else {
+                    rec.image_name.clone()
+                },
                 user_specified_image: rec
                     .config
                     .image

@@ -47,6 +47,10 @@ pub struct ContainerRecord {
     pub config: ContainerConfig,
     pub image_id: String,
     pub image_ref: String,
+    /// The image's first repo tag at create time (containerd's status
+    /// `image`); empty for an untagged image and for records written before.
+    #[serde(default)]
+    pub image_name: String,
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub log_path: Option<PathBuf>,
