@@ -236,6 +236,8 @@ fn program_is_small() {
     let p = container_policy();
     let n = program(&p).len();
     assert!(n <= 8 + 7 * p.exceptions.len(), "{n}");
+    // 12 exceptions: nine whole nodes rwm (5 each), pts (4), c/b mknod (4 each).
+    assert_eq!((p.exceptions.len(), n), (12, 65));
     assert_eq!(program(&Policy::default()).len(), 8);
 }
 
