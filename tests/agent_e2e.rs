@@ -563,3 +563,109 @@ fn up_supervises_shim_and_agent() {
         "the container outlives picolet up"
     );
 }
+
+/// Sidecars (init containers with `restartPolicy: Always`, KEP-753): the
+/// next init container starts while the sidecar runs; the sidecar is
+/// restarted even in a `Never` pod; the pod succeeds when its app does
+/// although the sidecar runs; on deletion the app gets TERM before the
+/// sidecar.
+#[test]
+fn sidecars_run_beside_the_app_and_stop_after_it() {
+    require_root!();
+    let agent = Agent::start("");
+    let host = agent.host_dir();
+    let sidecar = |name: &str, app: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: out
+    hostPath: {{path: {host}, type: Directory}}
+  initContainers:
+  - name: side
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    restartPolicy: Always
+    command: [sh, -c, 'echo up >> /out/{name}-side; trap "echo side >> /out/{name}-order; exit 0" TERM; while :; do sleep 0.1; done']
+    volumeMounts: [{{name: out, mountPath: /out}}]
+    startupProbe: {{exec: {{command: [test, -e, /out/{name}-side]}}, periodSeconds: 1}}
+  - name: setup
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, 'echo setup >> /out/{name}-setup']
+    volumeMounts: [{{name: out, mountPath: /out}}]
+  containers:
+  - name: main
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, '{app}']
+    volumeMounts: [{{name: out, mountPath: /out}}]
+"#,
+            host = host.display()
+        )
+    };
+    // A long-running app: the sidecar is restarted when it dies, and stops
+    // after the app on deletion.
+    agent.write_manifest(
+        "long.yaml",
+        &sidecar(
+            "long",
+            r#"trap "sleep 0.5; echo main >> /out/long-order; exit 0" TERM; while :; do sleep 0.1; done"#,
+        ),
+    );
+    let p = agent.wait_pod("long", "Running with its sidecar", T, |p| {
+        running(p) && container(p, "side")["state"]["running"].is_object()
+    });
+    assert_eq!(read(&agent, "long-setup"), "setup\n");
+    assert_eq!(container(&p, "side")["started"], true);
+    assert_eq!(container(&p, "setup")["state"]["terminated"]["exitCode"], 0);
+    let cond = |p: &serde_json::Value, kind: &str| {
+        p["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+            .map(|c| c["status"].clone())
+    };
+    assert_eq!(cond(&p, "Initialized"), Some("True".into()));
+    // Kill the sidecar's process: restarted although the pod says Never.
+    let side_pid = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("echo up >> /out/long-side"))
+        })
+        .expect("sidecar process");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(side_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill sidecar");
+    agent.wait_pod("long", "sidecar restarted", T, |p| {
+        container(p, "side")["restartCount"] == 1
+            && container(p, "side")["state"]["running"].is_object()
+    });
+    assert_eq!(read(&agent, "long-side"), "up\nup\n");
+    assert_eq!(read(&agent, "long-setup"), "setup\n", "init not rerun");
+    agent.remove_manifest("long.yaml");
+    agent.wait("long pod gone", T, || agent.pod("long").is_none());
+    assert_eq!(
+        read(&agent, "long-order"),
+        "main\nside\n",
+        "app stops first"
+    );
+
+    // A finite app: the pod succeeds while the sidecar still runs, then
+    // the sidecar is stopped.
+    agent.write_manifest("job.yaml", &sidecar("job", "sleep 1; echo done"));
+    let p = agent.wait_pod("job", "Succeeded", T, |p| phase(p) == "Succeeded");
+    assert_eq!(container(&p, "main")["state"]["terminated"]["exitCode"], 0);
+    agent.wait("sidecar stopped after the job", T, || {
+        read(&agent, "job-order") == "side\n"
+    });
+}

@@ -98,6 +98,9 @@ pub struct Actions {
     pub kill: Vec<Kill>,
     /// Index of the init container to start next.
     pub start_init: Option<usize>,
+    /// Sidecars (restartable init containers) to start again while the app
+    /// containers run, by init container index.
+    pub restart_sidecars: Vec<usize>,
     /// Indexes of app containers to start.
     pub start: Vec<usize>,
     /// Containers held back by back-off.
@@ -131,6 +134,57 @@ pub type UnhealthyFn<'a> = &'a dyn Fn(&str) -> Option<(Kind, Option<Duration>)>;
 
 /// Nobody is unhealthy.
 pub const HEALTHY: UnhealthyFn<'static> = &|_| None;
+
+/// `started(container_id)`: its startup probe has succeeded (asked only
+/// for containers that have one).
+pub type StartedFn<'a> = &'a dyn Fn(&str) -> bool;
+
+/// Every startup probe has succeeded.
+pub const STARTED: StartedFn<'static> = &|_| true;
+
+/// A sidecar: an init container with `restartPolicy: Always` (KEP-753). It
+/// starts in init order, lets the next one start once it has started (and
+/// passed its startup probe), runs beside the app containers, is restarted
+/// whatever the pod's restartPolicy, does not keep a finished pod alive, and
+/// stops after the app containers.
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// Kill and restart for a running container whose definition changed or
+/// whose liveness/startup probe failed; `None` when it is fine.
+fn replace(
+    c: &Container,
+    l: &ObservedContainer,
+    restart: bool,
+    unhealthy: UnhealthyFn<'_>,
+) -> Option<Kill> {
+    if l.hash != container_hash(c) {
+        return Some(Kill::new(
+            &l.id,
+            &c.name,
+            format!("Container {} definition changed, will be restarted", c.name),
+        ));
+    }
+    let (kind, grace) = unhealthy(&l.id)?;
+    Some(Kill {
+        grace,
+        ..Kill::new(
+            &l.id,
+            &c.name,
+            format!(
+                "Container {} failed {} probe, {}",
+                c.name,
+                kind.as_str().to_ascii_lowercase(),
+                if restart {
+                    "will be restarted"
+                } else {
+                    "will not be restarted"
+                }
+            ),
+        )
+    })
+}
 
 fn restart_policy(pod: &Pod) -> &str {
     pod.spec
@@ -181,6 +235,7 @@ pub fn plan(
     observed: &Observed,
     backoff: BackoffFn<'_>,
     unhealthy: UnhealthyFn<'_>,
+    started: StartedFn<'_>,
 ) -> Actions {
     let mut a = Actions::default();
     let Some(spec) = pod.spec.as_ref() else {
@@ -233,6 +288,33 @@ pub fn plan(
     if !app_started {
         for (i, c) in inits.iter().enumerate() {
             let last = in_sandbox(&c.name);
+            if is_sidecar(c) {
+                match last {
+                    None => a.start_init = Some(i),
+                    Some(l) if l.state == State::Running => {
+                        if let Some(k) = replace(c, l, true, unhealthy) {
+                            a.kill.push(k);
+                            a.start_init = Some(i);
+                        } else if c.startup_probe.is_none() || started(&l.id) {
+                            continue;
+                        }
+                    }
+                    Some(l) => {
+                        if l.state != State::Exited {
+                            a.kill.push(Kill::new(
+                                &l.id,
+                                &c.name,
+                                "init container not running".into(),
+                            ));
+                        }
+                        match start_or_wait(c, last, backoff) {
+                            Some(w) => a.waits.push(w),
+                            None => a.start_init = Some(i),
+                        }
+                    }
+                }
+                return a;
+            }
             match last.map(|l| l.state) {
                 None => {
                     a.start_init = Some(i);
@@ -268,39 +350,19 @@ pub fn plan(
         let last = observed.latest(&c.name);
         match last {
             Some(l) if l.state == State::Running => {
-                if l.hash != container_hash(c) {
-                    a.kill.push(Kill::new(
-                        &l.id,
-                        &c.name,
-                        format!("Container {} definition changed, will be restarted", c.name),
-                    ));
-                    a.start.push(i);
-                } else if let Some((kind, grace)) = unhealthy(&l.id) {
-                    // kubelet: a failed liveness or startup probe kills the
-                    // container; it starts again unless restartPolicy is Never.
-                    let restart = policy != "Never";
-                    a.kill.push(Kill {
-                        grace,
-                        ..Kill::new(
-                            &l.id,
-                            &c.name,
-                            format!(
-                                "Container {} failed {} probe, {}",
-                                c.name,
-                                kind.as_str().to_ascii_lowercase(),
-                                if restart {
-                                    "will be restarted"
-                                } else {
-                                    "will not be restarted"
-                                }
-                            ),
-                        )
-                    });
-                    if restart {
-                        a.start.push(i);
+                // kubelet: a changed definition or a failed liveness or
+                // startup probe kills the container; it starts again unless
+                // restartPolicy is Never (a changed one always does).
+                let changed = l.hash != container_hash(c);
+                let restart = changed || policy != "Never";
+                match replace(c, l, restart, unhealthy) {
+                    Some(k) => {
+                        a.kill.push(k);
+                        if restart {
+                            a.start.push(i);
+                        }
                     }
-                } else {
-                    keep += 1;
+                    None => keep += 1,
                 }
             }
             _ => {
@@ -320,9 +382,35 @@ pub fn plan(
         }
     }
     if keep == 0 && a.start.is_empty() && a.waits.is_empty() {
-        // Every container has finished for good: stop the sandbox.
+        // Every app container has finished for good: stop the sandbox (and
+        // the sidecars with it).
         a.kill_pod = true;
         a.sandbox_id = None;
+        return a;
+    }
+    // Sidecars keep running beside the apps, restarted whatever happens.
+    for (i, c) in inits.iter().enumerate().filter(|(_, c)| is_sidecar(c)) {
+        let last = in_sandbox(&c.name);
+        match last {
+            Some(l) if l.state == State::Running => {
+                if let Some(k) = replace(c, l, true, unhealthy) {
+                    a.kill.push(k);
+                    a.restart_sidecars.push(i);
+                }
+            }
+            _ => {
+                if let Some(l) = last
+                    && l.state != State::Exited
+                {
+                    a.kill
+                        .push(Kill::new(&l.id, &c.name, "container not running".into()));
+                }
+                match start_or_wait(c, last, backoff) {
+                    Some(w) => a.waits.push(w),
+                    None => a.restart_sidecars.push(i),
+                }
+            }
+        }
     }
     a
 }
@@ -336,7 +424,15 @@ mod tests {
         if !inits.is_empty() {
             spec.push_str("  initContainers:\n");
             for n in inits {
-                spec.push_str(&format!("  - {{name: {n}, image: 'i:1'}}\n"));
+                // `side*`: a sidecar; `sidep*`: one with a startup probe.
+                let extra = match n {
+                    n if n.starts_with("sidep") => {
+                        ", restartPolicy: Always, startupProbe: {exec: {command: [x]}}"
+                    }
+                    n if n.starts_with("side") => ", restartPolicy: Always",
+                    _ => "",
+                };
+                spec.push_str(&format!("  - {{name: {n}, image: 'i:1'{extra}}}\n"));
             }
         }
         spec.push_str("  containers:\n");
@@ -592,12 +688,113 @@ mod tests {
         ];
         for c in cases {
             assert_eq!(
-                plan(&c.pod, &c.observed, NO_BACKOFF, HEALTHY),
+                plan(&c.pod, &c.observed, NO_BACKOFF, HEALTHY, STARTED),
                 c.want,
                 "{}",
                 c.name
             );
         }
+    }
+
+    #[test]
+    fn sidecars() {
+        use State::*;
+        let p = pod("Never", &["side", "i1", "sidep"], &["a"]);
+        let c = |name, st, exit, t| ctr(&p, name, st, exit, t);
+        let run = |o: Observed, started: StartedFn<'_>| plan(&p, &o, NO_BACKOFF, HEALTHY, started);
+        let with = |f: fn(&mut Actions)| {
+            let mut a = Actions {
+                sandbox_id: Some("sb0".into()),
+                ..Default::default()
+            };
+            f(&mut a);
+            a
+        };
+        // A running sidecar lets the next init start: it does not have to exit.
+        let a = run(
+            obs(vec![sb(true, 0)], vec![c("side", Running, 0, 1)]),
+            STARTED,
+        );
+        assert_eq!(a, with(|a| a.start_init = Some(1)));
+        // One with a startup probe holds the next back until that succeeds.
+        let o = obs(
+            vec![sb(true, 0)],
+            vec![
+                c("side", Running, 0, 1),
+                c("i1", Exited, 0, 2),
+                c("sidep", Running, 0, 3),
+            ],
+        );
+        assert_eq!(run(o.clone(), &|_| false), with(|_| {}));
+        assert_eq!(run(o.clone(), STARTED), with(|a| a.start = vec![0]));
+        // A sidecar that exits during init is restarted even under Never.
+        let a = run(
+            obs(
+                vec![sb(true, 0)],
+                vec![c("side", Exited, 0, 1), c("i1", Running, 0, 2)],
+            ),
+            STARTED,
+        );
+        assert_eq!(a, with(|a| a.start_init = Some(0)));
+        // Beside running apps: exited sidecars restart, running ones stay.
+        let a = run(
+            obs(
+                vec![sb(true, 0)],
+                vec![
+                    c("side", Exited, 1, 1),
+                    c("i1", Exited, 0, 2),
+                    c("sidep", Running, 0, 3),
+                    c("a", Running, 0, 4),
+                ],
+            ),
+            STARTED,
+        );
+        assert_eq!(a, with(|a| a.restart_sidecars = vec![0]));
+        // ... with back-off like any container.
+        let wait: BackoffFn<'_> = &|_, _| Some(Duration::from_secs(10));
+        let o = obs(
+            vec![sb(true, 0)],
+            vec![
+                c("side", Exited, 1, 1),
+                c("i1", Exited, 0, 2),
+                c("sidep", Running, 0, 3),
+                c("a", Running, 0, 4),
+            ],
+        );
+        let a = plan(&p, &o, wait, HEALTHY, STARTED);
+        assert_eq!((a.restart_sidecars.len(), a.waits.len()), (0, 1));
+        assert_eq!(a.waits[0].name, "side");
+        // The apps are done (Never): running sidecars do not keep the pod.
+        let a = run(
+            obs(
+                vec![sb(true, 0)],
+                vec![
+                    c("side", Running, 0, 1),
+                    c("i1", Exited, 0, 2),
+                    c("sidep", Running, 0, 3),
+                    c("a", Exited, 0, 4),
+                ],
+            ),
+            STARTED,
+        );
+        assert!(a.kill_pod && a.restart_sidecars.is_empty(), "{a:?}");
+        // A failed liveness probe restarts a sidecar whatever the policy.
+        let sick: UnhealthyFn<'_> = &|id| (id == "side-1").then_some((Kind::Liveness, None));
+        let o = obs(
+            vec![sb(true, 0)],
+            vec![
+                c("side", Running, 0, 1),
+                c("i1", Exited, 0, 2),
+                c("sidep", Running, 0, 3),
+                c("a", Running, 0, 4),
+            ],
+        );
+        let a = plan(&p, &o, NO_BACKOFF, sick, STARTED);
+        assert_eq!(a.restart_sidecars, [0]);
+        assert_eq!(
+            a.kill[0].why,
+            "Container side failed liveness probe, will be restarted"
+        );
     }
 
     #[test]
@@ -608,7 +805,7 @@ mod tests {
             vec![ctr(&old, "a", State::Running, 0, 1)],
         );
         o.containers[0].hash = "0000".into();
-        let a = plan(&old, &o, NO_BACKOFF, HEALTHY);
+        let a = plan(&old, &o, NO_BACKOFF, HEALTHY, STARTED);
         assert_eq!(a.kill.len(), 1);
         assert_eq!(a.kill[0].id, "a-1");
         assert_eq!(a.start, [0]);
@@ -622,7 +819,7 @@ mod tests {
             assert_eq!((name, finished), ("a", 2));
             Some(Duration::from_secs(7))
         };
-        let a = plan(&p, &o, &wait, HEALTHY);
+        let a = plan(&p, &o, &wait, HEALTHY, STARTED);
         assert!(a.start.is_empty());
         assert_eq!(
             a.waits,
@@ -648,7 +845,7 @@ mod tests {
                     ctr(&p, "b", State::Running, 0, 1),
                 ],
             );
-            let a = plan(&p, &o, NO_BACKOFF, &sick);
+            let a = plan(&p, &o, NO_BACKOFF, &sick, STARTED);
             let why = if restart {
                 "Container a failed liveness probe, will be restarted"
             } else {

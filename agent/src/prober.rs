@@ -236,11 +236,11 @@ impl PodProbes {
         let kind = [Kind::Liveness, Kind::Startup]
             .into_iter()
             .find(|k| r.get(&(id.to_string(), *k)) == Some(&false))?;
-        let c = pod
-            .spec
-            .as_ref()?
+        let spec = pod.spec.as_ref()?;
+        let c = spec
             .containers
             .iter()
+            .chain(sidecars(spec))
             .find(|c| c.name == name)?;
         Some((kind, kind.of(c).and_then(|p| Params::of(p, kind).grace)))
     }
@@ -251,14 +251,14 @@ impl PodProbes {
         lock(&self.results).clear();
     }
 
-    /// Starts probes for app containers that are running and not yet
-    /// probed; drops those of containers that are gone.
+    /// Starts probes for app containers and sidecars that are running and
+    /// not yet probed; drops those of containers that are gone.
     pub fn sync(&mut self, env: &Env<'_>, pod: &Pod, observed: &Observed) {
         let Some(spec) = pod.spec.as_ref() else {
             return;
         };
         let mut keep: Vec<String> = Vec::new();
-        for c in &spec.containers {
+        for c in spec.containers.iter().chain(sidecars(spec)) {
             if Kind::ALL.iter().all(|k| k.of(c).is_none()) {
                 continue;
             }
@@ -299,7 +299,11 @@ impl PodProbes {
             let Some(p) = kind.of(c) else { continue };
             let params = Params::of(p, kind);
             let mut obj = env.pod.clone();
-            obj.field_path = format!("spec.containers{{{}}}", c.name);
+            obj.field_path = if crate::plan::is_sidecar(c) {
+                format!("spec.initContainers{{{}}}", c.name)
+            } else {
+                format!("spec.containers{{{}}}", c.name)
+            };
             let target = match probe::target(p, c, env.pod_ip) {
                 Ok(t) => t,
                 Err(e) => {
@@ -362,4 +366,14 @@ impl PodProbes {
             tasks,
         }
     }
+}
+
+/// The pod's sidecars (restartable init containers): probed like apps.
+fn sidecars(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+) -> impl Iterator<Item = &k8s_openapi::api::core::v1::Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .filter(|c| crate::plan::is_sidecar(c))
 }

@@ -178,20 +178,27 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
         .iter()
         .map(|c| container_status(c, observed, ctx, "PodInitializing"))
         .collect();
+    // Regular init containers must have succeeded; sidecars (restartable
+    // init containers) must have started.
     let initialized = app_started
-        || init_statuses.iter().all(|s| {
-            s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
+        || inits.iter().zip(&init_statuses).all(|(c, s)| {
+            if crate::plan::is_sidecar(c) {
+                s.started == Some(true)
+            } else {
+                s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+            }
         });
     let init_failed = !app_started
         && policy == "Never"
-        && init_statuses.iter().any(|s| {
-            s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code != 0)
+        && inits.iter().zip(&init_statuses).any(|(c, s)| {
+            !crate::plan::is_sidecar(c)
+                && s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code != 0)
         });
     let app_wait = if initialized {
         "ContainerCreating"
@@ -244,7 +251,12 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
     } else {
         "Pending"
     };
-    let containers_ready = statuses.iter().all(|s| s.ready);
+    // kubelet counts sidecars' readiness too.
+    let containers_ready = statuses.iter().all(|s| s.ready)
+        && inits
+            .iter()
+            .zip(&init_statuses)
+            .all(|(c, s)| !crate::plan::is_sidecar(c) || s.ready);
     let sandbox = observed.sandboxes.first();
     let host_network = spec.host_network.unwrap_or(false);
     let pod_ip = if host_network {
@@ -449,5 +461,66 @@ mod tests {
         assert_eq!(with(Some(true), None), (Some(true), false, f(), f()));
         assert_eq!(with(Some(true), Some(true)), (Some(true), true, t(), t()));
         assert_eq!(with(Some(true), Some(false)), (Some(true), false, f(), f()));
+    }
+
+    #[test]
+    fn sidecars_count_for_initialized_and_ready_not_for_phase() {
+        use k8s_openapi::api::core::v1::Probe;
+        let mut p = crate::manifest::test_pod(
+            "  restartPolicy: Never\n  initContainers:\n  - {name: side, image: 'i:1', restartPolicy: Always}\n  containers:\n  - {name: a, image: 'i:1'}\n",
+        );
+        let named = |name: &str, state, exit, created| ObservedContainer {
+            name: name.into(),
+            id: format!("{name}{created}"),
+            ..c(state, exit, created, 0)
+        };
+        let none = HashMap::new();
+        // Sidecar running (no startup probe): initialized, app still to come.
+        let s = status(
+            &p,
+            &observed(vec![named("side", State::Running, 0, 1)]),
+            &none,
+        );
+        assert_eq!(cond(&s, "Initialized"), "True");
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        // Both running: Running and Ready.
+        let both = observed(vec![
+            named("side", State::Running, 0, 1),
+            named("a", State::Running, 0, 2),
+        ]);
+        let s = status(&p, &both, &none);
+        assert_eq!(
+            (s.phase.as_deref(), cond(&s, "Ready")),
+            (Some("Running"), "True".into())
+        );
+        // A sidecar's failing readiness makes the pod unready.
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .init_containers
+            .as_mut()
+            .expect("inits")[0]
+            .readiness_probe = Some(Probe::default());
+        let unready = |id: &str| ProbeState {
+            started: None,
+            ready: Some(!id.starts_with("side")),
+        };
+        let ctx = Context {
+            waiting: &none,
+            host_ip: "192.168.1.2",
+            runtime_name: "picolet",
+            qos: "BestEffort",
+            start_time: 1,
+            probes: &unready,
+        };
+        let s = pod_status(&p, &both, &ctx);
+        assert_eq!(cond(&s, "ContainersReady"), "False");
+        // The app finished (Never): Succeeded although the sidecar still runs.
+        let done = observed(vec![
+            named("side", State::Running, 0, 1),
+            named("a", State::Exited, 0, 2),
+        ]);
+        let s = status(&p, &done, &none);
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
     }
 }

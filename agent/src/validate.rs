@@ -223,6 +223,23 @@ fn container(
     if c.image.as_deref().unwrap_or("").trim().is_empty() {
         return fail(format!("{at}.image"), "required");
     }
+    // Sidecars: only init containers, only Always (the API server's rule
+    // without the alpha ContainerRestartRules gate).
+    match (init, c.restart_policy.as_deref()) {
+        (_, None) | (true, Some("Always")) => {}
+        (true, Some(p)) => {
+            return fail(
+                format!("{at}.restartPolicy"),
+                format!("{p:?} (init containers may only set \"Always\")"),
+            );
+        }
+        (false, Some(_)) => {
+            return fail(
+                format!("{at}.restartPolicy"),
+                "may only be set for init containers",
+            );
+        }
+    }
     match c.image_pull_policy.as_deref() {
         Some("Always" | "IfNotPresent" | "Never") | None => {}
         Some(p) => {
@@ -553,6 +570,22 @@ mod tests {
     const C: &str = "  containers:\n  - name: c\n    image: i:1\n";
 
     #[test]
+    fn sidecar_restart_policy() {
+        let e = err(&format!(
+            "  initContainers:\n  - {{name: i, image: 'i:1', restartPolicy: OnFailure}}\n{C}"
+        ));
+        assert!(
+            e.ends_with("spec.initContainers[0].restartPolicy: \"OnFailure\" (init containers may only set \"Always\")"),
+            "{e}"
+        );
+        let ok = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  initContainers:\n  - name: s\n    image: i:1\n    restartPolicy: Always\n    readinessProbe: {{exec: {{command: ['true']}}}}\n{C}"
+        );
+        crate::manifest::parse(Path::new("f.yaml"), &ok, "n", "t")
+            .expect("a sidecar with a probe is valid");
+    }
+
+    #[test]
     fn table_of_bad_pods() {
         let cases: &[(&str, &str)] = &[
             (
@@ -570,6 +603,10 @@ mod tests {
             (
                 "    resources:\n      requests: {cpu: '2'}\n      limits: {cpu: 500m}\n",
                 "spec.containers[0].resources.requests.cpu: \"2\" is above the limit \"500m\"",
+            ),
+            (
+                "    restartPolicy: Always\n",
+                "spec.containers[0].restartPolicy: may only be set for init containers",
             ),
             (
                 "    livenessProbe:\n      exec: {command: ['true']}\n      successThreshold: 2\n",

@@ -253,7 +253,8 @@ impl Worker {
                 let c = observed.containers.iter().find(|c| c.id == id)?;
                 self.probes.unhealthy(&pod, &c.name, id)
             };
-            plan::plan(&pod, &observed, &lookup, &unhealthy)
+            let started = |id: &str| self.probes.state(id).started == Some(true);
+            plan::plan(&pod, &observed, &lookup, &unhealthy, &started)
         };
         let mut acted = false;
         // Waiting reasons that no longer hold go away.
@@ -270,7 +271,7 @@ impl Worker {
                 .collect();
             if !live.is_empty() || !ready.is_empty() {
                 acted = true;
-                self.kill_containers(&stopping(&live)).await;
+                self.kill_pod_containers(&live).await;
                 for id in ready {
                     cri.stop_pod_sandbox(&id).await.map_err(|e| e.to_string())?;
                 }
@@ -326,9 +327,14 @@ impl Worker {
         }
         if let Some(sb) = sandbox_id.clone() {
             let mut starts: Vec<&Container> = Vec::new();
-            if let Some(i) = actions.start_init {
-                starts.extend(spec.init_containers.iter().flatten().nth(i));
-            }
+            let inits = spec.init_containers.as_deref().unwrap_or(&[]);
+            starts.extend(actions.start_init.and_then(|i| inits.get(i)));
+            starts.extend(
+                actions
+                    .restart_sidecars
+                    .iter()
+                    .filter_map(|i| inits.get(*i)),
+            );
             starts.extend(actions.start.iter().filter_map(|i| spec.containers.get(*i)));
             for c in starts {
                 acted = true;
@@ -651,6 +657,32 @@ impl Worker {
 
     /// Stops containers in parallel, each with its preStop hook and the
     /// pod's grace period (or the one given).
+    /// Stops a pod's containers: the app (and regular init) containers
+    /// together, then the sidecars one by one in reverse order (KEP-753), so
+    /// a log shipper or proxy outlives what it serves.
+    async fn kill_pod_containers(&self, live: &[&ObservedContainer]) {
+        let inits = self
+            .pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or(&[]);
+        let sidecar_rank = |c: &ObservedContainer| {
+            inits
+                .iter()
+                .position(|i| i.name == c.name && plan::is_sidecar(i))
+        };
+        let (mut sidecars, apps): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) =
+            live.iter().partition(|c| sidecar_rank(c).is_some());
+        if !apps.is_empty() {
+            self.kill_containers(&stopping(&apps)).await;
+        }
+        sidecars.sort_by_key(|c| std::cmp::Reverse(sidecar_rank(c)));
+        for c in sidecars {
+            self.kill_containers(&stopping(&[c])).await;
+        }
+    }
+
     async fn kill_containers(&self, list: &[Stop<'_>]) {
         let mut set = tokio::task::JoinSet::new();
         for (c, why, own_grace) in list {
@@ -748,7 +780,7 @@ impl Worker {
         let observed = cri.observe(&self.uid).await.map_err(|e| e.to_string())?;
         let live: Vec<&ObservedContainer> = observed.live().collect();
         if !live.is_empty() {
-            self.kill_containers(&stopping(&live)).await;
+            self.kill_pod_containers(&live).await;
         }
         for s in &observed.sandboxes {
             cri.stop_pod_sandbox(&s.id)
