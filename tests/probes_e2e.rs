@@ -284,6 +284,17 @@ fn probe_handlers_report_like_kubelet() {
         assert!(n >= 1.0, "{line}");
     }
     assert!(metrics.contains("# TYPE prober_probe_total counter"));
+    // Durations of successful probes (not of failed ones), as kubelet.
+    let count = |c: &str| {
+        metrics.lines().find_map(|l| {
+            l.strip_prefix(&format!(
+                "prober_probe_duration_seconds_count{{container=\"{c}\",namespace=\"default\",pod=\"probes-e2e\",probe_type=\"Readiness\"}} "
+            ))
+            .and_then(|v| v.parse::<f64>().ok())
+        })
+    };
+    assert!(count("execok").is_some_and(|n| n >= 1.0), "{metrics}");
+    assert_eq!(count("execfail"), None, "no durations for failures");
 
     agent.remove_manifest("probes.yaml");
     agent.wait("pod gone", T, || agent.pod("probes").is_none());

@@ -78,8 +78,11 @@ pub struct Shared {
     /// When PLEG last relisted and the source loop last ran: `/healthz`.
     pub(crate) last_relist: Mutex<Instant>,
     pub(crate) last_source: Mutex<Instant>,
+    /// When this agent started (probe start-up spread).
+    pub(crate) started: Instant,
     pub(crate) manifest_errors: Mutex<Vec<String>>,
     probe_counts: Mutex<metrics::ProbeCounts>,
+    probe_durations: Mutex<metrics::ProbeDurations>,
     /// OOM kills seen in /dev/kmsg by the victim's memcg.
     oom_kills: Mutex<BTreeMap<String, u64>>,
     /// CPU readings by cgroup id for `usageNanoCores`: (when, usage ns,
@@ -119,12 +122,36 @@ impl Shared {
         lock(&self.image_backoff).forget_prefix(&format!("{uid}/"));
         // kubelet deletes a pod's probe series when its workers stop.
         lock(&self.probe_counts).retain(|(l, _), _| l.pod_uid != uid);
+        lock(&self.probe_durations).retain(|_, (owner, _)| owner != uid);
     }
 
-    pub(crate) fn count_probe(&self, labels: &ProbeLabels, result: &'static str) {
+    /// One probe run: `prober_probe_total`, and for successful and unknown
+    /// results (as kubelet) `prober_probe_duration_seconds`.
+    pub(crate) fn count_probe(&self, labels: &ProbeLabels, result: &'static str, took: Duration) {
         *lock(&self.probe_counts)
             .entry((labels.clone(), result))
             .or_default() += 1;
+        if result != "failed" {
+            let key = ProbeLabels {
+                pod_uid: String::new(),
+                ..labels.clone()
+            };
+            let mut d = lock(&self.probe_durations);
+            let entry = d.entry(key).or_insert_with(|| {
+                (
+                    labels.pod_uid.clone(),
+                    metrics::Histogram::new(metrics::DEFAULT_BUCKETS),
+                )
+            });
+            if entry.0 != labels.pod_uid {
+                // A new pod of the same name: its series starts over.
+                *entry = (
+                    labels.pod_uid.clone(),
+                    metrics::Histogram::new(metrics::DEFAULT_BUCKETS),
+                );
+            }
+            entry.1.observe(took.as_secs_f64());
+        }
     }
 
     pub(crate) fn record_oom(&self, kill: &kmsg::OomKill) {
@@ -278,7 +305,8 @@ impl Shared {
     }
 
     pub(crate) fn probe_metrics(&self) -> String {
-        metrics::probes(&lock(&self.probe_counts))
+        let counts = lock(&self.probe_counts).clone();
+        metrics::probes(&counts, &lock(&self.probe_durations))
     }
 
     pub(crate) fn orphan_grace(&self, id: &str) -> Option<Duration> {
@@ -398,9 +426,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         statuses: Mutex::new(BTreeMap::new()),
         orphan_graces: Mutex::new(HashMap::new()),
         last_relist: Mutex::new(Instant::now()),
+        started: Instant::now(),
         last_source: Mutex::new(Instant::now()),
         manifest_errors: Mutex::new(Vec::new()),
         probe_counts: Mutex::new(metrics::ProbeCounts::new()),
+        probe_durations: Mutex::new(metrics::ProbeDurations::new()),
         oom_kills: Mutex::new(BTreeMap::new()),
         cpu_samples: Mutex::new(HashMap::new()),
         metrics,

@@ -19,6 +19,10 @@ pub struct ProbeLabels {
 /// Probe counts by labels and `result`.
 pub type ProbeCounts = BTreeMap<(ProbeLabels, &'static str), u64>;
 
+/// Probe durations by labels without `pod_uid` (kubelet's label set for
+/// the histogram), with the pod UID that owns the series.
+pub type ProbeDurations = BTreeMap<ProbeLabels, (String, Histogram)>;
+
 /// Escapes a label value: backslash, double quote and newline.
 pub fn escape(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
@@ -56,8 +60,28 @@ pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64)
 }
 
 /// `/metrics/probes`.
-pub fn probes(counts: &ProbeCounts) -> String {
+pub fn probes(counts: &ProbeCounts, durations: &ProbeDurations) -> String {
     let mut out = String::new();
+    if !durations.is_empty() {
+        header(
+            &mut out,
+            "prober_probe_duration_seconds",
+            "histogram",
+            "[ALPHA] Duration in seconds for a probe response.",
+        );
+        for (l, (_, h)) in durations {
+            h.write(
+                &mut out,
+                "prober_probe_duration_seconds",
+                &[
+                    ("container", &l.container),
+                    ("namespace", &l.namespace),
+                    ("pod", &l.pod),
+                    ("probe_type", l.probe_type),
+                ],
+            );
+        }
+    }
     header(
         &mut out,
         "prober_probe_total",
@@ -456,7 +480,7 @@ mod tests {
             pod_uid: "u1".into(),
         };
         let counts = ProbeCounts::from([((l.clone(), "successful"), 3), ((l, "failed"), 1)]);
-        let text = probes(&counts);
+        let text = probes(&counts, &ProbeDurations::new());
         assert_eq!(
             text,
             "# HELP prober_probe_total [ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.\n\
@@ -464,5 +488,28 @@ mod tests {
              prober_probe_total{container=\"web\",namespace=\"default\",pod=\"p-\\\"x\\\"\",pod_uid=\"u1\",probe_type=\"Liveness\",result=\"failed\"} 1\n\
              prober_probe_total{container=\"web\",namespace=\"default\",pod=\"p-\\\"x\\\"\",pod_uid=\"u1\",probe_type=\"Liveness\",result=\"successful\"} 3\n"
         );
+    }
+
+    #[test]
+    fn probe_durations_render_with_kubelets_labels() {
+        let l = ProbeLabels {
+            probe_type: "Readiness",
+            container: "web".into(),
+            pod: "p".into(),
+            namespace: "default".into(),
+            pod_uid: String::new(),
+        };
+        let mut h = Histogram::new(DEFAULT_BUCKETS);
+        h.observe(0.003);
+        h.observe(0.2);
+        let text = probes(
+            &ProbeCounts::new(),
+            &ProbeDurations::from([(l, ("u1".into(), h))]),
+        );
+        assert!(text.starts_with("# HELP prober_probe_duration_seconds [ALPHA] Duration in seconds for a probe response.\n# TYPE prober_probe_duration_seconds histogram\n"));
+        assert!(text.contains("prober_probe_duration_seconds_bucket{container=\"web\",namespace=\"default\",pod=\"p\",probe_type=\"Readiness\",le=\"0.005\"} 1\n"), "{text}");
+        assert!(text.contains("prober_probe_duration_seconds_bucket{container=\"web\",namespace=\"default\",pod=\"p\",probe_type=\"Readiness\",le=\"+Inf\"} 2\n"));
+        assert!(text.contains("prober_probe_duration_seconds_count{container=\"web\",namespace=\"default\",pod=\"p\",probe_type=\"Readiness\"} 2\n"));
+        assert!(!text.contains("pod_uid"));
     }
 }

@@ -216,14 +216,31 @@ impl Run {
 /// What the loop reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Report {
-    /// Every probe that ran (for events and metrics).
-    Probed(Outcome),
+    /// Every probe that ran (for events and metrics), and how long it took.
+    Probed(Outcome, Duration),
     /// The result crossed its threshold: set it.
     Result(bool),
 }
 
+/// kubelet's start-up spread: probe workers created within one period of
+/// the agent starting (an agent restart finds every container at once) wait
+/// a part of the period first, so they do not all probe together. kubelet
+/// draws it at random; here it is derived from `seed` (container ID and
+/// kind), so it is spread the same way and reproducible.
+pub fn start_jitter(agent_uptime: Duration, period: Duration, seed: &str) -> Duration {
+    if agent_uptime >= period {
+        return Duration::ZERO;
+    }
+    // FNV-1a.
+    let h = seed.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    period.mul_f64((h % 1000) as f64 / 1000.0)
+}
+
 /// One probe worker for one container instance. `since_start` is how long
-/// the container has been running; `started` gates liveness and readiness
+/// the container has been running; the first probe waits for the rest of
+/// the initial delay or `jitter`, whichever is longer; `started` gates liveness and readiness
 /// until the startup probe has succeeded (`None`: no startup probe).
 /// Returns when a liveness or startup probe failed (the container is going
 /// to be killed) or a startup probe succeeded (it is not probed again).
@@ -231,6 +248,7 @@ pub async fn run_loop<F, Fut>(
     kind: Kind,
     params: Params,
     since_start: Duration,
+    jitter: Duration,
     mut started: Option<watch::Receiver<bool>>,
     mut probe: F,
     mut report: impl FnMut(Report),
@@ -238,7 +256,7 @@ pub async fn run_loop<F, Fut>(
     F: FnMut(Duration) -> Fut,
     Fut: Future<Output = Outcome>,
 {
-    tokio::time::sleep(params.initial_delay.saturating_sub(since_start)).await;
+    tokio::time::sleep(params.initial_delay.saturating_sub(since_start).max(jitter)).await;
     if let Some(rx) = started.as_mut()
         && rx.wait_for(|s| *s).await.is_err()
     {
@@ -246,7 +264,8 @@ pub async fn run_loop<F, Fut>(
     }
     let mut run = Run::default();
     loop {
-        let next = Instant::now() + params.period;
+        let began = Instant::now();
+        let next = began + params.period;
         let outcome = match tokio::time::timeout(
             params.timeout + Duration::from_secs(1),
             probe(params.timeout),
@@ -262,7 +281,7 @@ pub async fn run_loop<F, Fut>(
             Outcome::Failure(_) => Some(false),
             Outcome::Error(_) => None,
         };
-        report(Report::Probed(outcome));
+        report(Report::Probed(outcome, began.elapsed()));
         if let Some(success) = success
             && let Some(result) = run.record(success, &params)
         {
@@ -449,6 +468,7 @@ mod tests {
         kind: Kind,
         p: Params,
         since_start: u64,
+        jitter: u64,
         started: Option<watch::Receiver<bool>>,
         outcomes: Vec<Outcome>,
         limit: u64,
@@ -472,6 +492,7 @@ mod tests {
             kind,
             p,
             Duration::from_secs(since_start),
+            Duration::from_secs(jitter),
             started,
             probe,
             |r| {
@@ -496,6 +517,7 @@ mod tests {
             Kind::Liveness,
             params(5, 10, 1, 3),
             0,
+            0,
             None,
             vec![Outcome::Success, fail(), fail(), fail(), fail()],
             100,
@@ -508,9 +530,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn initial_delay_counts_from_the_container_start() {
-        let (calls, _) = script(Kind::Liveness, params(5, 10, 1, 3), 3, None, vec![], 25).await;
+        let (calls, _) = script(Kind::Liveness, params(5, 10, 1, 3), 3, 0, None, vec![], 25).await;
         assert_eq!(calls, [2, 12, 22]);
-        let (calls, _) = script(Kind::Liveness, params(5, 10, 1, 3), 60, None, vec![], 15).await;
+        let (calls, _) = script(Kind::Liveness, params(5, 10, 1, 3), 60, 0, None, vec![], 15).await;
         assert_eq!(calls, [0, 10]);
     }
 
@@ -519,6 +541,7 @@ mod tests {
         let (_, results) = script(
             Kind::Readiness,
             params(0, 1, 2, 2),
+            0,
             0,
             None,
             vec![
@@ -543,12 +566,22 @@ mod tests {
             Kind::Startup,
             params(0, 2, 1, 10),
             0,
+            0,
             None,
             vec![fail(), fail(), Outcome::Success],
             100,
         );
         let liveness = async {
-            let r = script(Kind::Liveness, params(1, 3, 1, 1), 0, Some(rx), vec![], 10).await;
+            let r = script(
+                Kind::Liveness,
+                params(1, 3, 1, 1),
+                0,
+                0,
+                Some(rx),
+                vec![],
+                10,
+            )
+            .await;
             r.0
         };
         let ((s_calls, s_results), l_calls) = tokio::join!(
@@ -566,12 +599,47 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn jitter_delays_only_the_first_probe() {
+        let (calls, _) = script(
+            Kind::Readiness,
+            params(0, 10, 1, 3),
+            60,
+            4,
+            None,
+            vec![],
+            25,
+        )
+        .await;
+        assert_eq!(calls, [4, 14, 24]);
+        // The rest of the initial delay wins when it is longer.
+        let (calls, _) = script(Kind::Readiness, params(5, 10, 1, 3), 0, 3, None, vec![], 16).await;
+        assert_eq!(calls, [5, 15]);
+    }
+
+    #[test]
+    fn start_jitter_spreads_within_one_period_after_an_agent_start() {
+        let period = Duration::from_secs(10);
+        assert_eq!(start_jitter(period, period, "a"), Duration::ZERO);
+        let spread: std::collections::BTreeSet<u128> = (0..100)
+            .map(|i| start_jitter(Duration::from_secs(1), period, &format!("id{i}/Liveness")))
+            .inspect(|j| assert!(*j < period, "{j:?}"))
+            .map(|j| j.as_millis())
+            .collect();
+        assert!(spread.len() > 80, "{} distinct of 100", spread.len());
+        assert_eq!(
+            start_jitter(Duration::ZERO, period, "x"),
+            start_jitter(Duration::ZERO, period, "x")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_hung_probe_costs_one_timeout() {
         let t0 = Instant::now();
         let mut results = Vec::new();
         let fut = run_loop(
             Kind::Liveness,
             params(0, 10, 1, 1),
+            Duration::ZERO,
             Duration::ZERO,
             None,
             |_| std::future::pending::<Outcome>(),

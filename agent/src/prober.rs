@@ -337,8 +337,8 @@ impl PodProbes {
                     async move { run(&cri, &id, &target, timeout).await }
                 };
                 let report = |r: Report| match r {
-                    Report::Probed(o) => {
-                        shared.count_probe(&labels, o.metric_label());
+                    Report::Probed(o, took) => {
+                        shared.count_probe(&labels, o.metric_label(), took);
                         let (reason, msg) = match &o {
                             Outcome::Success => return,
                             Outcome::Warning(m) => ("ProbeWarning", format!("probe warning: {m}")),
@@ -358,7 +358,12 @@ impl PodProbes {
                         }
                     }
                 };
-                probe::run_loop(kind, params, since_start, gate, probe, report).await;
+                let jitter = probe::start_jitter(
+                    shared.started.elapsed(),
+                    params.period,
+                    &format!("{id}/{}", kind.as_str()),
+                );
+                probe::run_loop(kind, params, since_start, jitter, gate, probe, report).await;
             }));
         }
         Group {
