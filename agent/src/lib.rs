@@ -165,9 +165,10 @@ impl Shared {
         lock(&self.oom_kills).clone()
     }
 
-    /// `/stats/summary`.
-    pub(crate) async fn summary(&self) -> serde_json::Value {
-        let rootfs = self.cri.writable_layers().await.unwrap_or_default();
+    /// `/stats/summary`, given the containers' writable layers (from the
+    /// runtime). Reads cgroupfs and walks volume and log directories: call
+    /// it off the async workers.
+    pub(crate) fn summary(&self, rootfs: HashMap<String, (u64, u64)>) -> serde_json::Value {
         let snap = cadvisor::collect(self);
         let now = backoff::now();
         let mut nano_cores = HashMap::new();
