@@ -346,7 +346,7 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
         &mut c,
         &pod_id,
         &pod,
-        cri::container("long", "busybox", &["sleep", "300"]),
+        cri::container("long", "busybox", &["sleep", "299.7"]),
     )
     .await;
     let short = cri::create(
@@ -415,6 +415,49 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
         .expect("exec after restart")
         .into_inner();
     assert_eq!(r.exit_code, 0);
+    // Its exit is noticed although its monitor is no longer the shim's
+    // child (a pidfd wakes the exit watch): STOPPED event, exit 137.
+    let mut events = c
+        .get_container_events(cri_proto::v1::GetEventsRequest {})
+        .await
+        .expect("events")
+        .into_inner();
+    let init = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\0299.7\0")
+        })
+        .expect("the long container's process");
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.message())
+            .await
+            .expect("STOPPED in time")
+            .expect("stream")
+            .expect("open");
+        if e.container_id == long
+            && e.container_event_type
+                == cri_proto::v1::ContainerEventType::ContainerStoppedEvent as i32
+        {
+            break;
+        }
+    }
+    eprintln!(
+        "exit of a recovered container seen after {:?}",
+        t0.elapsed()
+    );
+    let st = cri::status(&mut c, &long).await;
+    assert_eq!(
+        (st.state, st.exit_code),
+        (ContainerState::ContainerExited as i32, 137)
+    );
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

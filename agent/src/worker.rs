@@ -394,13 +394,16 @@ impl Worker {
         };
         self.probes.sync(&env, &pod, &observed);
         self.publish(&pod, &observed);
-        // Anything still waiting on images or errors: retry soon.
-        if self
-            .waiting
-            .values()
-            .any(|w| w.reason != "CrashLoopBackOff")
-        {
-            next = next.min(Duration::from_secs(5));
+        // Anything still waiting on images or errors: retry soon. Right
+        // after a failed pull, look again within a second so the status
+        // moves on to ImagePullBackOff (kubelet's sequence) instead of only
+        // showing ErrImagePull at each retry.
+        for w in self.waiting.values() {
+            match w.reason.as_str() {
+                "CrashLoopBackOff" => {}
+                "ErrImagePull" => next = next.min(Duration::from_secs(1)),
+                _ => next = next.min(Duration::from_secs(5)),
+            }
         }
         Ok(next)
     }

@@ -307,9 +307,12 @@ impl Runtime {
             tokio::io::BufReader::new(stdout).read_line(&mut line),
         )
         .await;
-        // Reap the monitor whenever it exits, so it never lingers as a zombie.
+        // Reap the monitor whenever it exits, so it never lingers as a
+        // zombie, and have `watch_exits` look at once: the container exited.
+        let exited = self.monitor_exited.clone();
         tokio::spawn(async move {
             let _ = child.wait().await;
+            exited.notify_one();
         });
         match read {
             Ok(Ok(_)) => {}
@@ -413,9 +416,27 @@ impl Runtime {
 
     /// The exit record, if the container has exited.
     fn exit_of(&self, rec: &ContainerRecord) -> Option<ExitRecord> {
-        state::load::<ExitRecord>(&rec.dir.join(EXIT))
+        let cached = self
+            .exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&rec.id)
+            .cloned();
+        if cached.is_some() {
+            return cached;
+        }
+        let exit = state::load::<ExitRecord>(&rec.dir.join(EXIT))
             .ok()
-            .flatten()
+            .flatten()?;
+        self.remember_exit(&rec.id, &exit);
+        Some(exit)
+    }
+
+    fn remember_exit(&self, id: &str, exit: &ExitRecord) {
+        self.exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), exit.clone());
     }
 
     /// Current state; repairs the record when the monitor died unseen.
@@ -441,6 +462,7 @@ impl Runtime {
                 reason: Some("the container's monitor exited without recording its exit".into()),
             };
             let _ = state::save(&rec.dir, EXIT, &exit);
+            self.remember_exit(&rec.id, &exit);
             return (ContainerState::ContainerExited, Some(exit));
         }
         if rec.started_at.is_some() {
@@ -643,20 +665,31 @@ impl Runtime {
         self.put(rec)
     }
 
-    /// Emits STOPPED events for containers whose exit appeared. Runs forever.
+    /// Emits STOPPED events for containers whose exit appeared: at once
+    /// when a monitor exits (our child, or its pidfd after a shim restart),
+    /// and every few seconds anyway (a monitor killed with its container
+    /// still running, kernels without pidfds). Runs forever.
     pub async fn watch_exits(self: std::sync::Arc<Self>) {
         loop {
             let recs = self.all_containers();
+            let known = |id: &String| recs.iter().any(|r| &r.id == id);
             self.stopped_sent
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .retain(|id| recs.iter().any(|r| &r.id == id));
+                .retain(known);
+            self.exits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|id, _| known(id));
             for r in recs {
                 if self.state_of(&r).0 == ContainerState::ContainerExited {
                     self.emit_stopped_once(&r.id);
                 }
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::select! {
+                () = self.monitor_exited.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
         }
     }
 }

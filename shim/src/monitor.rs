@@ -195,6 +195,11 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
         Some((File::from(out_r), LineSplitter::new(Stream::Stdout))),
         Some((File::from(err_r), LineSplitter::new(Stream::Stderr))),
     ];
+    // SIGCHLD (in the signalfd) and output wake the loop; the timeout is a
+    // backstop, so an idle container costs its monitor no wake-ups. The
+    // first round does not wait: init may have exited before SIGCHLD was
+    // blocked.
+    let mut wait = PollTimeout::ZERO;
     let status = loop {
         let mut fds: Vec<PollFd<'_>> = Vec::new();
         let mut which = Vec::new();
@@ -208,7 +213,8 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
             fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
             which.push(None);
         }
-        let _ = poll(&mut fds, PollTimeout::from(200u16));
+        let _ = poll(&mut fds, wait);
+        wait = PollTimeout::from(10_000u16);
         let ready: Vec<Option<usize>> = fds
             .iter()
             .zip(&which)

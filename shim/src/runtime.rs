@@ -33,6 +33,13 @@ pub struct Runtime {
     pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
     /// Containers whose STOPPED event went out (each is sent once).
     pub(crate) stopped_sent: Mutex<std::collections::HashSet<String>>,
+    /// Exit records already read (an exit is final): listing a stopped
+    /// container reads no file.
+    pub(crate) exits: Mutex<HashMap<String, crate::state::ExitRecord>>,
+    /// Woken when a container's monitor exits (the monitor is our child, or
+    /// a pidfd after a restart): `watch_exits` looks at once instead of
+    /// polling.
+    pub(crate) monitor_exited: Arc<tokio::sync::Notify>,
 }
 
 impl Runtime {
@@ -60,6 +67,8 @@ impl Runtime {
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),
             stopped_sent: Mutex::new(std::collections::HashSet::new()),
+            exits: Mutex::new(HashMap::new()),
+            monitor_exited: Arc::new(tokio::sync::Notify::new()),
         })
     }
 
@@ -96,6 +105,14 @@ impl Runtime {
             if c.complete {
                 if let Ok(id) = images::Digest::parse(&c.image_id) {
                     self.store.pin(&id);
+                }
+                // Its monitor is no longer our child: watch it by pidfd.
+                if let Some(pid) = c.monitor_pid {
+                    tokio::spawn(crate::pidfd::notify_on_exit(
+                        pid,
+                        c.monitor_start_time,
+                        self.monitor_exited.clone(),
+                    ));
                 }
                 self.containers
                     .lock()

@@ -292,7 +292,15 @@ impl RuntimeService for RuntimeSvc {
         _req: Request<GetEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let rx = tokio_stream::wrappers::BroadcastStream::new(self.rt.subscribe());
-        let stream = rx.filter_map(|e| e.ok().map(Ok));
+        // A client too slow for the buffer (1024 events) gets an error that
+        // ends the stream rather than a silent gap: it must relist.
+        let stream = rx.map(|e| {
+            e.map_err(|lag| {
+                Status::resource_exhausted(format!(
+                    "container events lost ({lag}): relist and subscribe again"
+                ))
+            })
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -1,0 +1,85 @@
+//! Waiting for a process that is not our child: a pidfd (Linux 5.3+)
+//! becomes readable when the process exits.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+fn open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(pid, 0) takes two integers and returns a new file
+    // descriptor or -1; nothing of ours is read or written.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Wakes `notify` when process `pid` — the one that started at
+/// `start_time` (clock ticks), not a later user of the pid — exits. Without
+/// pidfds (old kernels) it returns at once and the caller's polling stays
+/// the only way to notice.
+pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, notify: Arc<tokio::sync::Notify>) {
+    let fd = match open(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                notify.notify_one();
+            }
+            return;
+        }
+    };
+    // Checked after opening: the pidfd now pins this process.
+    if start_time.is_none() || crate::monitor::proc_start_time(pid) != start_time {
+        notify.notify_one();
+        return;
+    }
+    // SAFETY: the AsyncFd takes ownership of the OwnedFd, which stays open
+    // and is the same descriptor until the AsyncFd is dropped.
+    let Ok(fd) = (unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }) else {
+        return;
+    };
+    let _ = fd.readable().await;
+    notify.notify_one();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn wakes_when_the_process_exits_and_not_before() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.3")
+            .spawn()
+            .expect("sleep");
+        let pid = child.id() as i32;
+        let start = crate::monitor::proc_start_time(pid);
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let t0 = std::time::Instant::now();
+        tokio::spawn(notify_on_exit(pid, start, notify.clone()));
+        tokio::time::timeout(Duration::from_secs(10), notify.notified())
+            .await
+            .expect("woken");
+        assert!(
+            t0.elapsed() >= Duration::from_millis(250),
+            "woken early: {:?}",
+            t0.elapsed()
+        );
+        let _ = child.wait();
+        // A pid whose start time is not the recorded one: woken at once.
+        let other = Arc::new(tokio::sync::Notify::new());
+        let me = std::process::id() as i32;
+        tokio::spawn(notify_on_exit(me, Some(1), other.clone()));
+        tokio::time::timeout(Duration::from_secs(5), other.notified())
+            .await
+            .expect("a reused pid counts as exited");
+    }
+}
