@@ -427,7 +427,7 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\0299.7\0")
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00299.7\x00")
         })
         .expect("the long container's process");
     let t0 = Instant::now();
