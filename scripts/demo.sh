@@ -34,6 +34,12 @@ stop() {
 trap stop EXIT INT TERM
 
 page=
+# Our httpd Running first (a container left by an earlier, unclean stop may
+# still answer on :8080 before the shim is up), then the page.
+for _ in $(seq 300); do
+  "$bin" ctl ps 2>/dev/null | grep -q 'Running.*httpd' && break
+  sleep 0.1
+done
 for _ in $(seq 300); do
   page=$(busybox wget -qO- http://127.0.0.1:8080/ 2>/dev/null) && break
   sleep 0.1
@@ -42,9 +48,9 @@ echo
 echo "picolet is up (pid $up): CRI on /run/picolet/picolet.sock, static pods from /etc/picolet/manifests"
 echo "the demo pod answers on http://127.0.0.1:8080/: ${page:-<no answer yet>}"
 echo
-"$bin" ctl pods
+"$bin" ctl pods || true
 echo
-"$bin" ctl ps
+"$bin" ctl ps || true
 echo
 echo "Try: busybox wget -qO- http://127.0.0.1:10250/pods   (PodList with status, as kubelet's /pods)"
 echo "     busybox wget -qO- http://127.0.0.1:10250/events (events: Pulled, Created, Started, ...)"
