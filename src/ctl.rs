@@ -361,6 +361,18 @@ async fn pods(channel: cri_proto::Channel) -> Result<()> {
 }
 
 async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
+    // Image IDs → their first tag, as crictl shows them.
+    let tags: std::collections::HashMap<String, String> = ImageServiceClient::new(channel.clone())
+        .list_images(ListImagesRequest { filter: None })
+        .await
+        .map(|r| {
+            r.into_inner()
+                .images
+                .into_iter()
+                .filter_map(|i| Some((i.id.clone(), i.repo_tags.first()?.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut client = RuntimeServiceClient::new(channel);
     let filter = (!all).then(|| ContainerFilter {
         state: Some(ContainerStateValue {
@@ -390,10 +402,12 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
         let image = c
             .image
             .map(|i| {
-                if i.user_specified_image.is_empty() {
-                    short(i.image.trim_start_matches("sha256:"))
-                } else {
+                if !i.user_specified_image.is_empty() {
                     i.user_specified_image
+                } else if let Some(tag) = tags.get(&i.image) {
+                    tag.clone()
+                } else {
+                    short(i.image.trim_start_matches("sha256:"))
                 }
             })
             .unwrap_or_default();

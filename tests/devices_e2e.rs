@@ -114,6 +114,13 @@ async fn device_rules_are_enforced_and_ctl_exec_and_logs_work() {
     let bad = shim.ctl(&["exec", "nope", "--", "true"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no container \"nope\""));
+    // ctl ps names the image by its tag (as crictl), not its ID.
+    let ps = String::from_utf8_lossy(&shim.ctl(&["ps"]).stdout).into_owned();
+    let line = ps
+        .lines()
+        .find(|l| l.starts_with(&plain[..13]))
+        .unwrap_or_else(|| panic!("{ps}"));
+    assert!(line.contains("busybox:"), "{ps}");
     // ctl logs: the text of the records, stdout and stderr apart.
     let out = shim.ctl(&["logs", &plain[..12]]);
     assert!(out.status.success(), "{out:?}");
