@@ -1,68 +1,20 @@
-//! End-to-end: real pods and containers through CRI RuntimeService on the
-//! real `picolet shim`, with the project's busybox image. Root.
+//! End-to-end: the container lifecycle through CRI RuntimeService on the real
+//! `picolet shim`, with the project's busybox image: output and exit codes,
+//! ExecSync, graceful stop, recovery after kill -9, bad requests, images in
+//! use, the event stream. Root.
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::cri::{self, Client};
-use common::{Shim, test_images};
+use common::cri;
+use common::rt::{logs, new_pod, ready_shim, wait_log};
 use cri_proto::v1::{
-    ContainerState, CreateContainerRequest, ExecSyncRequest, LinuxContainerResources,
-    ListContainersRequest, ListPodSandboxRequest, RemoveContainerRequest, RunPodSandboxRequest,
-    StartContainerRequest, StopContainerRequest, UpdateContainerResourcesRequest,
+    ContainerState, CreateContainerRequest, ExecSyncRequest, ListContainersRequest,
+    ListPodSandboxRequest, RemoveContainerRequest, RunPodSandboxRequest, StartContainerRequest,
+    StopContainerRequest,
 };
 use tonic::Code;
-
-async fn ready_shim() -> (Shim, Client) {
-    let shim = Shim::start();
-    shim.import(&test_images().busybox_layout);
-    let client = cri::client(&shim.socket()).await;
-    (shim, client)
-}
-
-/// Runs a pod-network pod with its own log dir and test cgroup parent.
-async fn new_pod(
-    shim: &Shim,
-    c: &mut Client,
-    name: &str,
-) -> (cri_proto::v1::PodSandboxConfig, String) {
-    let pod = cri::pod(name, &logs(shim, name), false, &shim.cgroup_parent(name));
-    let pod_id = cri::run_pod(c, &pod).await;
-    (pod, pod_id)
-}
-
-fn logs(shim: &Shim, pod: &str) -> PathBuf {
-    shim.dir.path().join("pods").join(pod)
-}
-
-async fn wait_log(path: &std::path::Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never contained {needle:?}:\n{text}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {
-    let p = PathBuf::from("/sys/fs/cgroup")
-        .join(controller)
-        .join(cgroup.trim_start_matches('/'))
-        .join(file);
-    std::fs::read_to_string(&p)
-        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
@@ -135,54 +87,6 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     )
     .await;
     assert_eq!((st.exit_code, st.reason.as_str()), (0, "Completed"));
-    cri::teardown(&mut c, &pod_id).await;
-    shim.assert_host_clean();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resource_limits_land_in_the_container_cgroup_and_update_live() {
-    require_root!();
-    let (shim, mut c) = ready_shim().await;
-    let parent = shim.cgroup_parent("limits");
-    let pod = cri::pod("limits", &logs(&shim, "limits"), false, &parent);
-    let pod_id = cri::run_pod(&mut c, &pod).await;
-    let mut cfg = cri::container("app", "busybox", &["sleep", "60"]);
-    cfg.linux.as_mut().expect("linux").resources = Some(LinuxContainerResources {
-        memory_limit_in_bytes: 64 << 20,
-        cpu_shares: 512,
-        cpu_quota: 50_000,
-        cpu_period: 100_000,
-        ..Default::default()
-    });
-    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
-    cri::start(&mut c, &id).await;
-    let cg = format!("{parent}/{id}");
-    assert_eq!(
-        cgroup_file("memory", &cg, "memory.limit_in_bytes"),
-        (64u64 << 20).to_string()
-    );
-    assert_eq!(cgroup_file("cpu", &cg, "cpu.shares"), "512");
-    assert_eq!(cgroup_file("cpu", &cg, "cpu.cfs_quota_us"), "50000");
-    assert_eq!(cgroup_file("cpu", &cg, "cpu.cfs_period_us"), "100000");
-    c.update_container_resources(UpdateContainerResourcesRequest {
-        container_id: id.clone(),
-        linux: Some(LinuxContainerResources {
-            memory_limit_in_bytes: 96 << 20,
-            cpu_shares: 256,
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("UpdateContainerResources");
-    assert_eq!(
-        cgroup_file("memory", &cg, "memory.limit_in_bytes"),
-        (96u64 << 20).to_string()
-    );
-    assert_eq!(cgroup_file("cpu", &cg, "cpu.shares"), "256");
-    // The init process really is in that cgroup.
-    let procs = cgroup_file("memory", &cg, "cgroup.procs");
-    assert!(!procs.is_empty());
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
@@ -463,43 +367,6 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn two_pods_get_their_own_namespaces() {
-    require_root!();
-    let (shim, mut c) = ready_shim().await;
-    let mut pods = Vec::new();
-    for name in ["alpha", "beta"] {
-        let pod = cri::pod(name, &logs(&shim, name), false, &shim.cgroup_parent(name));
-        let pod_id = cri::run_pod(&mut c, &pod).await;
-        let cmd = "hostname; cat /proc/net/dev | grep -c :; sleep 60";
-        let id = cri::create(
-            &mut c,
-            &pod_id,
-            &pod,
-            cri::container("app", "busybox", &["sh", "-c", cmd]),
-        )
-        .await;
-        cri::start(&mut c, &id).await;
-        pods.push((name, pod_id, id));
-    }
-    for (name, _, _) in &pods {
-        let log = wait_log(&logs(&shim, name).join("app/0.log"), "stdout F 1").await;
-        assert!(log.contains(&format!("stdout F {name}")), "hostname: {log}");
-    }
-    // Both are listed, filterable by label and by sandbox.
-    let listed = c
-        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
-        .await
-        .expect("list")
-        .into_inner()
-        .items;
-    assert_eq!(listed.len(), 2);
-    for (_, pod_id, _) in &pods {
-        cri::teardown(&mut c, pod_id).await;
-    }
-    shim.assert_host_clean();
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn malformed_requests_get_the_right_codes() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
@@ -637,195 +504,6 @@ async fn malformed_requests_get_the_right_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_container_over_its_memory_limit_is_reported_oomkilled() {
-    require_root!();
-    let (shim, mut c) = ready_shim().await;
-    let (pod, pod_id) = new_pod(&shim, &mut c, "oom").await;
-    // busybox tail buffers an endless line from /dev/zero until the kernel kills it.
-    let mut cfg = cri::container("hog", "busybox", &["tail", "/dev/zero"]);
-    cfg.linux.as_mut().expect("linux").resources = Some(LinuxContainerResources {
-        memory_limit_in_bytes: 16 << 20,
-        memory_swap_limit_in_bytes: 16 << 20,
-        ..Default::default()
-    });
-    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
-    cri::start(&mut c, &id).await;
-    let st = cri::wait_state(
-        &mut c,
-        &id,
-        ContainerState::ContainerExited,
-        Duration::from_secs(60),
-    )
-    .await;
-    assert_eq!(
-        (st.exit_code, st.reason.as_str()),
-        (137, "OOMKilled"),
-        "{st:?}"
-    );
-    cri::teardown(&mut c, &pod_id).await;
-    shim.assert_host_clean();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn stats_reflect_a_known_allocation_and_writable_layer() {
-    require_root!();
-    let (shim, mut c) = ready_shim().await;
-    let (pod, pod_id) = new_pod(&shim, &mut c, "stats").await;
-    // 32 MiB in the pod's /dev/shm (charged to the container's memory
-    // cgroup) and 8 MiB in the writable layer.
-    let cmd = "dd if=/dev/zero of=/dev/shm/fill bs=1M count=32 && dd if=/dev/zero of=/data.bin bs=1M count=8 && echo filled && sleep 60";
-    let id = cri::create(
-        &mut c,
-        &pod_id,
-        &pod,
-        cri::container("app", "busybox", &["sh", "-c", cmd]),
-    )
-    .await;
-    cri::start(&mut c, &id).await;
-    wait_log(&logs(&shim, "stats").join("app/0.log"), "filled").await;
-    let s1 = c
-        .container_stats(cri_proto::v1::ContainerStatsRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .expect("ContainerStats")
-        .into_inner()
-        .stats
-        .expect("stats");
-    let ws = s1
-        .memory
-        .as_ref()
-        .and_then(|m| m.working_set_bytes)
-        .expect("working set")
-        .value;
-    assert!((32 << 20..64 << 20).contains(&ws), "working set {ws}");
-    let wl = s1
-        .writable_layer
-        .as_ref()
-        .and_then(|w| w.used_bytes)
-        .expect("writable")
-        .value;
-    assert!(wl >= 8 << 20, "writable layer {wl}");
-    assert!(
-        s1.cpu
-            .as_ref()
-            .and_then(|c| c.usage_core_nano_seconds)
-            .expect("cpu")
-            .value
-            > 0
-    );
-    let list = c
-        .list_container_stats(cri_proto::v1::ListContainerStatsRequest { filter: None })
-        .await
-        .expect("ListContainerStats")
-        .into_inner()
-        .stats;
-    assert_eq!(list.len(), 1);
-    assert!(
-        list[0]
-            .cpu
-            .as_ref()
-            .and_then(|c| c.usage_nano_cores)
-            .is_some(),
-        "second sample gives a rate"
-    );
-    // The pod: its cgroup (the 32 MiB are below it), processes, network,
-    // and the container's stats inside.
-    let ps = c
-        .pod_sandbox_stats(cri_proto::v1::PodSandboxStatsRequest {
-            pod_sandbox_id: pod_id.clone(),
-        })
-        .await
-        .expect("PodSandboxStats")
-        .into_inner()
-        .stats
-        .expect("stats");
-    assert_eq!(
-        ps.attributes.as_ref().map(|a| a.id.as_str()),
-        Some(pod_id.as_str())
-    );
-    let linux = ps.linux.expect("linux");
-    let pod_ws = linux
-        .memory
-        .as_ref()
-        .and_then(|m| m.working_set_bytes)
-        .expect("pod working set")
-        .value;
-    assert!(pod_ws >= 32 << 20, "pod working set {pod_ws}");
-    assert!(
-        linux
-            .process
-            .as_ref()
-            .and_then(|p| p.process_count)
-            .expect("process count")
-            .value
-            >= 1
-    );
-    assert!(linux.network.is_some());
-    assert_eq!(linux.containers.len(), 1);
-    assert_eq!(
-        linux.containers[0]
-            .attributes
-            .as_ref()
-            .map(|a| a.id.as_str()),
-        Some(id.as_str())
-    );
-    let all = c
-        .list_pod_sandbox_stats(cri_proto::v1::ListPodSandboxStatsRequest { filter: None })
-        .await
-        .expect("ListPodSandboxStats")
-        .into_inner()
-        .stats;
-    assert_eq!(all.len(), 1);
-    let err = c
-        .pod_sandbox_stats(cri_proto::v1::PodSandboxStatsRequest {
-            pod_sandbox_id: "nope".into(),
-        })
-        .await
-        .expect_err("unknown sandbox");
-    assert_eq!(err.code(), tonic::Code::NotFound);
-    // CRI metrics in cAdvisor's names (kubelet's PodAndContainerStatsFromCRI).
-    let descs = c
-        .list_metric_descriptors(cri_proto::v1::ListMetricDescriptorsRequest {})
-        .await
-        .expect("ListMetricDescriptors")
-        .into_inner()
-        .descriptors;
-    let ws_desc = descs
-        .iter()
-        .find(|d| d.name == "container_memory_working_set_bytes")
-        .expect("working set descriptor");
-    let pm = c
-        .list_pod_sandbox_metrics(cri_proto::v1::ListPodSandboxMetricsRequest {})
-        .await
-        .expect("ListPodSandboxMetrics")
-        .into_inner()
-        .pod_metrics;
-    assert_eq!(pm.len(), 1);
-    assert_eq!(pm[0].pod_sandbox_id, pod_id);
-    let cm = &pm[0].container_metrics;
-    assert_eq!(cm.len(), 1);
-    assert_eq!(cm[0].container_id, id);
-    let ws_metric = cm[0]
-        .metrics
-        .iter()
-        .find(|m| m.name == "container_memory_working_set_bytes")
-        .expect("working set metric");
-    assert_eq!(ws_metric.label_values.len(), ws_desc.label_keys.len());
-    assert_eq!(ws_metric.label_values[0], "app", "container label");
-    assert!(ws_metric.value.as_ref().map(|v| v.value) >= Some(32 << 20));
-    assert!(
-        pm[0]
-            .metrics
-            .iter()
-            .any(|m| m.name == "container_memory_working_set_bytes"),
-        "pod cgroup metrics"
-    );
-    cri::teardown(&mut c, &pod_id).await;
-    shim.assert_host_clean();
-}
-
-#[tokio::test(flavor = "multi_thread")]
 async fn an_image_in_use_cannot_be_removed() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
@@ -848,71 +526,6 @@ async fn an_image_in_use_cannot_be_removed() {
         .remove_image(rm())
         .await
         .expect("free after teardown");
-    shim.assert_host_clean();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn seccomp_runtime_default_is_enforced() {
-    require_root!();
-    use cri_proto::v1::{SecurityProfile, security_profile::ProfileType};
-    let (shim, mut c) = ready_shim().await;
-    let (pod, pod_id) = new_pod(&shim, &mut c, "seccomp").await;
-    // unshare(CLONE_NEWUSER) needs no capability, so only seccomp stops it.
-    let cmd = "echo alive; if unshare -U true; then echo escaped; else echo blocked; fi";
-    for (name, profile, want) in [
-        ("confined", ProfileType::RuntimeDefault, "blocked"),
-        ("free", ProfileType::Unconfined, "escaped"),
-    ] {
-        let mut cfg = cri::container(name, "busybox", &["sh", "-c", cmd]);
-        cfg.linux
-            .as_mut()
-            .expect("linux")
-            .security_context
-            .as_mut()
-            .expect("sc")
-            .seccomp = Some(SecurityProfile {
-            profile_type: profile as i32,
-            localhost_ref: String::new(),
-        });
-        let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
-        cri::start(&mut c, &id).await;
-        let st = cri::wait_state(
-            &mut c,
-            &id,
-            ContainerState::ContainerExited,
-            Duration::from_secs(20),
-        )
-        .await;
-        let log = std::fs::read_to_string(&st.log_path).expect("log");
-        assert!(log.contains("stdout F alive"), "{name}: {log}");
-        assert!(
-            log.contains(&format!("stdout F {want}")),
-            "{name}: want {want}: {log}"
-        );
-    }
-    // A Localhost profile that is not a file is a clear InvalidArgument.
-    let mut cfg = cri::container("bad", "busybox", &["true"]);
-    cfg.linux
-        .as_mut()
-        .expect("linux")
-        .security_context
-        .as_mut()
-        .expect("sc")
-        .seccomp = Some(SecurityProfile {
-        profile_type: ProfileType::Localhost as i32,
-        localhost_ref: "/nonexistent/profile.json".into(),
-    });
-    let err = c
-        .create_container(cri_proto::v1::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(cfg),
-            sandbox_config: Some(pod.clone()),
-        })
-        .await
-        .expect_err("missing profile");
-    assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("localhost_ref"), "{}", err.message());
-    cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
 
@@ -967,114 +580,6 @@ async fn container_events_stream_the_lifecycle() {
     ]
     .map(|t| t as i32);
     assert_eq!(seen, want);
-    cri::teardown(&mut c, &pod_id).await;
-    shim.assert_host_clean();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn pid_namespace_modes_pod_and_target_share_processes() {
-    require_root!();
-    use cri_proto::v1::NamespaceMode;
-    let (shim, mut c) = ready_shim().await;
-    let mut pod = cri::pod(
-        "sharepid",
-        &logs(&shim, "sharepid"),
-        false,
-        &shim.cgroup_parent("sharepid"),
-    );
-    let set_pid =
-        |opts: &mut Option<cri_proto::v1::NamespaceOption>, mode: NamespaceMode, target: &str| {
-            let o = opts.get_or_insert_with(Default::default);
-            o.pid = mode as i32;
-            o.target_id = target.to_string();
-        };
-    set_pid(
-        &mut pod
-            .linux
-            .as_mut()
-            .expect("linux")
-            .security_context
-            .as_mut()
-            .expect("sc")
-            .namespace_options,
-        NamespaceMode::Pod,
-        "",
-    );
-    let pod_id = cri::run_pod(&mut c, &pod).await;
-    let with_pid = |name: &str, cmd: &[&str], mode: NamespaceMode, target: &str| {
-        let mut cfg = cri::container(name, "busybox", cmd);
-        set_pid(
-            &mut cfg
-                .linux
-                .as_mut()
-                .expect("linux")
-                .security_context
-                .as_mut()
-                .expect("sc")
-                .namespace_options,
-            mode,
-            target,
-        );
-        cfg
-    };
-    let a = cri::create(
-        &mut c,
-        &pod_id,
-        &pod,
-        with_pid("a", &["sleep", "301"], NamespaceMode::Pod, ""),
-    )
-    .await;
-    cri::start(&mut c, &a).await;
-    let b = cri::create(
-        &mut c,
-        &pod_id,
-        &pod,
-        with_pid("b", &["sleep", "302"], NamespaceMode::Pod, ""),
-    )
-    .await;
-    cri::start(&mut c, &b).await;
-    let ps = |id: &str| ExecSyncRequest {
-        container_id: id.to_string(),
-        cmd: vec!["ps".into()],
-        timeout: 10,
-    };
-    let out = String::from_utf8_lossy(&c.exec_sync(ps(&b)).await.expect("ps").into_inner().stdout)
-        .into_owned();
-    assert!(
-        out.contains("sleep 301") && out.contains("sleep 302"),
-        "POD mode must share processes:\n{out}"
-    );
-
-    // TARGET joins one container's namespace; CONTAINER sees only itself.
-    let t = cri::create(
-        &mut c,
-        &pod_id,
-        &pod,
-        with_pid("t", &["sleep", "303"], NamespaceMode::Target, &a),
-    )
-    .await;
-    cri::start(&mut c, &t).await;
-    let out = String::from_utf8_lossy(&c.exec_sync(ps(&t)).await.expect("ps").into_inner().stdout)
-        .into_owned();
-    assert!(
-        out.contains("sleep 301") && out.contains("sleep 303"),
-        "TARGET must see its target:\n{out}"
-    );
-    let own = cri::create(
-        &mut c,
-        &pod_id,
-        &pod,
-        with_pid("own", &["sleep", "304"], NamespaceMode::Container, ""),
-    )
-    .await;
-    cri::start(&mut c, &own).await;
-    let out =
-        String::from_utf8_lossy(&c.exec_sync(ps(&own)).await.expect("ps").into_inner().stdout)
-            .into_owned();
-    assert!(
-        out.contains("sleep 304") && !out.contains("sleep 301"),
-        "CONTAINER must be alone:\n{out}"
-    );
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

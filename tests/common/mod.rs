@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 pub mod agent;
 pub mod containerd;
+pub mod rt;
 
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::{Image, ImageSpec, ImageStatusRequest, ListImagesRequest};

@@ -1,0 +1,57 @@
+//! Shared set-up of the runtime end-to-end tests (shim + CRI client).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::cri::{self, Client};
+use super::{Shim, test_images};
+
+/// A started shim with the busybox image, and a client.
+pub async fn ready_shim() -> (Shim, Client) {
+    let shim = Shim::start();
+    shim.import(&test_images().busybox_layout);
+    let client = cri::client(&shim.socket()).await;
+    (shim, client)
+}
+
+/// Runs a pod-network pod with its own log dir and test cgroup parent.
+pub async fn new_pod(
+    shim: &Shim,
+    c: &mut Client,
+    name: &str,
+) -> (cri_proto::v1::PodSandboxConfig, String) {
+    let pod = cri::pod(name, &logs(shim, name), false, &shim.cgroup_parent(name));
+    let pod_id = cri::run_pod(c, &pod).await;
+    (pod, pod_id)
+}
+
+pub fn logs(shim: &Shim, pod: &str) -> PathBuf {
+    shim.dir.path().join("pods").join(pod)
+}
+
+pub async fn wait_log(path: &std::path::Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never contained {needle:?}:\n{text}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {
+    let p = PathBuf::from("/sys/fs/cgroup")
+        .join(controller)
+        .join(cgroup.trim_start_matches('/'))
+        .join(file);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+        .trim()
+        .to_string()
+}

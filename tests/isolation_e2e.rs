@@ -1,0 +1,222 @@
+//! End-to-end: what keeps pods and containers apart on the real `picolet
+//! shim`: per-pod namespaces, PID namespace modes, the RuntimeDefault seccomp
+//! profile. Root.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cri;
+use common::rt::{logs, new_pod, ready_shim, wait_log};
+use cri_proto::v1::{ContainerState, ExecSyncRequest, ListPodSandboxRequest};
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_pods_get_their_own_namespaces() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let mut pods = Vec::new();
+    for name in ["alpha", "beta"] {
+        let pod = cri::pod(name, &logs(&shim, name), false, &shim.cgroup_parent(name));
+        let pod_id = cri::run_pod(&mut c, &pod).await;
+        let cmd = "hostname; cat /proc/net/dev | grep -c :; sleep 60";
+        let id = cri::create(
+            &mut c,
+            &pod_id,
+            &pod,
+            cri::container("app", "busybox", &["sh", "-c", cmd]),
+        )
+        .await;
+        cri::start(&mut c, &id).await;
+        pods.push((name, pod_id, id));
+    }
+    for (name, _, _) in &pods {
+        let log = wait_log(&logs(&shim, name).join("app/0.log"), "stdout F 1").await;
+        assert!(log.contains(&format!("stdout F {name}")), "hostname: {log}");
+    }
+    // Both are listed, filterable by label and by sandbox.
+    let listed = c
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    assert_eq!(listed.len(), 2);
+    for (_, pod_id, _) in &pods {
+        cri::teardown(&mut c, pod_id).await;
+    }
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seccomp_runtime_default_is_enforced() {
+    require_root!();
+    use cri_proto::v1::{SecurityProfile, security_profile::ProfileType};
+    let (shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "seccomp").await;
+    // unshare(CLONE_NEWUSER) needs no capability, so only seccomp stops it.
+    let cmd = "echo alive; if unshare -U true; then echo escaped; else echo blocked; fi";
+    for (name, profile, want) in [
+        ("confined", ProfileType::RuntimeDefault, "blocked"),
+        ("free", ProfileType::Unconfined, "escaped"),
+    ] {
+        let mut cfg = cri::container(name, "busybox", &["sh", "-c", cmd]);
+        cfg.linux
+            .as_mut()
+            .expect("linux")
+            .security_context
+            .as_mut()
+            .expect("sc")
+            .seccomp = Some(SecurityProfile {
+            profile_type: profile as i32,
+            localhost_ref: String::new(),
+        });
+        let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+        cri::start(&mut c, &id).await;
+        let st = cri::wait_state(
+            &mut c,
+            &id,
+            ContainerState::ContainerExited,
+            Duration::from_secs(20),
+        )
+        .await;
+        let log = std::fs::read_to_string(&st.log_path).expect("log");
+        assert!(log.contains("stdout F alive"), "{name}: {log}");
+        assert!(
+            log.contains(&format!("stdout F {want}")),
+            "{name}: want {want}: {log}"
+        );
+    }
+    // A Localhost profile that is not a file is a clear InvalidArgument.
+    let mut cfg = cri::container("bad", "busybox", &["true"]);
+    cfg.linux
+        .as_mut()
+        .expect("linux")
+        .security_context
+        .as_mut()
+        .expect("sc")
+        .seccomp = Some(SecurityProfile {
+        profile_type: ProfileType::Localhost as i32,
+        localhost_ref: "/nonexistent/profile.json".into(),
+    });
+    let err = c
+        .create_container(cri_proto::v1::CreateContainerRequest {
+            pod_sandbox_id: pod_id.clone(),
+            config: Some(cfg),
+            sandbox_config: Some(pod.clone()),
+        })
+        .await
+        .expect_err("missing profile");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("localhost_ref"), "{}", err.message());
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pid_namespace_modes_pod_and_target_share_processes() {
+    require_root!();
+    use cri_proto::v1::NamespaceMode;
+    let (shim, mut c) = ready_shim().await;
+    let mut pod = cri::pod(
+        "sharepid",
+        &logs(&shim, "sharepid"),
+        false,
+        &shim.cgroup_parent("sharepid"),
+    );
+    let set_pid =
+        |opts: &mut Option<cri_proto::v1::NamespaceOption>, mode: NamespaceMode, target: &str| {
+            let o = opts.get_or_insert_with(Default::default);
+            o.pid = mode as i32;
+            o.target_id = target.to_string();
+        };
+    set_pid(
+        &mut pod
+            .linux
+            .as_mut()
+            .expect("linux")
+            .security_context
+            .as_mut()
+            .expect("sc")
+            .namespace_options,
+        NamespaceMode::Pod,
+        "",
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let with_pid = |name: &str, cmd: &[&str], mode: NamespaceMode, target: &str| {
+        let mut cfg = cri::container(name, "busybox", cmd);
+        set_pid(
+            &mut cfg
+                .linux
+                .as_mut()
+                .expect("linux")
+                .security_context
+                .as_mut()
+                .expect("sc")
+                .namespace_options,
+            mode,
+            target,
+        );
+        cfg
+    };
+    let a = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("a", &["sleep", "301"], NamespaceMode::Pod, ""),
+    )
+    .await;
+    cri::start(&mut c, &a).await;
+    let b = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("b", &["sleep", "302"], NamespaceMode::Pod, ""),
+    )
+    .await;
+    cri::start(&mut c, &b).await;
+    let ps = |id: &str| ExecSyncRequest {
+        container_id: id.to_string(),
+        cmd: vec!["ps".into()],
+        timeout: 10,
+    };
+    let out = String::from_utf8_lossy(&c.exec_sync(ps(&b)).await.expect("ps").into_inner().stdout)
+        .into_owned();
+    assert!(
+        out.contains("sleep 301") && out.contains("sleep 302"),
+        "POD mode must share processes:\n{out}"
+    );
+
+    // TARGET joins one container's namespace; CONTAINER sees only itself.
+    let t = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("t", &["sleep", "303"], NamespaceMode::Target, &a),
+    )
+    .await;
+    cri::start(&mut c, &t).await;
+    let out = String::from_utf8_lossy(&c.exec_sync(ps(&t)).await.expect("ps").into_inner().stdout)
+        .into_owned();
+    assert!(
+        out.contains("sleep 301") && out.contains("sleep 303"),
+        "TARGET must see its target:\n{out}"
+    );
+    let own = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        with_pid("own", &["sleep", "304"], NamespaceMode::Container, ""),
+    )
+    .await;
+    cri::start(&mut c, &own).await;
+    let out =
+        String::from_utf8_lossy(&c.exec_sync(ps(&own)).await.expect("ps").into_inner().stdout)
+            .into_owned();
+    assert!(
+        out.contains("sleep 304") && !out.contains("sleep 301"),
+        "CONTAINER must be alone:\n{out}"
+    );
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
