@@ -92,6 +92,11 @@ fn per_device(e: &Entry, f: fn(&DeviceIo) -> u64) -> Samples {
 }
 
 /// One sample per network interface.
+/// PSI (cgroup v2 only, as cAdvisor): no sample where the kernel has none.
+fn pressure(p: Option<cgroup::stats::Psi>, f: fn(&cgroup::stats::Psi) -> u64) -> Samples {
+    p.map(|p| one(f(&p) as f64 / 1e6)).unwrap_or_default()
+}
+
 fn per_interface(e: &Entry, f: fn(&NetIf) -> u64) -> Samples {
     e.network
         .iter()
@@ -308,6 +313,42 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
             |e| one(e.oom_events.max(e.stats.memory.oom_kill) as f64),
         ),
         (
+            "container_pressure_cpu_stalled_seconds_total",
+            "counter",
+            "Total time duration no tasks in the container could make progress due to CPU congestion.",
+            |e| pressure(e.stats.pressure.cpu, |p| p.full_us),
+        ),
+        (
+            "container_pressure_cpu_waiting_seconds_total",
+            "counter",
+            "Total time duration tasks in the container have waited due to CPU congestion.",
+            |e| pressure(e.stats.pressure.cpu, |p| p.some_us),
+        ),
+        (
+            "container_pressure_io_stalled_seconds_total",
+            "counter",
+            "Total time duration no tasks in the container could make progress due to IO congestion.",
+            |e| pressure(e.stats.pressure.io, |p| p.full_us),
+        ),
+        (
+            "container_pressure_io_waiting_seconds_total",
+            "counter",
+            "Total time duration tasks in the container have waited due to IO congestion.",
+            |e| pressure(e.stats.pressure.io, |p| p.some_us),
+        ),
+        (
+            "container_pressure_memory_stalled_seconds_total",
+            "counter",
+            "Total time duration no tasks in the container could make progress due to memory congestion.",
+            |e| pressure(e.stats.pressure.memory, |p| p.full_us),
+        ),
+        (
+            "container_pressure_memory_waiting_seconds_total",
+            "counter",
+            "Total time duration tasks in the container have waited due to memory congestion.",
+            |e| pressure(e.stats.pressure.memory, |p| p.some_us),
+        ),
+        (
             "container_processes",
             "gauge",
             "Number of processes running inside the container.",
@@ -417,9 +458,14 @@ pub fn render(snap: &Snapshot) -> String {
         entries.iter().map(|e| escaped(&e.labels)).collect();
     out.reserve(entries.len() * 8 * 1024);
     for (name, kind, help, get) in families() {
-        header(&mut out, name, kind, help);
+        // A family without samples (PSI on cgroup v1) is left out, as a
+        // Prometheus client leaves out a vector with no children.
+        let mut header_at = Some(out.len());
         for (e, base) in entries.iter().zip(&labels) {
             for (extra, v) in get(e) {
+                if header_at.take().is_some() {
+                    header(&mut out, name, kind, help);
+                }
                 out.push_str(name);
                 out.push('{');
                 write_labels(&mut out, base, &extra);
@@ -670,6 +716,10 @@ mod tests {
         stats.memory.working_set = 4096;
         stats.memory.limit = Some(16 << 20);
         stats.memory.oom_kill = 1;
+        stats.pressure.cpu = Some(cgroup::stats::Psi {
+            some_us: 2_500_000,
+            full_us: 500_000,
+        });
         let snap = Snapshot {
             machine: Machine {
                 cores: 2,
@@ -718,6 +768,10 @@ mod tests {
         ), "{text}");
         assert!(text.contains("container_spec_memory_limit_bytes{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 16777216 1700000123456\n"));
         assert!(text.contains("container_oom_events_total{container=\"web\","));
+        assert!(text.contains("# TYPE container_pressure_cpu_waiting_seconds_total counter\ncontainer_pressure_cpu_waiting_seconds_total{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 2.5 1700000123456\n"), "{text}");
+        assert!(text.contains("container_pressure_cpu_stalled_seconds_total{container=\"web\",id=\"/kubepods/podu/c1\",image=\"busybox:latest\",name=\"c1\",namespace=\"default\",pod=\"p-\\\"1\\\"\"} 0.5 1700000123456\n"));
+        // No PSI for memory and io here: no family at all.
+        assert!(!text.contains("container_pressure_memory"));
         assert!(text.contains("} 1 1700000123456\n"));
         assert!(text.contains("machine_cpu_cores{boot_id=\"b\",system_uuid=\"u\"} 2\n"));
         assert!(
@@ -728,7 +782,18 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         assert_eq!(types, helps);
-        assert_eq!(types, families().len() + 8);
+        // ... and at least one sample: families without any are left out.
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or("");
+                assert!(
+                    lines.get(i + 1).is_some_and(|n| n.starts_with(name)),
+                    "{name} has no samples"
+                );
+            }
+        }
+        assert!(types > 40, "{types} families");
         assert!(text.contains("\ncontainer_scrape_error 0\n"));
     }
 }

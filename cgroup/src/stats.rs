@@ -125,6 +125,43 @@ pub struct DeviceIo {
     pub writes: u64,
 }
 
+/// Pressure stall totals of one resource (µs): `some` — at least one task
+/// waited; `full` — no task could run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Psi {
+    pub some_us: u64,
+    pub full_us: u64,
+}
+
+/// PSI of a cgroup (v2 `cpu.pressure`, `memory.pressure`, `io.pressure`);
+/// `None` where the kernel has no such file (cgroup v1, no CONFIG_PSI).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub cpu: Option<Psi>,
+    pub memory: Option<Psi>,
+    pub io: Option<Psi>,
+}
+
+/// Parses a `*.pressure` file: `some avg10=… total=N` and (mostly) a `full`
+/// line. `None` for an empty or unreadable file.
+pub fn psi(text: &str) -> Option<Psi> {
+    let mut out = None;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let kind = words.next()?;
+        let total = words
+            .find_map(|w| w.strip_prefix("total="))
+            .and_then(|v| v.parse::<u64>().ok())?;
+        let p: &mut Psi = out.get_or_insert_with(Psi::default);
+        match kind {
+            "some" => p.some_us = total,
+            "full" => p.full_us = total,
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Everything for one cgroup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -132,6 +169,7 @@ pub struct Stats {
     pub memory: Memory,
     pub pids: Pids,
     pub io: Io,
+    pub pressure: Pressure,
 }
 
 fn num(s: &str) -> u64 {
@@ -386,6 +424,11 @@ impl Hierarchy {
                         limit: limit(&read(&d, "pids.max")),
                     },
                     io: io_v2(&read(&d, "io.stat")),
+                    pressure: Pressure {
+                        cpu: psi(&read(&d, "cpu.pressure")),
+                        memory: psi(&read(&d, "memory.pressure")),
+                        io: psi(&read(&d, "io.pressure")),
+                    },
                 })
             }
             Hierarchy::V1(mounts) => {
@@ -434,6 +477,7 @@ impl Hierarchy {
                         &read(&blkio, "blkio.throttle.io_service_bytes"),
                         &read(&blkio, "blkio.throttle.io_serviced"),
                     ),
+                    pressure: Pressure::default(),
                 })
             }
         }
@@ -443,6 +487,29 @@ impl Hierarchy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pressure_files() {
+        // Recorded from Linux 6.18 (cgroup v2 cpu.pressure, io.pressure).
+        let cpu = "some avg10=0.00 avg60=0.12 avg300=0.05 total=1234567\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=89012\n";
+        assert_eq!(
+            psi(cpu),
+            Some(Psi {
+                some_us: 1_234_567,
+                full_us: 89_012
+            })
+        );
+        // Older kernels' system-wide cpu file has no full line.
+        assert_eq!(
+            psi("some avg10=1.00 avg60=0.50 avg300=0.10 total=42\n"),
+            Some(Psi {
+                some_us: 42,
+                full_us: 0
+            })
+        );
+        assert_eq!(psi(""), None);
+        assert_eq!(psi("some avg10=x\n"), None);
+    }
 
     // Recorded from Linux 6.1 (cgroup v1, a busybox container).
     const V1_MEMORY_STAT: &str = "cache 1216512\nrss 413696\nrss_huge 0\nshmem 0\nmapped_file 0\n\

@@ -142,6 +142,9 @@ cg=$(ls -d /sys/fs/cgroup/kubepods/burstable/pod*/"$id"* 2>/dev/null | head -1)
 [ "$(cat "$cg/cpu.max" 2>/dev/null)" = "20000 100000" ] && ok cpu.max || fail cpu.max "$(cat "$cg/cpu.max" 2>&1)"
 m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep '^container_memory_working_set_bytes{container="httpd"')
 [ -n "$m" ] && ok cadvisor-v2 || fail cadvisor-v2 "no httpd working set"
+# PSI (v2 only): cAdvisor's pressure counters for the container.
+m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep -c '^container_pressure_\(cpu\|memory\|io\)_\(stalled\|waiting\)_seconds_total{container="httpd"')
+[ "$m" = 6 ] && ok cadvisor-psi || fail cadvisor-psi "$m of 6 pressure series for httpd"
 pods() { wget -qO- http://127.0.0.1:10250/pods 2>/dev/null; }
 wget -qO- http://127.0.0.1:10250/stats/summary 2>/dev/null | grep -q '"name":"hello-vm"' \
   && ok stats-summary || fail stats-summary "no hello-vm in /stats/summary"
