@@ -32,7 +32,7 @@ cleanup() {
   [ -n "${CTRD:-}" ] && kill "$CTRD" 2>/dev/null || true
   wait 2>/dev/null || true
   pgrep -f "containerd-shim.*$W" | xargs -r kill -9 2>/dev/null || true
-  cat /sys/fs/cgroup/*/picolet-footprint/*/*/*/cgroup.procs 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
+  find /sys/fs/cgroup/*/picolet-footprint -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
   sleep 0.5
   grep " $W" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   for h in /sys/fs/cgroup/*/picolet-footprint /sys/fs/cgroup/*/picolet-bench; do

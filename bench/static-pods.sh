@@ -23,7 +23,7 @@ W=$(mktemp -d /var/tmp/picolet-pod-bench.XXXXXX)
 cleanup() {
   [ -n "${UP:-}" ] && kill "$UP" 2>/dev/null || true
   wait 2>/dev/null || true
-  cat /sys/fs/cgroup/*/picolet-bench-pods/*/*/*/cgroup.procs 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
+  find /sys/fs/cgroup/*/picolet-bench-pods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
   sleep 0.5
   grep " $W" /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   for h in /sys/fs/cgroup/*/picolet-bench-pods; do [ -d "$h" ] && find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null; done
