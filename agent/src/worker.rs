@@ -19,6 +19,9 @@ use crate::qos::{self, Qos};
 use crate::status::{self, Waiting};
 use crate::{Shared, hooks, volumes};
 
+mod stop;
+use stop::Stop;
+
 /// kubelet's minimum grace after a preStop hook used up the period.
 const MIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -68,16 +71,6 @@ pub struct Worker {
     start_recorded: bool,
     /// This worker started a container.
     started_any: bool,
-}
-
-/// A container to stop, the `Killing` event's message, and a grace period
-/// other than the pod's (a failed probe's own).
-type Stop<'a> = (&'a ObservedContainer, String, Option<Duration>);
-
-fn stopping<'a>(list: &[&'a ObservedContainer]) -> Vec<Stop<'a>> {
-    list.iter()
-        .map(|c| (*c, format!("Stopping container {}", c.name), None))
-        .collect()
 }
 
 /// Starts a worker that only terminates pod `uid`, which no source defines
@@ -656,91 +649,6 @@ impl Worker {
                 }
             }
         }
-    }
-
-    /// Stops containers in parallel, each with its preStop hook and the
-    /// pod's grace period (or the one given).
-    /// Stops a pod's containers: the app (and regular init) containers
-    /// together, then the sidecars one by one in reverse order (KEP-753), so
-    /// a log shipper or proxy outlives what it serves.
-    async fn kill_pod_containers(&self, live: &[&ObservedContainer]) {
-        let inits = self
-            .pod
-            .as_ref()
-            .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.init_containers.as_deref())
-            .unwrap_or(&[]);
-        let sidecar_rank = |c: &ObservedContainer| {
-            inits
-                .iter()
-                .position(|i| i.name == c.name && plan::is_sidecar(i))
-        };
-        let (mut sidecars, apps): (Vec<&ObservedContainer>, Vec<&ObservedContainer>) =
-            live.iter().partition(|c| sidecar_rank(c).is_some());
-        if !apps.is_empty() {
-            self.kill_containers(&stopping(&apps)).await;
-        }
-        sidecars.sort_by_key(|c| std::cmp::Reverse(sidecar_rank(c)));
-        for c in sidecars {
-            self.kill_containers(&stopping(&[c])).await;
-        }
-    }
-
-    async fn kill_containers(&self, list: &[Stop<'_>]) {
-        let mut set = tokio::task::JoinSet::new();
-        for (c, why, own_grace) in list {
-            let grace = own_grace.unwrap_or_else(|| self.grace());
-            let spec_c = self.pod.as_ref().and_then(|p| {
-                let s = p.spec.as_ref()?;
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-                    .find(|x| x.name == c.name)
-                    .cloned()
-            });
-            let grace = if self.pod.is_some() {
-                grace
-            } else {
-                // Orphan: the grace its container was created with.
-                self.shared.orphan_grace(&c.id).unwrap_or(grace)
-            };
-            self.event(Some(&c.name), "Normal", "Killing", why);
-            let cri = self.shared.cri.clone();
-            let shared = self.shared.clone();
-            let obj = self.obj.clone();
-            let id = c.id.clone();
-            let running = c.state == State::Running;
-            let pod_ip = self.pod_ip_hint();
-            set.spawn(async move {
-                let started = std::time::Instant::now();
-                if running
-                    && let Some(sc) = &spec_c
-                    && let Some(h) = sc.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
-                    && let Err(e) = hooks::run(&cri, h, sc, &id, &pod_ip, grace).await
-                {
-                    let mut o = obj.clone();
-                    o.field_path = format!("spec.containers{{{}}}", sc.name);
-                    shared.event(&o, "Warning", "FailedPreStopHook", &e);
-                }
-                let left = grace.saturating_sub(started.elapsed());
-                let left = if left < MIN_GRACE && !grace.is_zero() {
-                    MIN_GRACE
-                } else {
-                    left
-                };
-                if let Err(e) = cri.stop_container(&id, left).await {
-                    tracing::warn!(container = %id, "stop: {e}");
-                }
-            });
-        }
-        while set.join_next().await.is_some() {}
-    }
-
-    fn pod_ip_hint(&self) -> String {
-        self.shared
-            .status_of(&self.uid)
-            .and_then(|p| p.status.and_then(|s| s.pod_ip))
-            .unwrap_or_default()
     }
 
     /// kubelet's container GC with MaxPerPodContainer = 1: per container

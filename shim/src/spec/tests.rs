@@ -1,0 +1,195 @@
+use super::*;
+use cri_proto::v1::{
+    Capability, KeyValue, LinuxContainerConfig, LinuxContainerResources,
+    LinuxContainerSecurityContext,
+};
+
+fn image(entrypoint: &[&str], cmd: &[&str], env: &[&str], user: &str) -> ImageConfiguration {
+    serde_json::from_value(json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": entrypoint, "Cmd": cmd, "Env": env, "User": user, "WorkingDir": "/srv"},
+        "rootfs": {"type": "layers", "diff_ids": []},
+    }))
+    .expect("image config")
+}
+
+fn config(command: &[&str], args: &[&str]) -> ContainerConfig {
+    ContainerConfig {
+        command: command.iter().map(|s| s.to_string()).collect(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn command_and_args_follow_cri_precedence() {
+    let img = image(&["/entry"], &["default-arg"], &[], "");
+    let cases: [(&[&str], &[&str], &[&str]); 4] = [
+        (&[], &[], &["/entry", "default-arg"]),
+        (&[], &["x"], &["/entry", "x"]),
+        (&["/bin/sh"], &[], &["/bin/sh"]),
+        (&["/bin/sh"], &["-c", "true"], &["/bin/sh", "-c", "true"]),
+    ];
+    for (command, args, want) in cases {
+        assert_eq!(
+            process_args(&config(command, args), &img),
+            want,
+            "command {command:?} args {args:?}"
+        );
+    }
+}
+
+#[test]
+fn env_image_then_cri_with_path_and_hostname() {
+    let img = image(&[], &["sh"], &["A=image", "B=image"], "");
+    let mut c = config(&[], &[]);
+    c.envs = vec![
+        KeyValue {
+            key: "B".into(),
+            value: "cri".into(),
+        },
+        KeyValue {
+            key: "C".into(),
+            value: "x=y".into(),
+        },
+    ];
+    let env = process_env(&c, &img, "pod-1");
+    assert_eq!(env[0], DEFAULT_PATH);
+    for want in ["HOSTNAME=pod-1", "A=image", "B=cri", "C=x=y"] {
+        assert!(
+            env.contains(&want.to_string()),
+            "{want} missing from {env:?}"
+        );
+    }
+    assert!(!env.contains(&"B=image".to_string()));
+}
+
+#[test]
+fn capabilities_add_drop_and_all() {
+    let caps = capabilities(
+        &["NET_ADMIN".into()],
+        &["CAP_KILL".into(), "mknod".into()],
+        false,
+        u64::MAX,
+    )
+    .expect("ok");
+    assert!(caps.contains(&"CAP_NET_ADMIN".to_string()));
+    assert!(!caps.contains(&"CAP_KILL".to_string()) && !caps.contains(&"CAP_MKNOD".to_string()));
+    assert_eq!(
+        capabilities(&[], &["ALL".into()], false, u64::MAX).expect("ok"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        capabilities(&["ALL".into()], &[], false, u64::MAX)
+            .expect("ok")
+            .len(),
+        ALL_CAPS.len()
+    );
+    assert_eq!(
+        capabilities(&[], &[], true, u64::MAX).expect("ok").len(),
+        ALL_CAPS.len()
+    );
+    // Privileged gets what the shim holds: here all but CAP_SYS_RESOURCE (24).
+    let held = capabilities(&[], &[], true, ((1 << 41) - 1) & !(1 << 24)).expect("ok");
+    assert_eq!(held.len(), ALL_CAPS.len() - 1);
+    assert!(!held.contains(&"CAP_SYS_RESOURCE".to_string()));
+    assert!(held.contains(&"CAP_CHECKPOINT_RESTORE".to_string()));
+    assert!(capabilities(&["CAP_FLY".into()], &[], false, u64::MAX).is_err());
+}
+
+fn spec_for(c: &ContainerConfig, img: &ImageConfiguration, min_oom: i64) -> Result<Spec, Error> {
+    let sb = SandboxView {
+        hostname: "h".into(),
+        shm: "/dev/shm".into(),
+        ..Default::default()
+    };
+    build(&SpecInput {
+        id: "abc",
+        config: c,
+        image: img,
+        sandbox: &sb,
+        rootfs: Path::new("/r"),
+        passwd: Some("root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/:/bin/sh\n"),
+        group: Some("root:x:0:\napp:x:1000:\nextra:x:7:app\n"),
+        devices: &[],
+        min_oom_score_adj: min_oom,
+        cap_bounding: u64::MAX,
+        localhost_seccomp: None,
+    })
+}
+
+#[test]
+fn spec_user_oom_clamp_paths_and_cgroup() {
+    let img = image(&[], &["sh"], &[], "app");
+    let mut c = config(&[], &[]);
+    c.linux = Some(LinuxContainerConfig {
+        resources: Some(LinuxContainerResources {
+            oom_score_adj: -997,
+            memory_limit_in_bytes: 1 << 20,
+            ..Default::default()
+        }),
+        security_context: Some(LinuxContainerSecurityContext {
+            readonly_rootfs: true,
+            capabilities: Some(Capability {
+                drop_capabilities: vec!["ALL".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    });
+    let spec = spec_for(&c, &img, 0).expect("spec");
+    let v = serde_json::to_value(&spec).expect("json");
+    assert_eq!(v["process"]["user"]["uid"], 1000);
+    assert_eq!(v["process"]["user"]["additionalGids"], json!([7]));
+    assert_eq!(v["process"]["cwd"], "/srv");
+    assert_eq!(
+        v["process"]["oomScoreAdj"], 0,
+        "clamped to the runtime's own value"
+    );
+    assert_eq!(v["root"]["readonly"], true);
+    assert_eq!(v["linux"]["cgroupsPath"], "/picolet/abc");
+    assert_eq!(v["linux"]["resources"]["memory"]["limit"], 1 << 20);
+    assert_eq!(
+        v["linux"]["maskedPaths"].as_array().map(Vec::len),
+        Some(MASKED_PATHS.len())
+    );
+    assert_eq!(v["process"]["capabilities"]["bounding"], json!([]));
+    assert!(v["linux"]["seccomp"].is_null());
+}
+
+#[test]
+fn runtime_default_seccomp_lands_in_the_spec_but_not_for_privileged() {
+    use cri_proto::v1::{SecurityProfile, security_profile::ProfileType};
+    let img = image(&[], &["sh"], &[], "");
+    let mut c = config(&[], &[]);
+    let sc = LinuxContainerSecurityContext {
+        seccomp: Some(SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        }),
+        ..Default::default()
+    };
+    c.linux = Some(LinuxContainerConfig {
+        security_context: Some(sc.clone()),
+        ..Default::default()
+    });
+    let v = serde_json::to_value(spec_for(&c, &img, -1000).expect("spec")).expect("json");
+    assert_eq!(v["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ERRNO");
+    c.linux = Some(LinuxContainerConfig {
+        security_context: Some(LinuxContainerSecurityContext {
+            privileged: true,
+            ..sc
+        }),
+        ..Default::default()
+    });
+    let v = serde_json::to_value(spec_for(&c, &img, -1000).expect("spec")).expect("json");
+    assert!(v["linux"]["seccomp"].is_null());
+    assert_eq!(v["linux"]["maskedPaths"], json!([]));
+}
+
+#[test]
+fn no_command_at_all_is_invalid() {
+    let img = image(&[], &[], &[], "");
+    let err = spec_for(&config(&[], &[]), &img, 0).expect_err("no command");
+    assert!(err.to_string().contains("command"), "{err}");
+}
