@@ -151,6 +151,14 @@ pub fn is_sidecar(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
+/// The pod's sidecars, in init order.
+pub fn sidecars(spec: &k8s_openapi::api::core::v1::PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .filter(|c| is_sidecar(c))
+}
+
 /// Kill and restart for a running container whose definition changed or
 /// whose liveness/startup probe failed; `None` when it is fine.
 fn replace(

@@ -240,7 +240,7 @@ impl PodProbes {
         let c = spec
             .containers
             .iter()
-            .chain(sidecars(spec))
+            .chain(crate::plan::sidecars(spec))
             .find(|c| c.name == name)?;
         Some((kind, kind.of(c).and_then(|p| Params::of(p, kind).grace)))
     }
@@ -258,7 +258,7 @@ impl PodProbes {
             return;
         };
         let mut keep: Vec<String> = Vec::new();
-        for c in spec.containers.iter().chain(sidecars(spec)) {
+        for c in spec.containers.iter().chain(crate::plan::sidecars(spec)) {
             if Kind::ALL.iter().all(|k| k.of(c).is_none()) {
                 continue;
             }
@@ -371,14 +371,4 @@ impl PodProbes {
             tasks,
         }
     }
-}
-
-/// The pod's sidecars (restartable init containers): probed like apps.
-fn sidecars(
-    spec: &k8s_openapi::api::core::v1::PodSpec,
-) -> impl Iterator<Item = &k8s_openapi::api::core::v1::Container> {
-    spec.init_containers
-        .iter()
-        .flatten()
-        .filter(|c| crate::plan::is_sidecar(c))
 }
