@@ -87,6 +87,37 @@ async fn seccomp_runtime_default_is_enforced() {
             "{name}: want {want}: {log}"
         );
     }
+    // A process exec'd into a confined container is confined too (libcontainer
+    // applies seccomp only with libseccomp, which we do not link: our exec
+    // path must install the filter itself).
+    let mut cfg = cri::container("long", "busybox", &["sleep", "60"]);
+    cfg.linux
+        .as_mut()
+        .expect("linux")
+        .security_context
+        .as_mut()
+        .expect("sc")
+        .seccomp = Some(SecurityProfile {
+        profile_type: ProfileType::RuntimeDefault as i32,
+        localhost_ref: String::new(),
+    });
+    let long = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &long).await;
+    let out = c
+        .exec_sync(ExecSyncRequest {
+            container_id: long.clone(),
+            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+            timeout: 10,
+        })
+        .await
+        .expect("exec")
+        .into_inner();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "alive\nblocked\n",
+        "exec'd process not confined: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A Localhost profile that is not a file is a clear InvalidArgument.
     let mut cfg = cri::container("bad", "busybox", &["true"]);
     cfg.linux
@@ -109,6 +140,60 @@ async fn seccomp_runtime_default_is_enforced() {
         .expect_err("missing profile");
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("localhost_ref"), "{}", err.message());
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exec_runs_as_the_container_does() {
+    require_root!();
+    use cri_proto::v1::{Int64Value, SecurityProfile, security_profile::ProfileType};
+    let (shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "execid").await;
+    let mut cfg = cri::container("app", "busybox", &["sleep", "60"]);
+    cfg.working_dir = "/tmp".into();
+    let sc = cfg
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .expect("sc");
+    sc.run_as_user = Some(Int64Value { value: 1000 });
+    sc.run_as_group = Some(Int64Value { value: 2000 });
+    sc.supplemental_groups = vec![3000];
+    sc.seccomp = Some(SecurityProfile {
+        profile_type: ProfileType::RuntimeDefault as i32,
+        localhost_ref: String::new(),
+    });
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    // The container's init is PID 1 of its own PID namespace.
+    let script = "pwd; for p in 1 self; do \
+        grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/$p/status; \
+        echo --; done";
+    let out = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), script.into()],
+            timeout: 10,
+        })
+        .await
+        .expect("exec")
+        .into_inner();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let parts: Vec<&str> = text.split("--\n").collect();
+    assert_eq!(
+        parts.len(),
+        3,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (cwd, init) = parts[0].split_once('\n').expect("pwd line");
+    assert_eq!(cwd, "/tmp", "{text}");
+    assert!(init.contains("Uid:\t1000\t1000\t1000\t1000"), "{text}");
+    assert!(init.contains("Gid:\t2000\t2000\t2000\t2000"), "{text}");
+    assert!(init.contains("Groups:\t3000"), "{text}");
+    assert!(init.contains("Seccomp:\t2"), "{text}");
+    assert_eq!(init, parts[1], "exec'd process differs from the init");
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

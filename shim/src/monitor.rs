@@ -351,6 +351,14 @@ pub fn proc_start_time(pid: i32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// The spec a created container was made from (its bundle's config.json).
+fn container_spec(args: &ExecArgs) -> Result<oci_spec::runtime::Spec, String> {
+    let container = libcontainer::container::Container::load(args.state_root.join(&args.id))
+        .map_err(|e| format!("load container {}: {e}", args.id))?;
+    let config = container.bundle().join("config.json");
+    oci_spec::runtime::Spec::load(&config).map_err(|e| format!("load {}: {e}", config.display()))
+}
+
 /// Runs a command in a running container; returns our exit code.
 pub fn exec(args: ExecArgs) -> i32 {
     let stdout = std::io::stdout().as_fd().try_clone_to_owned();
@@ -360,15 +368,40 @@ pub fn exec(args: ExecArgs) -> i32 {
         eprintln!("picolet monitor exec: cannot set up stdio");
         return 126;
     };
+    let spec = match container_spec(&args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("picolet monitor exec: {e}");
+            return 126;
+        }
+    };
+    // The container's seccomp filters apply to what runs in it later too;
+    // libcontainer (without libseccomp) would exec it unconfined.
+    let filters = match seccomp_filters(&spec) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("picolet monitor exec: {e}");
+            return 126;
+        }
+    };
+    // As runc exec: the container's user, groups and working directory
+    // (libcontainer's tenant defaults are uid 0, gid 0 and /).
+    let process = spec.process().clone().unwrap_or_default();
+    let user = process.user();
     let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
         .with_root_path(&args.state_root)
         .map(|b| {
             b.with_stdin(devnull)
                 .with_stdout(stdout)
                 .with_stderr(stderr)
+                .with_executor(crate::seccomp::SeccompExecutor { filters })
         })
         .and_then(|b| {
             b.as_tenant()
+                .with_user(Some(user.uid()))
+                .with_group(Some(user.gid()))
+                .with_additional_gids(user.additional_gids().clone().unwrap_or_default())
+                .with_cwd(Some(process.cwd()))
                 .with_container_args(args.cmd.clone())
                 .with_detach(true)
                 .build()
