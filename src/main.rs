@@ -70,10 +70,14 @@ enum MonitorCommand {
     },
     /// Run a command in a running container (ExecSync).
     Exec {
+        /// The container's bundle (config.json).
         #[arg(long)]
-        id: String,
+        bundle: PathBuf,
+        /// The container's init process, and its start time (clock ticks).
         #[arg(long)]
-        state_root: PathBuf,
+        pid: i32,
+        #[arg(long)]
+        start_time: Option<u64>,
         #[arg(long)]
         timeout_ms: Option<u64>,
         #[arg(last = true, required = true)]
@@ -237,13 +241,15 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
         }),
         MonitorCommand::PodInit { sandbox: _ } => shim::pod_init::run(),
         MonitorCommand::Exec {
-            id,
-            state_root,
+            bundle,
+            pid,
+            start_time,
             timeout_ms,
             cmd,
-        } => shim::monitor::exec(shim::monitor::ExecArgs {
-            id,
-            state_root,
+        } => shim::nsexec::exec(shim::nsexec::ExecArgs {
+            bundle,
+            pid,
+            start_time,
             timeout: timeout_ms.map(std::time::Duration::from_millis),
             cmd,
         }),

@@ -152,6 +152,13 @@ async fn an_exec_runs_as_the_container_does() {
     let (pod, pod_id) = new_pod(&shim, &mut c, "execid").await;
     let mut cfg = cri::container("app", "busybox", &["sleep", "60"]);
     cfg.working_dir = "/tmp".into();
+    // kubelet's score for a Burstable container: only raising is allowed here.
+    cfg.linux
+        .as_mut()
+        .expect("linux")
+        .resources
+        .get_or_insert_with(Default::default)
+        .oom_score_adj = 937;
     let sc = cfg
         .linux
         .as_mut()
@@ -167,8 +174,11 @@ async fn an_exec_runs_as_the_container_does() {
     let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
     cri::start(&mut c, &id).await;
     // The container's init is PID 1 of its own PID namespace.
+    // Namespaces, cgroups, credentials, confinement and OOM score: the same.
     let script = "pwd; for p in 1 self; do \
-        grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/$p/status; \
+        grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|SigBlk|SigIgn):' /proc/$p/status; \
+        for n in cgroup ipc mnt net pid uts; do readlink /proc/$p/ns/$n; done; \
+        cat /proc/$p/cgroup /proc/$p/oom_score_adj; \
         echo --; done";
     let out = c
         .exec_sync(ExecSyncRequest {
@@ -193,6 +203,10 @@ async fn an_exec_runs_as_the_container_does() {
     assert!(init.contains("Gid:\t2000\t2000\t2000\t2000"), "{text}");
     assert!(init.contains("Groups:\t3000"), "{text}");
     assert!(init.contains("Seccomp:\t2"), "{text}");
+    // Started as a fresh process: no signal ignored or blocked (the picolet
+    // binary ignores SIGPIPE, as every Rust program).
+    assert!(init.contains("SigIgn:\t0000000000000000"), "{text}");
+    assert!(init.contains("SigBlk:\t0000000000000000"), "{text}");
     assert_eq!(init, parts[1], "exec'd process differs from the init");
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();

@@ -121,6 +121,23 @@ async fn exec_sync_returns_output_and_exit_code_and_enforces_its_timeout() {
     assert_eq!(r.exit_code, 5);
     assert_eq!(String::from_utf8_lossy(&r.stdout), "hi\nexec\n");
     assert_eq!(String::from_utf8_lossy(&r.stderr), "oops\n");
+    // A command the image lacks: 127 and why, as a shell would say it.
+    let r = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["no-such-command".into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(r.exit_code, 127);
+    assert!(
+        String::from_utf8_lossy(&r.stderr)
+            .contains("\"no-such-command\": executable file not found"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
 
     let t0 = Instant::now();
     let err = c

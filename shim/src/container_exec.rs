@@ -9,7 +9,7 @@ use cri_proto::v1::ContainerState;
 use tokio::io::AsyncReadExt;
 
 use crate::error::Error;
-use crate::monitor::EXEC_TIMEOUT_CODE;
+use crate::nsexec::EXEC_TIMEOUT_CODE;
 use crate::runtime::Runtime;
 
 /// Output cap of ExecSync, as kubelet.
@@ -32,9 +32,19 @@ impl Runtime {
         if cmd.is_empty() {
             return Err(Error::InvalidArgument("cmd: must not be empty".into()));
         }
+        let (Some(pid), start_time) = (rec.init_pid, rec.init_start_time) else {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} has no init process"
+            )));
+        };
         let mut c = tokio::process::Command::new(&self.monitor_bin);
-        c.args(["monitor", "exec", "--id", id, "--state-root"])
-            .arg(self.libcontainer_root());
+        c.args(["monitor", "exec", "--bundle"])
+            .arg(rec.dir.join("bundle"))
+            .arg("--pid")
+            .arg(pid.to_string());
+        if let Some(t) = start_time {
+            c.arg("--start-time").arg(t.to_string());
+        }
         if timeout > 0 {
             c.arg("--timeout-ms").arg((timeout * 1000).to_string());
         }

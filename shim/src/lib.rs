@@ -18,6 +18,7 @@ mod image_service;
 mod import_service;
 pub mod monitor;
 mod namespaces;
+pub mod nsexec;
 mod pidfd;
 pub mod pod_init;
 mod runtime;

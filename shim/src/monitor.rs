@@ -19,7 +19,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use cri_proto::log::{LineSplitter, Stream};
 use libcontainer::container::builder::ContainerBuilder;
@@ -48,15 +48,6 @@ pub struct MonitorArgs {
     pub cgroup: String,
 }
 
-/// Arguments of `picolet monitor exec`.
-#[derive(Debug, Clone)]
-pub struct ExecArgs {
-    pub id: String,
-    pub state_root: PathBuf,
-    pub timeout: Option<Duration>,
-    pub cmd: Vec<String>,
-}
-
 /// The handshake line the monitor prints once the container is created.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handshake {
@@ -64,9 +55,6 @@ pub struct Handshake {
     pub start_time: Option<u64>,
     pub error: Option<String>,
 }
-
-/// Exit code `monitor exec` uses when it killed the process on timeout.
-pub const EXEC_TIMEOUT_CODE: i32 = 124 + 128;
 
 fn say(h: &Handshake) {
     let mut out = std::io::stdout().lock();
@@ -161,7 +149,9 @@ pub fn run(args: MonitorArgs) -> i32 {
     }
 }
 
-fn seccomp_filters(spec: &oci_spec::runtime::Spec) -> Result<Vec<seccompiler::BpfProgram>, String> {
+pub(crate) fn seccomp_filters(
+    spec: &oci_spec::runtime::Spec,
+) -> Result<Vec<seccompiler::BpfProgram>, String> {
     match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
         Some(profile) => crate::seccomp::compile(profile),
         None => Ok(Vec::new()),
@@ -349,87 +339,4 @@ pub fn proc_start_time(pid: i32) -> Option<u64> {
     // The command name may contain spaces: fields start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split(' ').nth(19)?.parse().ok()
-}
-
-/// The spec a created container was made from (its bundle's config.json).
-fn container_spec(args: &ExecArgs) -> Result<oci_spec::runtime::Spec, String> {
-    let container = libcontainer::container::Container::load(args.state_root.join(&args.id))
-        .map_err(|e| format!("load container {}: {e}", args.id))?;
-    let config = container.bundle().join("config.json");
-    oci_spec::runtime::Spec::load(&config).map_err(|e| format!("load {}: {e}", config.display()))
-}
-
-/// Runs a command in a running container; returns our exit code.
-pub fn exec(args: ExecArgs) -> i32 {
-    let stdout = std::io::stdout().as_fd().try_clone_to_owned();
-    let stderr = std::io::stderr().as_fd().try_clone_to_owned();
-    let devnull = File::open("/dev/null").map(OwnedFd::from);
-    let (Ok(stdout), Ok(stderr), Ok(devnull)) = (stdout, stderr, devnull) else {
-        eprintln!("picolet monitor exec: cannot set up stdio");
-        return 126;
-    };
-    let spec = match container_spec(&args) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("picolet monitor exec: {e}");
-            return 126;
-        }
-    };
-    // The container's seccomp filters apply to what runs in it later too;
-    // libcontainer (without libseccomp) would exec it unconfined.
-    let filters = match seccomp_filters(&spec) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("picolet monitor exec: {e}");
-            return 126;
-        }
-    };
-    // As runc exec: the container's user, groups and working directory
-    // (libcontainer's tenant defaults are uid 0, gid 0 and /).
-    let process = spec.process().clone().unwrap_or_default();
-    let user = process.user();
-    let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
-        .with_root_path(&args.state_root)
-        .map(|b| {
-            b.with_stdin(devnull)
-                .with_stdout(stdout)
-                .with_stderr(stderr)
-                .with_executor(crate::seccomp::SeccompExecutor { filters })
-        })
-        .and_then(|b| {
-            b.as_tenant()
-                .with_user(Some(user.uid()))
-                .with_group(Some(user.gid()))
-                .with_additional_gids(user.additional_gids().clone().unwrap_or_default())
-                .with_cwd(Some(process.cwd()))
-                .with_container_args(args.cmd.clone())
-                .with_detach(true)
-                .build()
-        });
-    let pid = match built {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("picolet monitor exec: {e}");
-            return 126;
-        }
-    };
-    let deadline = args.timeout.map(|t| Instant::now() + t);
-    loop {
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => return code,
-            Ok(WaitStatus::Signaled(_, sig, _)) => return 128 + sig as i32,
-            Ok(_) => {}
-            Err(Errno::EINTR) => {}
-            Err(e) => {
-                eprintln!("picolet monitor exec: wait: {e}");
-                return 126;
-            }
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            let _ = kill(pid, Signal::SIGKILL);
-            let _ = waitpid(pid, None);
-            return EXEC_TIMEOUT_CODE;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }

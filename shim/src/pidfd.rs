@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
-fn open(pid: i32) -> io::Result<OwnedFd> {
+pub(crate) fn open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open(pid, 0) takes two integers and returns a new file
     // descriptor or -1; nothing of ours is read or written.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };

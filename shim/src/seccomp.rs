@@ -601,18 +601,27 @@ fn has_cap_sys_admin() -> bool {
         .is_some_and(|eff| eff & (1 << 21) != 0)
 }
 
+/// Installs the filters in this thread; without CAP_SYS_ADMIN the kernel
+/// requires no_new_privs first, so it is set.
+pub fn install(filters: &[BpfProgram], has_sys_admin: bool) -> Result<(), String> {
+    if filters.is_empty() {
+        return Ok(());
+    }
+    if !has_sys_admin {
+        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("set no_new_privs: {e}"))?;
+    }
+    for f in filters {
+        seccompiler::apply_filter(f).map_err(|e| format!("install seccomp filter: {e}"))?;
+    }
+    Ok(())
+}
+
 impl Executor for SeccompExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
         if !self.filters.is_empty() {
-            if !has_cap_sys_admin() {
-                nix::sys::prctl::set_no_new_privs()
-                    .map_err(|e| ExecutorError::Other(format!("set no_new_privs: {e}")))?;
-            }
-            for f in &self.filters {
-                seccompiler::apply_filter(f)
-                    .map_err(|e| ExecutorError::Other(format!("install seccomp filter: {e}")))?;
-            }
+            install(&self.filters, has_cap_sys_admin()).map_err(ExecutorError::Other)?;
         }
+        crate::nsexec::reset_signals().map_err(ExecutorError::Other)?;
         DefaultExecutor {}.exec(spec)
     }
 
