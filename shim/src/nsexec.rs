@@ -288,6 +288,14 @@ fn run(plan: Plan, args: &ExecArgs) -> i32 {
         eprintln!("picolet exec: join the container's PID namespace: {e}");
         return 126;
     }
+    // Not dumpable until exec, from birth: nothing in the container may open
+    // the child's /proc/<pid>/exe (the picolet binary) while it is in the
+    // container's PID namespace (CVE-2019-5736). exec makes the command
+    // dumpable again; the helper itself never enters the container.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("picolet exec: set dumpable: {e}");
+        return 126;
+    }
     // SAFETY: this helper is single-threaded (`picolet monitor exec` starts
     // no runtime or threads), so the child may run any code.
     let child = match unsafe { fork() } {
@@ -384,13 +392,13 @@ fn exit_now(code: i32) -> ! {
 }
 
 fn become_the_container(plan: &Plan) -> Result<(), String> {
-    // Not dumpable until exec: a process in the container cannot open our
-    // /proc/<pid>/exe (the picolet binary) while we are in its namespaces
-    // (CVE-2019-5736). exec restores it for the command.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("set dumpable: {e}"))?;
     if let Some(adj) = plan.oom_score_adj {
-        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
-            .map_err(|e| format!("set oom_score_adj {adj}: {e}"))?;
+        match std::fs::write("/proc/self/oom_score_adj", adj.to_string()) {
+            // Lower than the helper's (a shim restarted with a higher score):
+            // only CAP_SYS_RESOURCE may lower it; stay the more killable.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+            r => r.map_err(|e| format!("set oom_score_adj {adj}: {e}"))?,
+        }
     }
     for (flag, fd) in &plan.namespaces {
         setns(fd.as_fd(), *flag).map_err(|e| format!("join namespace {flag:?}: {e}"))?;
