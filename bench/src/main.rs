@@ -1,5 +1,6 @@
 //! `cri-bench SOCKET IMAGE ITERATIONS [pod|host]`: drives one CRI runtime the way kubelet
-//! does — RunPodSandbox, CreateContainer, StartContainer, StopContainer,
+//! does — RunPodSandbox, CreateContainer, StartContainer, ExecSync (`true`,
+//! as an exec probe), StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
 //! of each call in milliseconds as JSON (`{"RunPodSandbox": [..], ...}`).
 //! The same client runs against picolet and containerd, so only the runtimes
@@ -63,6 +64,21 @@ async fn main() -> Result<()> {
         .context("StartContainer")?;
         record("StartContainer", t);
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // What an exec probe costs: `true` in the running container.
+        let t = Instant::now();
+        let exec = c
+            .exec_sync(ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["true".into()],
+                timeout: 10,
+            })
+            .await
+            .context("ExecSync")?
+            .into_inner();
+        if exec.exit_code != 0 {
+            bail!("ExecSync true: exit {}", exec.exit_code);
+        }
+        record("ExecSync", t);
         let t = Instant::now();
         c.stop_container(StopContainerRequest {
             container_id: id.clone(),
