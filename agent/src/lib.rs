@@ -14,6 +14,7 @@ pub mod hooks;
 mod http;
 pub mod httpc;
 pub mod kmsg;
+pub mod logs;
 pub mod manifest;
 pub mod metrics;
 mod oom;
@@ -458,6 +459,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })?;
     tokio::spawn(pleg::run(shared.clone()));
     oom::spawn(shared.clone());
+    logs::spawn(shared.clone());
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {

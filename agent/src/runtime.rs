@@ -3,7 +3,7 @@
 //! translation of CRI listings into [`Observed`] for one pod.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cri_proto::Channel;
@@ -14,8 +14,8 @@ use cri_proto::v1::{
     ExecSyncRequest, ImageSpec, ImageStatusRequest, ListContainerStatsRequest,
     ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter,
     PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
-    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
-    VersionRequest,
+    ReopenContainerLogRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
+    StopPodSandboxRequest, VersionRequest,
 };
 use std::sync::Arc;
 
@@ -295,6 +295,59 @@ impl Cri {
                 (c.id, uid, c.state)
             })
             .collect())
+    }
+
+    /// Running containers and their log files (kubelet's log manager asks
+    /// the same way: ListContainers, then each one's status).
+    pub async fn running_log_paths(&self) -> Result<Vec<(String, PathBuf)>> {
+        let items = self
+            .rt
+            .clone()
+            .list_containers(self.req(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    state: Some(cri_proto::v1::ContainerStateValue {
+                        state: cri_proto::v1::ContainerState::ContainerRunning as i32,
+                    }),
+                    ..Default::default()
+                }),
+            }))
+            .await
+            .map_err(e("ListContainers"))?
+            .into_inner()
+            .containers;
+        let mut out = Vec::new();
+        for c in items {
+            // Gone since the listing: nothing to rotate.
+            let Ok(st) = self
+                .rt
+                .clone()
+                .container_status(self.req(ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                }))
+                .await
+            else {
+                continue;
+            };
+            if let Some(log) = st.into_inner().status.map(|s| s.log_path)
+                && !log.is_empty()
+            {
+                out.push((c.id, PathBuf::from(log)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Has the runtime reopen the container's log file (after a rotation).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        self.rt
+            .clone()
+            .reopen_container_log(self.req(ReopenContainerLogRequest {
+                container_id: id.into(),
+            }))
+            .await
+            .map_err(e("ReopenContainerLog"))?;
+        Ok(())
     }
 
     /// Writable layer usage (bytes, inodes) by container id, from the

@@ -65,6 +65,7 @@ struct Raw {
     pod_pids_limit: Option<i64>,
     container_log_max_size: Option<String>,
     container_log_max_files: Option<u32>,
+    container_log_monitor_interval: Option<String>,
     eviction_hard: Option<BTreeMap<String, String>>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     image_gc_high_threshold_percent: Option<u8>,
@@ -126,6 +127,8 @@ pub struct Config {
     pub pod_pids_limit: i64,
     pub container_log_max_size: u128,
     pub container_log_max_files: u32,
+    /// How often container logs are checked for rotation (kubelet: 10s, at least 3s).
+    pub container_log_monitor_interval: Duration,
     pub eviction_hard: BTreeMap<String, Threshold>,
     pub image_gc_high_threshold_percent: u8,
     pub image_gc_low_threshold_percent: u8,
@@ -303,6 +306,17 @@ impl Config {
                 format!("{container_log_max_files} (must be at least 2)"),
             ));
         }
+        let container_log_monitor_interval = dur(
+            "containerLogMonitorInterval",
+            &raw.container_log_monitor_interval,
+            "10s",
+        )?;
+        if container_log_monitor_interval < Duration::from_secs(3) {
+            return Err(err(
+                "containerLogMonitorInterval",
+                format!("{container_log_monitor_interval:?} (must be at least 3s)"),
+            ));
+        }
         let mut cluster_dns = Vec::new();
         for (i, s) in raw.cluster_dns.iter().flatten().enumerate() {
             cluster_dns.push(s.parse().map_err(|_| {
@@ -365,6 +379,7 @@ impl Config {
             pod_pids_limit: raw.pod_pids_limit.unwrap_or(-1),
             container_log_max_size,
             container_log_max_files,
+            container_log_monitor_interval,
             eviction_hard,
             image_gc_high_threshold_percent: high,
             image_gc_low_threshold_percent: low,
@@ -416,6 +431,7 @@ mod tests {
         assert_eq!(c.sync_frequency, Duration::from_secs(60));
         assert_eq!((c.healthz_port, c.port, c.max_pods), (10248, 10250, 110));
         assert_eq!(c.container_log_max_size, 10 << 20);
+        assert_eq!(c.container_log_monitor_interval, Duration::from_secs(10));
         assert_eq!(
             c.eviction_hard.get("memory.available"),
             Some(&Threshold::Quantity(100 << 20))
@@ -495,6 +511,10 @@ mod tests {
             (
                 "evictionHard:\n  memory.free: 1Gi\n",
                 "evictionHard.memory.free: unknown eviction signal",
+            ),
+            (
+                "containerLogMonitorInterval: 1s\n",
+                "containerLogMonitorInterval: 1s (must be at least 3s)",
             ),
             (
                 "picolet:\n  criSockt: /x\n",
