@@ -1,6 +1,7 @@
 //! ExecSync: a command inside a running container, through the
-//! `picolet monitor exec` helper (libcontainer's tenant builder forks, which
-//! the shim must not do), with kubelet's output cap and a timeout.
+//! `picolet monitor exec` helper ([`crate::nsexec`]: it forks and enters the
+//! container's namespaces, which the multi-threaded shim must not do), with
+//! kubelet's output cap and a timeout.
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -10,9 +10,7 @@
 //!
 //! It keeps running when the shim dies, so containers survive shim restarts.
 //!
-//! `picolet monitor exec` runs a process inside a container (ExecSync) the
-//! same way: libcontainer's tenant builder, output to our stdout/stderr, exit
-//! code as ours, killed when the timeout passes.
+//! `picolet monitor exec` (ExecSync) is [`crate::nsexec`].
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
