@@ -480,6 +480,28 @@ fn the_agent_drives_containerd_too() {
     let mut agent = Agent::prepare("");
     let ctrd = common::containerd::Containerd::start(&agent.dir());
     agent.cri_socket = Some(ctrd.socket());
+    // Image GC keeps containerd's sandbox image, which no container names;
+    // the agent learns it from the verbose Status (our shim has none).
+    let sandbox_images = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            let mut out = Vec::new();
+            for socket in [ctrd.socket(), agent.shim.socket()] {
+                let cri = agent::runtime::Cri::connect(
+                    &socket,
+                    Duration::from_secs(10),
+                    std::sync::Arc::new(agent::metrics::AgentMetrics::default()),
+                )
+                .await
+                .expect("connect");
+                out.push(cri.sandbox_image().await);
+            }
+            out
+        });
+    assert_eq!(
+        sandbox_images,
+        [Some(common::containerd::PAUSE_REF.to_string()), None]
+    );
     agent.spawn();
     let text = pod(
         &agent,

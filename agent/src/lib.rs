@@ -13,6 +13,7 @@ pub mod events;
 pub mod hooks;
 mod http;
 pub mod httpc;
+pub mod image_gc;
 pub mod kmsg;
 pub mod logs;
 pub mod manifest;
@@ -460,6 +461,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tokio::spawn(pleg::run(shared.clone()));
     oom::spawn(shared.clone());
     logs::spawn(shared.clone());
+    image_gc::spawn(shared.clone());
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {

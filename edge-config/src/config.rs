@@ -98,6 +98,9 @@ struct RawPicolet {
     restart_backoff_initial: Option<String>,
     /// Back-off cap (kubelet: 300s).
     restart_backoff_max: Option<String>,
+    /// How often images are garbage collected (kubelet: 5m, fixed).
+    #[serde(rename = "imageGCPeriod")]
+    image_gc_period: Option<String>,
 }
 
 /// Eviction signals kubelet knows.
@@ -152,6 +155,8 @@ pub struct Config {
     pub run_dir: PathBuf,
     pub restart_backoff_initial: Duration,
     pub restart_backoff_max: Duration,
+    /// How often unused images are garbage collected (kubelet: 5m).
+    pub image_gc_period: Duration,
 }
 
 fn hostname() -> String {
@@ -358,6 +363,13 @@ impl Config {
                 "is shorter than restartBackoffInitial".into(),
             ));
         }
+        let image_gc_period = dur("picolet.imageGCPeriod", &p.image_gc_period, "5m")?;
+        if image_gc_period.is_zero() {
+            return Err(err(
+                "picolet.imageGCPeriod",
+                "must be longer than 0s".into(),
+            ));
+        }
         let max_pods = raw.max_pods.unwrap_or(110);
         if max_pods == 0 {
             return Err(err("maxPods", "must be at least 1".into()));
@@ -412,6 +424,7 @@ impl Config {
             run_dir: PathBuf::from(p.run_dir.unwrap_or_else(|| crate::DEFAULT_RUN_DIR.into())),
             restart_backoff_initial: backoff_initial,
             restart_backoff_max: backoff_max,
+            image_gc_period,
         })
     }
 }
@@ -432,6 +445,7 @@ mod tests {
         assert_eq!((c.healthz_port, c.port, c.max_pods), (10248, 10250, 110));
         assert_eq!(c.container_log_max_size, 10 << 20);
         assert_eq!(c.container_log_monitor_interval, Duration::from_secs(10));
+        assert_eq!(c.image_gc_period, Duration::from_secs(300));
         assert_eq!(
             c.eviction_hard.get("memory.available"),
             Some(&Threshold::Quantity(100 << 20))

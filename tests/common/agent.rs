@@ -17,6 +17,8 @@ pub struct Agent {
     pub healthz_port: u16,
     pub port: u16,
     pub extra_config: String,
+    /// Appended to the `picolet:` section (indented lines).
+    pub picolet_extra: String,
     /// The CRI socket the agent uses: the shim's unless set.
     pub cri_socket: Option<PathBuf>,
     /// `agent`, or `up` (then it runs its own shim on the test shim's paths).
@@ -51,6 +53,7 @@ impl Agent {
             healthz_port: free_port(),
             port: free_port(),
             extra_config: extra_config.into(),
+            picolet_extra: String::new(),
             cri_socket: None,
             command: "agent",
         };
@@ -86,7 +89,7 @@ impl Agent {
              healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
              picolet:\n  nodeName: e2e\n  nodeIP: 127.0.0.1\n  dataDir: {}\n  criSocket: {}\n\
              \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n\
-             \x20 runDir: {}\n  imagesDir: {}\n",
+             \x20 runDir: {}\n  imagesDir: {}\n{}",
             self.manifests().display(),
             self.healthz_port,
             self.port,
@@ -100,6 +103,7 @@ impl Agent {
                 .display(),
             self.dir().join("run").display(),
             self.shim.images_dir().display(),
+            self.picolet_extra,
         );
         std::fs::write(self.config_path(), text).expect("config");
     }

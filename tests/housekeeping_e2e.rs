@@ -1,6 +1,7 @@
-//! End-to-end: container log rotation by `picolet agent` (kubelet's
-//! containerLogMaxSize / containerLogMaxFiles) through CRI
-//! ReopenContainerLog on the real shim. Root only.
+//! End-to-end: the agent's housekeeping on the real shim — container log
+//! rotation (kubelet's containerLogMaxSize / containerLogMaxFiles, through
+//! CRI ReopenContainerLog) and image garbage collection (imageGC*
+//! thresholds, through CRI RemoveImage). Root only.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::agent::{Agent, container, phase};
+use common::test_images;
 
 /// A container's log files, oldest first: compressed rotated ones, the
 /// newest rotated one, then the live `0.log`.
@@ -132,5 +134,48 @@ fn chatty_logs_rotate_compress_and_stay_within_max_files() {
     agent.remove_manifest("chatty.yaml");
     agent.wait("pod gone", Duration::from_secs(30), || {
         agent.pod("chatty").is_none()
+    });
+}
+
+/// With a 1 % high threshold (any real disk is fuller) and 0 % low, every
+/// image no container uses goes; the pod's image stays, and the agent says
+/// it could not free enough.
+#[test]
+fn unused_images_are_garbage_collected_and_used_ones_stay() {
+    require_root!();
+    let mut agent = Agent::prepare(
+        "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1s\n",
+    );
+    agent.picolet_extra = "  imageGCPeriod: 2s\n".into();
+    agent.shim.import(&test_images().layered_layout);
+    agent.spawn();
+    let images = || String::from_utf8_lossy(&agent.shim.ctl(&["images"]).stdout).into_owned();
+    let unused = "localhost/picolet-test/layered";
+    assert!(images().contains(unused), "{}", images());
+    agent.write_manifest(
+        "user.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: user\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
+         image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    \
+         command: [sleep, '1000']\n",
+    );
+    agent.wait_pod("user", "Running", Duration::from_secs(30), |p| {
+        phase(p) == "Running" && container(p, "main")["state"]["running"].is_object()
+    });
+    agent.wait("the unused image removed", Duration::from_secs(30), || {
+        !images().contains(unused)
+    });
+    assert!(images().contains("busybox"), "{}", images());
+    agent.wait("FreeDiskSpaceFailed", Duration::from_secs(10), || {
+        agent
+            .events()
+            .iter()
+            .any(|e| e["reason"] == "FreeDiskSpaceFailed")
+    });
+    let p = agent.pod("user").expect("pod");
+    assert_eq!(container(&p, "main")["restartCount"], 0);
+    agent.remove_manifest("user.yaml");
+    agent.wait("pod gone", Duration::from_secs(30), || {
+        agent.pod("user").is_none()
     });
 }
