@@ -11,6 +11,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 
 use crate::Shared;
+use crate::cri_config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 use crate::events::Object;
 use crate::kmsg::{OomKill, OomParser, parse_record};
 
@@ -47,15 +48,24 @@ pub fn spawn(shared: Arc<Shared>) {
             return;
         }
     };
+    // The thread only reads and counts; naming the pod and container takes
+    // CRI calls, made by a task.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OomKill>();
+    let reporter = shared.clone();
+    tokio::spawn(async move {
+        while let Some(kill) = rx.recv().await {
+            report(&reporter, &kill).await;
+        }
+    });
     let r = std::thread::Builder::new()
         .name("oom-watcher".into())
-        .spawn(move || watch(f, &shared));
+        .spawn(move || watch(f, &shared, &tx));
     if let Err(e) = r {
         tracing::warn!("OOM watcher: thread: {e}");
     }
 }
 
-fn watch(mut f: File, shared: &Shared) {
+fn watch(mut f: File, shared: &Shared, tx: &tokio::sync::mpsc::UnboundedSender<OomKill>) {
     let mut parser = OomParser::default();
     // One record per read; 8 KiB is the kernel's maximum record size.
     let mut buf = vec![0u8; 8192];
@@ -67,7 +77,10 @@ fn watch(mut f: File, shared: &Shared) {
                 if let Some(rec) = parse_record(&text)
                     && let Some(kill) = parser.feed(rec.usec, rec.message)
                 {
-                    report(shared, &kill);
+                    shared.record_oom(&kill);
+                    if tx.send(kill).is_err() {
+                        return;
+                    }
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {
@@ -86,8 +99,7 @@ fn watch(mut f: File, shared: &Shared) {
     }
 }
 
-fn report(shared: &Shared, kill: &OomKill) {
-    shared.record_oom(kill);
+async fn report(shared: &Shared, kill: &OomKill) {
     let victim = format!("victim process: {}, pid: {}", kill.process, kill.pid);
     let Some((uid, container_id)) = pod_of(&kill.task_memcg) else {
         tracing::warn!(memcg = %kill.task_memcg, "system OOM: {victim}");
@@ -106,33 +118,11 @@ fn report(shared: &Shared, kill: &OomKill) {
         );
         return;
     };
-    let Some(pod) = shared.status_of(&uid) else {
+    let Some(obj) = object_of(shared, &uid, &container_id).await else {
         tracing::warn!(memcg = %kill.task_memcg, "OOM kill in a pod this agent does not know: {victim}");
         return;
     };
-    let name = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| {
-            cs.iter().find(|c| {
-                c.container_id
-                    .as_deref()
-                    .is_some_and(|id| !container_id.is_empty() && id.ends_with(&container_id))
-            })
-        })
-        .map(|c| c.name.clone());
-    let obj = Object {
-        kind: "Pod",
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        uid: uid.clone(),
-        field_path: name
-            .as_ref()
-            .map(|n| format!("spec.containers{{{n}}}"))
-            .unwrap_or_default(),
-    };
-    tracing::info!(pod = %obj.name, container = ?name, "OOM kill: {victim}");
+    tracing::info!(pod = %obj.name, field = %obj.field_path, "OOM kill: {victim}");
     shared.event(
         &obj,
         "Warning",
@@ -142,6 +132,68 @@ fn report(shared: &Shared, kill: &OomKill) {
             kill.pid, kill.process
         ),
     );
+}
+
+/// The pod (and container) a kill hit. The runtime's labels name them even
+/// when the kill came before the pod's status listed the container (a hog
+/// killed within milliseconds of its start); the pod's status tells init
+/// containers from app containers.
+async fn object_of(shared: &Shared, uid: &str, container_id: &str) -> Option<Object> {
+    let labels = if container_id.is_empty() {
+        None
+    } else {
+        shared
+            .cri
+            .container_labels(container_id)
+            .await
+            .ok()
+            .flatten()
+    };
+    let status = shared.status_of(uid);
+    let label = |k: &str| labels.as_ref().and_then(|l| l.get(k).cloned());
+    let (namespace, name) = match (&status, label(LABEL_POD_NAME)) {
+        (Some(p), _) => (
+            p.metadata.namespace.clone().unwrap_or_default(),
+            p.metadata.name.clone().unwrap_or_default(),
+        ),
+        (None, Some(name)) => (label(LABEL_POD_NAMESPACE).unwrap_or_default(), name),
+        (None, None) => return None,
+    };
+    let container = label(LABEL_CONTAINER_NAME).or_else(|| {
+        let st = status.as_ref()?.status.as_ref()?;
+        st.container_statuses
+            .iter()
+            .chain(st.init_container_statuses.iter())
+            .flatten()
+            .find(|c| {
+                c.container_id
+                    .as_deref()
+                    .is_some_and(|id| !container_id.is_empty() && id.ends_with(container_id))
+            })
+            .map(|c| c.name.clone())
+    });
+    let is_init = |n: &str| {
+        status
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|ics| ics.iter().any(|c| c.name == n))
+    };
+    let field_path = container.map_or_else(String::new, |n| {
+        let list = if is_init(&n) {
+            "initContainers"
+        } else {
+            "containers"
+        };
+        format!("spec.{list}{{{n}}}")
+    });
+    Some(Object {
+        kind: "Pod",
+        namespace,
+        name,
+        uid: uid.to_string(),
+        field_path,
+    })
 }
 
 #[cfg(test)]

@@ -428,6 +428,23 @@ impl Cri {
         Ok(())
     }
 
+    /// The labels the container was created with; None once it is gone.
+    pub async fn container_labels(&self, id: &str) -> Result<Option<HashMap<String, String>>> {
+        match self
+            .rt
+            .clone()
+            .container_status(self.req(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            }))
+            .await
+        {
+            Ok(r) => Ok(r.into_inner().status.map(|s| s.labels)),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(e("ContainerStatus")(s)),
+        }
+    }
+
     /// Has the runtime reopen the container's log file (after a rotation).
     pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
         self.rt
