@@ -77,7 +77,7 @@ pub fn rotated_name(log: &Path, now: SystemTime) -> PathBuf {
     let secs = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+    let (y, mo, d) = cri_proto::log::civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;
     let mut name = log.as_os_str().to_owned();
     name.push(format!(
@@ -87,20 +87,6 @@ pub fn rotated_name(log: &Path, now: SystemTime) -> PathBuf {
         s % 60
     ));
     PathBuf::from(name)
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian
-/// calendar (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// The files named `<log>.*` beside `log`.
@@ -293,9 +279,11 @@ mod tests {
             rotated_name(Path::new("/l/c/0.log"), t),
             PathBuf::from("/l/c/0.log.20261123-040506")
         );
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        let leap = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(951_782_400);
+        assert_eq!(
+            rotated_name(Path::new("0.log"), leap),
+            PathBuf::from("0.log.20000229-000000")
+        );
     }
 
     #[test]
