@@ -179,21 +179,10 @@ impl Cri {
             });
         }
         for c in self.pod_containers(uid).await? {
-            let st = match self
-                .rt
-                .clone()
-                .container_status(self.req(ContainerStatusRequest {
-                    container_id: c.id.clone(),
-                    verbose: false,
-                }))
-                .await
-            {
-                Ok(r) => r.into_inner().status,
-                // Removed between the list and the status: skip it.
-                Err(s) if s.code() == tonic::Code::NotFound => continue,
-                Err(s) => return Err(e("ContainerStatus")(s)),
+            // Removed between the list and the status: skip it.
+            let Some(st) = self.container_status(&c.id).await? else {
+                continue;
             };
-            let Some(st) = st else { continue };
             let state = match st.state {
                 0 => State::Created,
                 1 => State::Running,
@@ -318,21 +307,10 @@ impl Cri {
         let mut out = Vec::new();
         for c in items {
             // Gone since the listing: nothing to rotate.
-            let Ok(st) = self
-                .rt
-                .clone()
-                .container_status(self.req(ContainerStatusRequest {
-                    container_id: c.id.clone(),
-                    verbose: false,
-                }))
-                .await
-            else {
-                continue;
-            };
-            if let Some(log) = st.into_inner().status.map(|s| s.log_path)
-                && !log.is_empty()
+            if let Ok(Some(st)) = self.container_status(&c.id).await
+                && !st.log_path.is_empty()
             {
-                out.push((c.id, PathBuf::from(log)));
+                out.push((c.id, PathBuf::from(st.log_path)));
             }
         }
         Ok(out)
@@ -430,6 +408,11 @@ impl Cri {
 
     /// The labels the container was created with; None once it is gone.
     pub async fn container_labels(&self, id: &str) -> Result<Option<HashMap<String, String>>> {
+        Ok(self.container_status(id).await?.map(|s| s.labels))
+    }
+
+    /// A container's status; None once it is gone (NotFound).
+    async fn container_status(&self, id: &str) -> Result<Option<cri_proto::v1::ContainerStatus>> {
         match self
             .rt
             .clone()
@@ -439,7 +422,7 @@ impl Cri {
             }))
             .await
         {
-            Ok(r) => Ok(r.into_inner().status.map(|s| s.labels)),
+            Ok(r) => Ok(r.into_inner().status),
             Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
             Err(s) => Err(e("ContainerStatus")(s)),
         }
