@@ -164,8 +164,11 @@ pcg=$(dirname "$scg")
 [ "$(cat "$pcg/pids.max")" = 64 ] \
   && ok pod-pids.max || fail pod-pids.max "$(cat "$pcg/pids.max" 2>&1)"
 # 100 background sleeps in the pod: forks past 64 fail, the kernel counts them.
-picolet ctl exec --timeout 30 "$sid" -- sh -c \
-  'for i in $(seq 100); do sleep 30 >/dev/null 2>&1 & done 2>/dev/null; echo done' > /run/forks.txt 2>&1
+# The exec'd shell shares the spinner's 100m CPU quota (as exec'd processes
+# do) and forks slowly under TCG: the sleeps must outlive the loop (killed
+# below), and the loop gets time.
+picolet ctl exec --timeout 150 "$sid" -- sh -c \
+  'for i in $(seq 100); do sleep 600 >/dev/null 2>&1 & done 2>/dev/null; echo done' > /run/forks.txt 2>&1
 peak=$(cat "$pcg/pids.peak" 2>/dev/null || cat "$pcg/pids.current")
 # 6.1 counts a refused fork in the forking task's cgroup (the container's);
 # newer kernels also in the cgroup whose limit was hit (the pod's).
