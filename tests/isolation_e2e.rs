@@ -11,6 +11,22 @@ use common::rt::{logs, new_pod, ready_shim, wait_log};
 use cri_proto::v1::{ContainerState, ExecSyncRequest, ListPodSandboxRequest};
 use tonic::Code;
 
+/// Sets the container's seccomp profile.
+fn seccomp(
+    cfg: &mut cri_proto::v1::ContainerConfig,
+    profile: cri_proto::v1::security_profile::ProfileType,
+    localhost_ref: &str,
+) {
+    cfg.linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .expect("security context")
+        .seccomp = Some(cri_proto::v1::SecurityProfile {
+        profile_type: profile as i32,
+        localhost_ref: localhost_ref.into(),
+    });
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_pods_get_their_own_namespaces() {
     require_root!();
@@ -51,7 +67,7 @@ async fn two_pods_get_their_own_namespaces() {
 #[tokio::test(flavor = "multi_thread")]
 async fn seccomp_runtime_default_is_enforced() {
     require_root!();
-    use cri_proto::v1::{SecurityProfile, security_profile::ProfileType};
+    use cri_proto::v1::security_profile::ProfileType;
     let (shim, mut c) = ready_shim().await;
     let (pod, pod_id) = new_pod(&shim, &mut c, "seccomp").await;
     // unshare(CLONE_NEWUSER) needs no capability, so only seccomp stops it.
@@ -61,16 +77,7 @@ async fn seccomp_runtime_default_is_enforced() {
         ("free", ProfileType::Unconfined, "escaped"),
     ] {
         let mut cfg = cri::container(name, "busybox", &["sh", "-c", cmd]);
-        cfg.linux
-            .as_mut()
-            .expect("linux")
-            .security_context
-            .as_mut()
-            .expect("sc")
-            .seccomp = Some(SecurityProfile {
-            profile_type: profile as i32,
-            localhost_ref: String::new(),
-        });
+        seccomp(&mut cfg, profile, "");
         let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
         cri::start(&mut c, &id).await;
         let st = cri::wait_state(
@@ -91,16 +98,7 @@ async fn seccomp_runtime_default_is_enforced() {
     // applies seccomp only with libseccomp, which we do not link: our exec
     // path must install the filter itself).
     let mut cfg = cri::container("long", "busybox", &["sleep", "60"]);
-    cfg.linux
-        .as_mut()
-        .expect("linux")
-        .security_context
-        .as_mut()
-        .expect("sc")
-        .seccomp = Some(SecurityProfile {
-        profile_type: ProfileType::RuntimeDefault as i32,
-        localhost_ref: String::new(),
-    });
+    seccomp(&mut cfg, ProfileType::RuntimeDefault, "");
     let long = cri::create(&mut c, &pod_id, &pod, cfg).await;
     cri::start(&mut c, &long).await;
     let out = c
@@ -120,16 +118,11 @@ async fn seccomp_runtime_default_is_enforced() {
     );
     // A Localhost profile that is not a file is a clear InvalidArgument.
     let mut cfg = cri::container("bad", "busybox", &["true"]);
-    cfg.linux
-        .as_mut()
-        .expect("linux")
-        .security_context
-        .as_mut()
-        .expect("sc")
-        .seccomp = Some(SecurityProfile {
-        profile_type: ProfileType::Localhost as i32,
-        localhost_ref: "/nonexistent/profile.json".into(),
-    });
+    seccomp(
+        &mut cfg,
+        ProfileType::Localhost,
+        "/nonexistent/profile.json",
+    );
     let err = c
         .create_container(cri_proto::v1::CreateContainerRequest {
             pod_sandbox_id: pod_id.clone(),
@@ -147,7 +140,7 @@ async fn seccomp_runtime_default_is_enforced() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_exec_runs_as_the_container_does() {
     require_root!();
-    use cri_proto::v1::{Int64Value, SecurityProfile, security_profile::ProfileType};
+    use cri_proto::v1::{Int64Value, security_profile::ProfileType};
     let (shim, mut c) = ready_shim().await;
     let (pod, pod_id) = new_pod(&shim, &mut c, "execid").await;
     let mut cfg = cri::container("app", "busybox", &["sleep", "60"]);
@@ -167,10 +160,7 @@ async fn an_exec_runs_as_the_container_does() {
     sc.run_as_user = Some(Int64Value { value: 1000 });
     sc.run_as_group = Some(Int64Value { value: 2000 });
     sc.supplemental_groups = vec![3000];
-    sc.seccomp = Some(SecurityProfile {
-        profile_type: ProfileType::RuntimeDefault as i32,
-        localhost_ref: String::new(),
-    });
+    seccomp(&mut cfg, ProfileType::RuntimeDefault, "");
     let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
     cri::start(&mut c, &id).await;
     // The container's init is PID 1 of its own PID namespace.
