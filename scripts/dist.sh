@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET_MIB=12
-TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
+mapfile -t TARGETS < <(scripts/setup.sh --list-targets)
 smoke=
 [ "${1:-}" = --smoke ] && smoke=1
 

@@ -3,13 +3,34 @@
 # picolet. Idempotent; run as root. Used by README's commands and by .ci/run.
 set -euo pipefail
 
-need_apt=()
-# qemu-user-static: the aarch64 smoke test of scripts/dist.sh; binutils: readelf;
-# musl-tools, gcc-aarch64-linux-gnu: ring's C for the static builds; openssl:
-# the HTTPS server (s_server) of the probe tests; prometheus: promtool and a
-# real server scraping /metrics/cadvisor in the observability tests.
+# Every Debian package the builds, tests and benchmarks use, each named here
+# even when something else happens to pull it in: scripts/check-setup.sh
+# (run by CI after the builds) fails when the build reads a file from a
+# package outside these and their Depends, as a fresh machine would.
+# gcc, libc6-dev: the host linker (`cc`) of build scripts and tests.
+# protobuf-compiler: protoc for cri-proto. busybox-static: the test and demo
+# images. skopeo, containerd: image tarballs and the reference runtime of the
+# tests and benchmarks. qemu-user-static: the aarch64 smoke test of
+# scripts/dist.sh; binutils: readelf. musl-tools (x86_64) and
+# gcc-aarch64-linux-gnu + libc6-dev-arm64-cross (aarch64): ring's C for the
+# static builds. The cross gcc only Recommends the libc headers, and apt runs
+# here with --no-install-recommends: without them ring's C fails at
+# <stdint.h> (bits/libc-header-start.h, issue 25). openssl: the HTTPS server
+# (s_server) of the probe tests; prometheus: promtool and a real server
+# scraping /metrics/cadvisor in the observability tests.
 # qemu-system-x86/-arm, cpio: the cgroup v2 guests of tests/vm/run.sh.
-for pkg in protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils musl-tools gcc-aarch64-linux-gnu openssl prometheus qemu-system-x86 qemu-system-arm cpio; do
+PACKAGES=(gcc libc6-dev protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils
+  musl-tools gcc-aarch64-linux-gnu libc6-dev-arm64-cross openssl prometheus qemu-system-x86
+  qemu-system-arm cpio ca-certificates)
+# The rustup targets of the static builds (scripts/dist.sh).
+TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
+case "${1:-}" in
+  --list-packages) printf '%s\n' "${PACKAGES[@]}"; exit 0 ;;
+  --list-targets) printf '%s\n' "${TARGETS[@]}"; exit 0 ;;
+esac
+
+need_apt=()
+for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -24,7 +45,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     chmod +x /usr/sbin/policy-rc.d
     own_policy=1
   fi
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" ca-certificates >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 
@@ -38,6 +59,6 @@ done
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 # The device targets for scripts/dist.sh (static musl builds, linked by rust-lld).
 installed_targets=$(rustup target list --installed 2>/dev/null)
-for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+for t in "${TARGETS[@]}"; do
   grep -qx "$t" <<<"$installed_targets" || rustup target add "$t"
 done
