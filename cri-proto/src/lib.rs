@@ -3,9 +3,12 @@
 //! A dumb leaf crate: the generated CRI types, clients and servers come from
 //! the crates.io crate `k8s-cri` and are re-exported as [`v1`]; picolet's own
 //! management API (what CRI has no verb for, like importing an archive) is in
-//! [`picolet`]. [`connect`] dials a unix socket; [`serve`] binds one with mode
-//! 0600 and serves a tonic router on it until a shutdown future resolves.
+//! [`picolet`]. [`connect`] dials a unix socket; [`listen`] binds one with
+//! mode 0600 for a tonic server, each connection read through
+//! [`authority::AuthorityFix`] so that every gRPC client is served, whatever
+//! `:authority` it sends (grpc-go 1.58's percent-encoded socket path).
 
+pub mod authority;
 pub mod log;
 mod socket;
 

@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::authority::AuthorityFix;
 
 /// Errors from socket set-up; each names the socket path.
 #[derive(Debug, thiserror::Error)]
@@ -40,8 +43,13 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, SocketError> {
 }
 
 /// Binds a unix socket with mode 0600, replacing a stale socket file left by
-/// a crashed server. Creates the parent directory (0700) if needed.
-pub fn listen(path: impl AsRef<Path>) -> Result<UnixListenerStream, SocketError> {
+/// a crashed server. Creates the parent directory (0700) if needed. Each
+/// accepted connection reads through [`AuthorityFix`], so clients that send
+/// an `:authority` h2 would refuse (grpc-go 1.58's percent-encoded path) are
+/// served too.
+pub fn listen(
+    path: impl AsRef<Path>,
+) -> Result<impl Stream<Item = std::io::Result<AuthorityFix<UnixStream>>>, SocketError> {
     let path = strip_scheme(path.as_ref());
     let err = |source| SocketError::Listen {
         path: path.clone(),
@@ -57,7 +65,7 @@ pub fn listen(path: impl AsRef<Path>) -> Result<UnixListenerStream, SocketError>
     }
     let listener = UnixListener::bind(&path).map_err(err)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-    Ok(UnixListenerStream::new(listener))
+    Ok(UnixListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new)))
 }
 
 fn strip_scheme(path: &Path) -> PathBuf {
