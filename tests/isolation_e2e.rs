@@ -133,6 +133,38 @@ async fn seccomp_runtime_default_is_enforced() {
         .expect_err("missing profile");
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("localhost_ref"), "{}", err.message());
+    // A Localhost profile that allows everything but one syscall (critest's
+    // "blocks sethostname" profile has this shape): it failed to compile.
+    let profile = shim.dir.path().join("block-unshare.json");
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["unshare"], "action": "SCMP_ACT_ERRNO"}]}"#,
+    )
+    .expect("write profile");
+    let with_mode = format!("{cmd}; grep '^Seccomp:' /proc/self/status");
+    let mut cfg = cri::container("allowlist", "busybox", &["sh", "-c", &with_mode]);
+    seccomp(
+        &mut cfg,
+        ProfileType::Localhost,
+        profile.to_str().expect("utf-8 path"),
+    );
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    let st = cri::wait_state(
+        &mut c,
+        &id,
+        ContainerState::ContainerExited,
+        Duration::from_secs(20),
+    )
+    .await;
+    let log = std::fs::read_to_string(&st.log_path).expect("log");
+    assert!(log.contains("stdout F alive"), "{log}");
+    assert!(log.contains("stdout F blocked"), "unshare allowed: {log}");
+    assert!(
+        log.contains("stdout F Seccomp:\t2"),
+        "not in filter mode: {log}"
+    );
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

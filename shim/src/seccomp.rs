@@ -564,8 +564,13 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, String> {
         }
     }
     let mut filters = json!({});
-    filters["main"] =
-        json!({"mismatch_action": default, "filter_action": "allow", "filter": allow_all_named});
+    // Under a default-allow profile (critest's "block sethostname", most
+    // hand-written Localhost profiles) every syscall passes the main filter:
+    // leave it out; seccompiler would refuse a filter whose match and
+    // mismatch actions are the same.
+    if default != json!("allow") {
+        filters["main"] = json!({"mismatch_action": default, "filter_action": "allow", "filter": allow_all_named});
+    }
     for (i, (_, (action, rules))) in groups.into_iter().enumerate() {
         filters[format!("g{i}")] =
             json!({"mismatch_action": "allow", "filter_action": action, "filter": rules});
@@ -580,8 +585,21 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, String> {
     let mut rest: Vec<_> = map.into_iter().collect();
     rest.sort_by(|a, b| a.0.cmp(&b.0));
     out.extend(rest.into_iter().map(|(_, p)| p));
+    if out.is_empty() {
+        // A profile that allows everything is still a profile: the process
+        // runs in seccomp filter mode (`Seccomp: 2`), as under libseccomp.
+        out.push(vec![ALLOW_ALL]);
+    }
     Ok(out)
 }
+
+/// `ret SECCOMP_RET_ALLOW`: a one-instruction filter.
+const ALLOW_ALL: seccompiler::sock_filter = seccompiler::sock_filter {
+    code: 0x06, // BPF_RET | BPF_K
+    jt: 0,
+    jf: 0,
+    k: 0x7fff_0000, // SECCOMP_RET_ALLOW
+};
 
 /// Runs the workload like libcontainer's default executor, after installing
 /// the compiled seccomp filters.
@@ -662,6 +680,20 @@ mod tests {
     fn names_unknown_to_this_arch_are_skipped() {
         assert!(known("read") && known("clone3"));
         assert!(!known("no_such_syscall"));
+    }
+
+    #[test]
+    fn default_allow_profiles_compile_to_their_rules_only() {
+        // critest's "block sethostname" profile: seccompiler refused it
+        // ("match_action and mismatch_action are equal").
+        let p = profile(json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "syscalls": [{"names": ["sethostname"], "action": "SCMP_ACT_ERRNO"}]
+        }));
+        let filters = compile(&p).expect("compile");
+        assert_eq!(filters.len(), 1, "the errno group only");
+        let p = profile(json!({"defaultAction": "SCMP_ACT_ALLOW"}));
+        assert_eq!(compile(&p).expect("compile"), vec![vec![ALLOW_ALL]]);
     }
 
     #[test]
