@@ -117,7 +117,8 @@ pub(crate) struct AgentArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// CRI socket of the runtime (`picolet.criSocket`); containerd's works too.
-    #[arg(long)]
+    /// `--socket` as for `shim` and `ctl`: `up` serves and uses the same path.
+    #[arg(long, visible_alias = "socket")]
     cri_socket: Option<PathBuf>,
     /// Static pod folder (`staticPodPath`).
     #[arg(long)]

@@ -210,3 +210,31 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
         ExitCode::SUCCESS
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn up(args: &[&str]) -> UpArgs {
+        let argv = ["picolet", "up"].iter().chain(args);
+        match crate::Cli::try_parse_from(argv).expect("parse").command {
+            crate::Command::Up(a) => a,
+            _ => unreachable!("parsed `up`"),
+        }
+    }
+
+    #[test]
+    fn up_takes_the_socket_as_shim_and_ctl_do() {
+        for flag in ["--socket", "--cri-socket"] {
+            let a = up(&[flag, "/run/x.sock"]);
+            let shim = shim_argv(&a).join(" ");
+            let agent = agent_argv(&a.agent).join(" ");
+            assert!(shim.contains("--socket /run/x.sock"), "{flag}: {shim}");
+            assert!(
+                agent.contains("--cri-socket /run/x.sock"),
+                "{flag}: {agent}"
+            );
+        }
+    }
+}
