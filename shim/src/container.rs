@@ -222,6 +222,7 @@ impl Runtime {
                 })?;
             }
         }
+        crate::host_inputs::check_mount_propagation(&rec.config)?;
         let view = SandboxView {
             hostname: sandbox.config.hostname.clone(),
             netns: sandbox.netns.clone(),
@@ -257,6 +258,7 @@ impl Runtime {
             min_oom_score_adj: crate::host_inputs::own_oom_score_adj(),
             cap_bounding: crate::host_inputs::own_cap_bounding(),
             localhost_seccomp: crate::host_inputs::load_localhost_seccomp(&rec.config)?,
+            hugetlb: crate::host_inputs::hugetlb_available(),
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle)
@@ -636,8 +638,11 @@ impl Runtime {
         out
     }
 
-    /// Asks the monitor to reopen the log file (after rotation).
-    pub fn reopen_container_log(&self, id: &str) -> Result<(), Error> {
+    /// Asks the monitor to reopen the log file (after rotation) and returns
+    /// once it has: the log path exists and the monitor holds that file open,
+    /// as containerd returns after its own writer reopened it (critest reads
+    /// the new file right after the call).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), Error> {
         let rec = self.container(id)?;
         if self.state_of(&rec).0 != ContainerState::ContainerRunning {
             return Err(Error::FailedPrecondition(format!(
@@ -648,7 +653,23 @@ impl Runtime {
             .monitor_pid
             .ok_or_else(|| Error::Internal("no monitor".into()))?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGUSR1)
-            .map_err(|e| Error::Internal(format!("signal monitor: {e}")))
+            .map_err(|e| Error::Internal(format!("signal monitor: {e}")))?;
+        let Some(log) = &rec.log_path else {
+            return Ok(()); // no log: nothing to wait for
+        };
+        // The monitor reopens as soon as poll(2) returns on its signalfd;
+        // 5 s is for a loaded device.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !holds_open(pid, log) {
+            if Instant::now() > deadline {
+                return Err(Error::Internal(format!(
+                    "the monitor of container {id} did not reopen {} within 5 s (see its monitor.log)",
+                    log.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
     }
 
     /// Updates the live cgroup (cgroup v1 or v2 files) and the stored config.
@@ -715,6 +736,21 @@ pub fn parse_signal(s: &str) -> Option<Signal> {
         format!("SIG{up}")
     };
     name.parse().ok()
+}
+
+/// Whether process `pid` has the file now at `path` open (same device and
+/// inode through one of its /proc fd links).
+fn holds_open(pid: i32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(want) = fs::metadata(path) else {
+        return false;
+    };
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        fs::metadata(fd.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+    })
 }
 
 #[cfg(test)]

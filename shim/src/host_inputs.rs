@@ -71,6 +71,18 @@ pub(crate) fn own_oom_score_adj() -> i64 {
         .unwrap_or(-1000)
 }
 
+/// Whether containers can get hugepage limits: the hugetlb controller is
+/// mounted (cgroup v1) or offered by the root of the unified hierarchy (v2).
+/// Kernels without hugepages, and hosts like this CI machine whose v1 hugetlb
+/// hierarchy is not mounted, lack it.
+pub(crate) fn hugetlb_available() -> bool {
+    let root = Path::new("/sys/fs/cgroup");
+    match fs::read_to_string(root.join("cgroup.controllers")) {
+        Ok(v2) => v2.split_whitespace().any(|c| c == "hugetlb"),
+        Err(_) => root.join("hugetlb").is_dir(),
+    }
+}
+
 /// The shim's capability bounding set (`CapBnd` of /proc/self/status).
 pub(crate) fn own_cap_bounding() -> u64 {
     fs::read_to_string("/proc/self/status")
@@ -125,4 +137,145 @@ pub(crate) fn resolve_devices(config: &ContainerConfig) -> Result<Vec<ResolvedDe
         });
     }
     Ok(out)
+}
+
+/// Checks that the host side of each mount can propagate as asked, as
+/// containerd does: BIDIRECTIONAL needs its source on a shared mount,
+/// HOST_TO_CONTAINER on a shared or slave one. Otherwise the container would
+/// run and silently see nothing propagate.
+pub(crate) fn check_mount_propagation(config: &ContainerConfig) -> Result<(), Error> {
+    use cri_proto::v1::MountPropagation;
+    let wanted: Vec<_> = config
+        .mounts
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.propagation != MountPropagation::PropagationPrivate as i32)
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| Error::Internal(format!("read /proc/self/mountinfo: {e}")))?;
+    for (i, m) in wanted {
+        let field = format!("mounts[{i}].propagation");
+        let source = fs::canonicalize(&m.host_path).map_err(|e| {
+            Error::InvalidArgument(format!("mounts[{i}].host_path: {}: {e}", m.host_path))
+        })?;
+        let Some((mount_point, tags)) = mount_of(&mountinfo, &source) else {
+            return Err(Error::Internal(format!(
+                "{field}: no mount holds {}",
+                source.display()
+            )));
+        };
+        let shared = tags.iter().any(|t| t.starts_with("shared:"));
+        let slave = tags.iter().any(|t| t.starts_with("master:"));
+        let (ok, need) = if m.propagation == MountPropagation::PropagationBidirectional as i32 {
+            (shared, "shared")
+        } else {
+            (shared || slave, "shared or slave")
+        };
+        if !ok {
+            return Err(Error::InvalidArgument(format!(
+                "{field}: {} is on the mount {mount_point}, which is not {need} \
+                 (e.g. mount --make-rshared {mount_point})",
+                m.host_path
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The mount (from /proc/self/mountinfo text) that holds `path`, an absolute
+/// path without symlinks: the deepest mount point above it, the last mounted
+/// when several share it; with its propagation tags (`shared:N`, `master:N`).
+fn mount_of<'a>(mountinfo: &'a str, path: &Path) -> Option<(String, Vec<&'a str>)> {
+    let mut best: Option<(String, Vec<&str>)> = None;
+    for line in mountinfo.lines() {
+        let mut fields = line.split(' ');
+        let Some(mount_point) = fields.nth(4).map(unescape_mountinfo) else {
+            continue;
+        };
+        let tags: Vec<&str> = fields
+            .skip(1) // mount options
+            .take_while(|f| *f != "-")
+            .collect();
+        if !path.starts_with(&mount_point) {
+            continue;
+        }
+        let deeper = best.as_ref().is_none_or(|(b, _)| {
+            Path::new(&mount_point).components().count() >= Path::new(b).components().count()
+        });
+        if deeper {
+            best = Some((mount_point, tags));
+        }
+    }
+    best
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .and_then(|d| {
+                let v = d.iter().fold(0u16, |v, c| v * 8 + u16::from(c - b'0'));
+                u8::try_from(v).ok()
+            });
+        match octal {
+            Some(b) => {
+                out.push(b);
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // From this machine's /proc/self/mountinfo, trimmed; critest's shared
+    // mount last.
+    const MOUNTINFO: &str = "\
+22 1 252:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+25 22 0:5 / /dev rw,nosuid master:2 - devtmpfs udev rw
+30 22 0:26 / /tmp rw,nosuid,nodev - tmpfs tmpfs rw
+91 30 252:0 /tmp/a\\040b /tmp/a\\040b rw,relatime shared:90 - ext4 /dev/vda rw
+92 30 252:0 /tmp/x /tmp/x rw,relatime - ext4 /dev/vda rw
+93 92 252:0 /tmp/x /tmp/x rw,relatime shared:91 - ext4 /dev/vda rw
+";
+
+    #[test]
+    fn the_deepest_and_latest_mount_holds_a_path() {
+        let of = |p: &str| mount_of(MOUNTINFO, Path::new(p)).map(|(m, t)| (m, t.join(" ")));
+        assert_eq!(of("/etc/x"), Some(("/".into(), "shared:1".into())));
+        assert_eq!(of("/dev/null"), Some(("/dev".into(), "master:2".into())));
+        assert_eq!(of("/tmp/y"), Some(("/tmp".into(), String::new())));
+        assert_eq!(
+            of("/tmp/a b/c"),
+            Some(("/tmp/a b".into(), "shared:90".into()))
+        );
+        // Mounted over: the later mount at the same point wins.
+        assert_eq!(
+            of("/tmp/x/mnt"),
+            Some(("/tmp/x".into(), "shared:91".into()))
+        );
+        // A sibling with a common prefix is not a parent.
+        assert_eq!(of("/tmp/xy"), Some(("/tmp".into(), String::new())));
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/a\\040b\\011c\\134"), "/a b\tc\\");
+        assert_eq!(unescape_mountinfo("/a\\999\\777"), "/a\\999\\777");
+    }
 }

@@ -247,7 +247,7 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<ReopenContainerLogResponse>, Status> {
         let id = req.into_inner().container_id;
         id_of(&id, "container_id")?;
-        self.rt.reopen_container_log(&id)?;
+        self.rt.reopen_container_log(&id).await?;
         Ok(Response::new(ReopenContainerLogResponse {}))
     }
 

@@ -153,6 +153,8 @@ pub struct SpecInput<'a> {
     pub cap_bounding: u64,
     /// The file a Localhost seccomp profile names, already read and parsed.
     pub localhost_seccomp: Option<Value>,
+    /// Whether the host has the hugetlb cgroup controller.
+    pub hugetlb: bool,
 }
 
 fn invalid(field: &str, what: impl std::fmt::Display) -> Error {
@@ -460,7 +462,15 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     if !cpu.is_empty() {
         resources["cpu"] = Value::Object(cpu);
     }
-    if !res.hugepage_limits.is_empty() {
+    // The kubelet sends a limit for every page size the kernel offers. Where
+    // the hugetlb controller is missing, drop them as containerd does
+    // (libcontainer refuses the container: "cgroup hugetlb is required").
+    if !res.hugepage_limits.is_empty() && !input.hugetlb {
+        tracing::debug!(
+            container = input.id,
+            "no hugetlb cgroup controller: hugepage limits dropped"
+        );
+    } else if !res.hugepage_limits.is_empty() {
         resources["hugepageLimits"] = res
             .hugepage_limits
             .iter()
@@ -522,12 +532,29 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             "devices": devices,
             "maskedPaths": masked,
             "readonlyPaths": readonly,
-            "rootfsPropagation": "private",
+            "rootfsPropagation": rootfs_propagation(c),
             "seccomp": seccomp,
         },
     });
     serde_json::from_value(spec)
         .map_err(|e| Error::Internal(format!("generated spec does not parse: {e}")))
+}
+
+/// The propagation of the container's mount namespace, as containerd sets
+/// it: a bidirectional mount needs the namespace shared and one from the host
+/// to the container needs it slave, or the bind mount's source loses its
+/// host peer group when the namespace is made private and nothing
+/// propagates. Private otherwise: host mounts made later stay out of every
+/// container (and out of the mount tables libcontainer walks).
+fn rootfs_propagation(c: &ContainerConfig) -> &'static str {
+    let wants = |p: MountPropagation| c.mounts.iter().any(|m| m.propagation == p as i32);
+    if wants(MountPropagation::PropagationBidirectional) {
+        "shared"
+    } else if wants(MountPropagation::PropagationHostToContainer) {
+        "slave"
+    } else {
+        "private"
+    }
 }
 
 /// The OCI seccomp section: none for Unconfined, privileged or no profile
@@ -578,6 +605,14 @@ fn resolve_user(
     input: &SpecInput<'_>,
     sc: &cri_proto::v1::LinuxContainerSecurityContext,
 ) -> Result<User, Error> {
+    // As containerd: a group alone would silently run as the image's user
+    // with another group; CRI asks for it with a user only.
+    if sc.run_as_group.is_some() && sc.run_as_user.is_none() && sc.run_as_username.is_empty() {
+        return Err(invalid(
+            "linux.security_context.run_as_group",
+            "set without run_as_user or run_as_username",
+        ));
+    }
     let passwd = input.passwd.unwrap_or("");
     let group = input.group.unwrap_or("");
     let mut user = if !sc.run_as_username.is_empty() {

@@ -98,6 +98,15 @@ fn capabilities_add_drop_and_all() {
 }
 
 fn spec_for(c: &ContainerConfig, img: &ImageConfiguration, min_oom: i64) -> Result<Spec, Error> {
+    spec_on_host(c, img, min_oom, true)
+}
+
+fn spec_on_host(
+    c: &ContainerConfig,
+    img: &ImageConfiguration,
+    min_oom: i64,
+    hugetlb: bool,
+) -> Result<Spec, Error> {
     let sb = SandboxView {
         hostname: "h".into(),
         shm: "/dev/shm".into(),
@@ -115,6 +124,7 @@ fn spec_for(c: &ContainerConfig, img: &ImageConfiguration, min_oom: i64) -> Resu
         min_oom_score_adj: min_oom,
         cap_bounding: u64::MAX,
         localhost_seccomp: None,
+        hugetlb,
     })
 }
 
@@ -192,4 +202,83 @@ fn no_command_at_all_is_invalid() {
     let img = image(&[], &[], &[], "");
     let err = spec_for(&config(&[], &[]), &img, 0).expect_err("no command");
     assert!(err.to_string().contains("command"), "{err}");
+}
+
+#[test]
+fn run_as_group_needs_a_user() {
+    // critest "runtime should return error if RunAsGroup is set without
+    // RunAsUser": containerd refuses it; we ran the image's user with gid 1002.
+    let img = image(&[], &["sh"], &[], "app");
+    let group = Some(cri_proto::v1::Int64Value { value: 1002 });
+    let with = |sc: LinuxContainerSecurityContext| {
+        let mut c = config(&[], &[]);
+        c.linux = Some(LinuxContainerConfig {
+            security_context: Some(sc),
+            ..Default::default()
+        });
+        spec_for(&c, &img, 0)
+    };
+    let err = with(LinuxContainerSecurityContext {
+        run_as_group: group,
+        ..Default::default()
+    })
+    .expect_err("group without user");
+    assert!(
+        err.to_string()
+            .contains("linux.security_context.run_as_group"),
+        "{err}"
+    );
+    let spec = with(LinuxContainerSecurityContext {
+        run_as_group: group,
+        run_as_user: Some(cri_proto::v1::Int64Value { value: 1000 }),
+        ..Default::default()
+    })
+    .expect("group with user");
+    let v = serde_json::to_value(&spec).expect("json");
+    assert_eq!(
+        (
+            v["process"]["user"]["uid"].clone(),
+            v["process"]["user"]["gid"].clone()
+        ),
+        (json!(1000), json!(1002))
+    );
+    with(LinuxContainerSecurityContext {
+        run_as_group: group,
+        run_as_username: "app".into(),
+        ..Default::default()
+    })
+    .expect("group with user name");
+}
+
+#[test]
+fn hugepage_limits_are_dropped_without_the_hugetlb_controller() {
+    // The kubelet sends one per page size the kernel offers; libcontainer
+    // refused the container where the controller is missing (issue 24).
+    use cri_proto::v1::HugepageLimit;
+    let img = image(&[], &["sh"], &[], "");
+    let mut c = config(&[], &[]);
+    c.linux = Some(LinuxContainerConfig {
+        resources: Some(LinuxContainerResources {
+            hugepage_limits: vec![
+                HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 0,
+                },
+                HugepageLimit {
+                    page_size: "1GB".into(),
+                    limit: 0,
+                },
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let with = serde_json::to_value(spec_on_host(&c, &img, 0, true).expect("spec")).expect("json");
+    assert_eq!(
+        with["linux"]["resources"]["hugepageLimits"],
+        json!([{"pageSize": "2MB", "limit": 0}, {"pageSize": "1GB", "limit": 0}])
+    );
+    let without =
+        serde_json::to_value(spec_on_host(&c, &img, 0, false).expect("spec")).expect("json");
+    assert!(without["linux"]["resources"]["hugepageLimits"].is_null());
 }
