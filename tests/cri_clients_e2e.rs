@@ -50,7 +50,8 @@ fn crictl_1_29_version_request_is_answered() {
     // As grpc-go does: preface and SETTINGS, then wait for the server's
     // SETTINGS before the rest (our ack of them, the request).
     let frames = recorded_frames();
-    s.write_all(&CRICTL_VERSION[..PREFACE_LEN]).expect("preface");
+    s.write_all(&CRICTL_VERSION[..PREFACE_LEN])
+        .expect("preface");
     s.write_all(frames[0].0).expect("settings");
     loop {
         let (t, flags, _, _) = read_frame(&mut s);
@@ -90,7 +91,12 @@ fn crictl_1_29_version_request_is_answered() {
             _ => {}
         }
     }
-    let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
     assert_eq!(header(":status"), Some("200"), "{headers:?}");
     assert_eq!(header("grpc-status"), Some("0"), "{headers:?}");
     assert!(body.len() >= 5, "one gRPC message: {body:?}");

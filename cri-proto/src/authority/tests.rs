@@ -372,3 +372,28 @@ async fn the_socket_wrapper_reads_the_rewritten_stream() {
     writer.await.expect("writer");
     assert_eq!(got, rewrite(CRICTL_VERSION).expect("rewrite"));
 }
+
+#[test]
+fn garbage_header_blocks_are_errors_not_panics() {
+    // A small xorshift generator: the same 20,000 blocks every run.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut errors = 0;
+    for _ in 0..20_000 {
+        let len = (next() % 64) as usize;
+        let block: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        let input = with_preface(&[frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block)]);
+        if rewrite(&input).is_err() {
+            errors += 1;
+        }
+    }
+    assert!(
+        errors > 10_000,
+        "most random blocks are invalid HPACK: {errors}"
+    );
+}
