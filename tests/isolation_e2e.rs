@@ -3,12 +3,9 @@
 //! profile. Root.
 
 mod common;
-
-use std::time::Duration;
-
 use common::cri;
 use common::rt::{logs, new_pod, ready_shim, wait_log};
-use cri_proto::v1::{ContainerState, ExecSyncRequest, ListPodSandboxRequest};
+use cri_proto::v1::{ExecSyncRequest, ListPodSandboxRequest};
 use tonic::Code;
 
 /// Sets the container's seccomp profile.
@@ -78,16 +75,7 @@ async fn seccomp_runtime_default_is_enforced() {
     ] {
         let mut cfg = cri::container(name, "busybox", &["sh", "-c", cmd]);
         seccomp(&mut cfg, profile, "");
-        let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
-        cri::start(&mut c, &id).await;
-        let st = cri::wait_state(
-            &mut c,
-            &id,
-            ContainerState::ContainerExited,
-            Duration::from_secs(20),
-        )
-        .await;
-        let log = std::fs::read_to_string(&st.log_path).expect("log");
+        let (_, log) = cri::run_to_exit(&mut c, &pod_id, &pod, cfg).await;
         assert!(log.contains("stdout F alive"), "{name}: {log}");
         assert!(
             log.contains(&format!("stdout F {want}")),
@@ -149,16 +137,7 @@ async fn seccomp_runtime_default_is_enforced() {
         ProfileType::Localhost,
         profile.to_str().expect("utf-8 path"),
     );
-    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
-    cri::start(&mut c, &id).await;
-    let st = cri::wait_state(
-        &mut c,
-        &id,
-        ContainerState::ContainerExited,
-        Duration::from_secs(20),
-    )
-    .await;
-    let log = std::fs::read_to_string(&st.log_path).expect("log");
+    let (_, log) = cri::run_to_exit(&mut c, &pod_id, &pod, cfg).await;
     assert!(log.contains("stdout F alive"), "{log}");
     assert!(log.contains("stdout F blocked"), "unshare allowed: {log}");
     assert!(

@@ -604,6 +604,28 @@ pub mod cri {
         }
     }
 
+    /// Creates and starts a container, waits (20 s at most) for it to exit,
+    /// and returns its status and its CRI log.
+    pub async fn run_to_exit(
+        c: &mut Client,
+        pod_id: &str,
+        pod: &PodSandboxConfig,
+        config: ContainerConfig,
+    ) -> (ContainerStatus, String) {
+        let id = create(c, pod_id, pod, config).await;
+        start(c, &id).await;
+        let st = wait_state(
+            c,
+            &id,
+            ContainerState::ContainerExited,
+            std::time::Duration::from_secs(20),
+        )
+        .await;
+        let log = std::fs::read_to_string(&st.log_path)
+            .unwrap_or_else(|e| panic!("log {}: {e}", st.log_path));
+        (st, log)
+    }
+
     pub async fn teardown(c: &mut Client, pod_id: &str) {
         c.stop_pod_sandbox(StopPodSandboxRequest {
             pod_sandbox_id: pod_id.into(),
