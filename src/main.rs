@@ -264,6 +264,11 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A log line that cannot be written is dropped. By default the
+        // subscriber reports the failure with eprintln!, which panics on the
+        // same broken stderr: `picolet up | tee log` and Ctrl-C (or `| head`)
+        // aborted up, shim and agent at their next log line.
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }

@@ -586,6 +586,31 @@ fn up_supervises_shim_and_agent() {
     );
 }
 
+/// `picolet up | tee log`, then Ctrl-C: tee is gone and stderr is a pipe
+/// nobody reads. Logging must never end the node agent: every log line
+/// failed, tracing-subscriber reported it with eprintln!, which panicked on
+/// the same broken pipe and aborted up (and then shim and agent).
+#[test]
+fn up_survives_a_stderr_nobody_reads() {
+    require_root!();
+    let mut up = Agent::prepare("");
+    up.shim.stop();
+    up.command = "up";
+    up.stderr_unread = true;
+    up.spawn(); // serves /healthz: up, shim and agent logged their start
+    up.write_manifest("p.yaml", &pod(&up, "epipe", "sleep 1000", ""));
+    up.wait_pod("epipe", "Running", T, running);
+    let children = up.children();
+    for role in [" shim ", " agent "] {
+        assert!(
+            children.iter().any(|(_, cmd)| cmd.contains(role)),
+            "no{role}child: {children:?}"
+        );
+    }
+    let child = up.child.as_mut().expect("up");
+    assert!(child.try_wait().expect("wait").is_none(), "up still runs");
+}
+
 /// Sidecars (init containers with `restartPolicy: Always`, KEP-753): the
 /// next init container starts while the sidecar runs; the sidecar is
 /// restarted even in a `Never` pod; the pod succeeds when its app does

@@ -23,6 +23,9 @@ pub struct Agent {
     pub cri_socket: Option<PathBuf>,
     /// `agent`, or `up` (then it runs its own shim on the test shim's paths).
     pub command: &'static str,
+    /// Give the process a stderr pipe whose reader is gone (`| tee` after
+    /// Ctrl-C) instead of the log file.
+    pub stderr_unread: bool,
 }
 
 /// A free port on 127.0.0.1 (bound, read, released).
@@ -56,6 +59,7 @@ impl Agent {
             picolet_extra: String::new(),
             cri_socket: None,
             command: "agent",
+            stderr_unread: false,
         };
         std::fs::create_dir_all(a.manifests()).expect("mkdir");
         std::fs::create_dir_all(a.host_dir()).expect("mkdir");
@@ -115,7 +119,7 @@ impl Agent {
             .append(true)
             .open(self.dir().join("agent.log"))
             .expect("log");
-        let child = Command::new(picolet())
+        let mut child = Command::new(picolet())
             .arg(self.command)
             .arg("--config")
             .arg(self.config_path())
@@ -124,9 +128,15 @@ impl Agent {
                 std::env::var("PICOLET_LOG").unwrap_or_else(|_| "info".into()),
             )
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(if self.stderr_unread {
+                Stdio::piped()
+            } else {
+                Stdio::from(log)
+            })
             .spawn()
             .expect("spawn picolet agent");
+        // No reader: every write to that stderr fails with EPIPE.
+        drop(child.stderr.take());
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.get("/healthz").is_none() {
