@@ -586,6 +586,37 @@ fn up_supervises_shim_and_agent() {
     );
 }
 
+/// The status code of `GET path` on 127.0.0.1:`port`.
+fn status_of(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out.split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The healthz port answers /healthz and nothing else (it served every
+/// endpoint, /pods and the metrics included, on healthzBindAddress, which may
+/// be wider than the API address); the API port serves them.
+#[test]
+fn the_healthz_port_serves_healthz_only() {
+    require_root!();
+    let agent = Agent::start("");
+    assert_eq!(status_of(agent.healthz_port, "/healthz"), "200");
+    for path in ["/pods", "/metrics", "/stats/summary", "/events"] {
+        assert_eq!(
+            status_of(agent.healthz_port, path),
+            "404",
+            "{path} on healthz"
+        );
+        assert_eq!(status_of(agent.port, path), "200", "{path} on the API port");
+    }
+}
+
 /// `picolet up | tee log`, then Ctrl-C: tee is gone and stderr is a pipe
 /// nobody reads. Logging must never end the node agent: every log line
 /// failed, tracing-subscriber reported it with eprintln!, which panicked on

@@ -1,6 +1,7 @@
 //! HTTP endpoints: `/healthz` on healthzBindAddress:healthzPort (failing
-//! when PLEG or the source loop stalls), and on the API port `/pods`
-//! (a v1 `PodList` with status) and `/events` (a v1 `EventList`).
+//! when PLEG or the source loop stalls; nothing else there, as kubelet), and
+//! on the API port `/pods` (a v1 `PodList` with status), `/events` (a v1
+//! `EventList`), the metrics and `/stats/summary`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -27,23 +28,42 @@ pub async fn serve(
     healthz: SocketAddr,
     api: SocketAddr,
 ) -> std::io::Result<()> {
-    let mut listeners = vec![tokio::net::TcpListener::bind(healthz).await?];
+    // The healthz port serves /healthz only (it may be bound wider than the
+    // API port); when both are one port, that port serves everything.
+    let mut listeners = vec![(
+        tokio::net::TcpListener::bind(healthz).await?,
+        api != healthz,
+    )];
     if api != healthz {
-        listeners.push(tokio::net::TcpListener::bind(api).await?);
+        listeners.push((tokio::net::TcpListener::bind(api).await?, false));
     }
-    for l in listeners {
-        tracing::info!(addr = %l.local_addr()?, "serving HTTP");
+    for (l, healthz_only) in listeners {
+        tracing::info!(addr = %l.local_addr()?, healthz_only, "serving HTTP");
         let shared = shared.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = l.accept().await else {
-                    continue;
+                let stream = match l.accept().await {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors (EMFILE) fails every accept
+                        // at once: wait instead of spinning a core on it.
+                        tracing::debug!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
                 };
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
+                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let shared = shared.clone();
                         async move {
+                            if healthz_only && req.uri().path() != "/healthz" {
+                                return Ok::<_, Infallible>(reply(
+                                    StatusCode::NOT_FOUND,
+                                    "text/plain",
+                                    "the healthz port serves /healthz only\n",
+                                ));
+                            }
                             // Endpoints read cgroupfs, /proc and walk directories
                             // (10 ms per 100 containers): on the blocking pool, so
                             // a scrape never stalls the pod workers' runtime threads.
