@@ -11,13 +11,13 @@
 //! [`AuthorityFix`] sits between the accepted socket and the HTTP/2 server and
 //! rewrites the client's byte stream: frames pass through untouched except
 //! header blocks (HEADERS + CONTINUATION), which are HPACK-decoded with the
-//! client's dynamic table and encoded again, with an invalid `:authority`
-//! replaced by `localhost` (what grpc-go ≥ 1.59 sends for unix targets).
-//! Re-encoding every block, not just the bad ones, keeps the server's HPACK
-//! table in step with what it is sent; both tables are the 4096 bytes HTTP/2
-//! starts with, and neither side may change that (we never advertise another
-//! `SETTINGS_HEADER_TABLE_SIZE`, and refuse a client's attempt to grow past
-//! it). What the server writes back is not touched.
+//! client's dynamic table (HTTP/2's initial 4096 bytes, which h2's server
+//! keeps; a client's attempt to grow it is refused) and written again as
+//! plain literals that never touch the server's table, with an invalid
+//! `:authority` replaced by `localhost` (what grpc-go ≥ 1.59 sends for unix
+//! targets). Every block is rewritten, so the server's table stays empty
+//! whatever the client's holds. What the server writes back is not touched.
+//! HPACK decoding is our own ([`hpack`]), bounds-checked throughout.
 //!
 //! The rewriting itself is [`Rewriter`], sans-IO: bytes in, bytes out.
 
@@ -26,6 +26,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+mod hpack;
 
 /// The HTTP/2 client connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -99,17 +101,12 @@ pub struct Rewriter {
     pending: Vec<u8>,
     out: Vec<u8>,
     block: Option<OpenBlock>,
-    decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
+    decoder: hpack::Decoder,
     rewritten: u64,
 }
 
 impl Default for Rewriter {
     fn default() -> Self {
-        let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(HPACK_TABLE);
-        let mut encoder = loona_hpack::Encoder::new();
-        encoder.set_max_table_size(HPACK_TABLE);
         Self {
             preface_left: Some(PREFACE.len()),
             passthrough_all: false,
@@ -117,8 +114,7 @@ impl Default for Rewriter {
             pending: Vec::new(),
             out: Vec::new(),
             block: None,
-            decoder,
-            encoder,
+            decoder: hpack::Decoder::new(HPACK_TABLE),
             rewritten: 0,
         }
     }
@@ -272,31 +268,27 @@ impl Rewriter {
     /// Decodes a whole block, fixes its authority, and writes it out again as
     /// HEADERS (+ CONTINUATION) frames of at most [`MAX_FRAME`] bytes.
     fn emit(&mut self, block: OpenBlock) -> Result<(), RewriteError> {
-        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        // Plain literals are at most ~2× a Huffman-coded, indexed block.
+        let mut encoded = Vec::with_capacity(5 + 2 * block.fragment.len() + 64);
+        if let Some(p) = &block.priority {
+            encoded.extend_from_slice(p);
+        }
+        let mut rewritten = 0;
         self.decoder
-            .decode_with_cb(&block.fragment, |name, value| {
-                fields.push((name.into_owned(), value.into_owned()))
+            .decode(&block.fragment, |name, value| {
+                let value = if name == b":authority" && !valid_authority(value) {
+                    rewritten += 1;
+                    REPLACEMENT
+                } else {
+                    value
+                };
+                encode_literal(name, value, &mut encoded);
             })
             .map_err(|e| RewriteError::Hpack {
                 stream: block.stream,
                 reason: e.to_string(),
             })?;
-        for (name, value) in &mut fields {
-            if name.as_slice() == b":authority" && !valid_authority(value) {
-                *value = REPLACEMENT.to_vec();
-                self.rewritten += 1;
-            }
-        }
-        let mut encoded = Vec::with_capacity(block.fragment.len() + REPLACEMENT.len());
-        if let Some(p) = &block.priority {
-            encoded.extend_from_slice(p);
-        }
-        self.encoder
-            .encode_into(
-                fields.iter().map(|(n, v)| (n.as_slice(), v.as_slice())),
-                &mut encoded,
-            )
-            .expect("writing to a Vec cannot fail");
+        self.rewritten += rewritten;
 
         let mut flags = 0;
         if block.end_stream {
@@ -322,6 +314,33 @@ impl Rewriter {
         }
         Ok(())
     }
+}
+
+/// HPACK "literal header field without indexing, new name" (RFC 7541
+/// §6.2.2), strings without Huffman coding: the receiver's table is left
+/// alone, and encoding costs a copy.
+fn encode_literal(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.push(0x00);
+    for s in [name, value] {
+        encode_length(s.len(), out);
+        out.extend_from_slice(s);
+    }
+}
+
+/// A string length: an integer with a 7-bit prefix, H bit clear (§5.1).
+fn encode_length(mut n: usize, out: &mut Vec<u8>) {
+    const PREFIX_MAX: usize = 0x7f;
+    if n < PREFIX_MAX {
+        out.push(n as u8); // < 0x7f: fits the prefix
+        return;
+    }
+    out.push(PREFIX_MAX as u8);
+    n -= PREFIX_MAX;
+    while n >= 0x80 {
+        out.push((n & 0x7f) as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8); // < 0x80 after the loop
 }
 
 /// What h2 accepts: a URI authority (`host[:port]`, no path, no `%`).

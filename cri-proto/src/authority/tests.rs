@@ -375,7 +375,8 @@ async fn the_socket_wrapper_reads_the_rewritten_stream() {
 
 #[test]
 fn garbage_header_blocks_are_errors_not_panics() {
-    // A small xorshift generator: the same 20,000 blocks every run.
+    // A small xorshift generator: the same 200,000 blocks every run (a
+    // panic here would abort the shim: release builds use panic = "abort").
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
         x ^= x << 13;
@@ -384,7 +385,7 @@ fn garbage_header_blocks_are_errors_not_panics() {
         x
     };
     let mut errors = 0;
-    for _ in 0..20_000 {
+    for _ in 0..200_000 {
         let len = (next() % 64) as usize;
         let block: Vec<u8> = (0..len).map(|_| next() as u8).collect();
         let input = with_preface(&[frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block)]);
@@ -393,7 +394,7 @@ fn garbage_header_blocks_are_errors_not_panics() {
         }
     }
     assert!(
-        errors > 10_000,
+        errors > 100_000,
         "most random blocks are invalid HPACK: {errors}"
     );
 }
