@@ -45,6 +45,11 @@ const MAX_FRAME: usize = 16_384;
 /// CRI requests carry a few hundred bytes of headers; grpc-go's own default
 /// limit on received header lists is 16 KiB.
 pub const MAX_HEADER_BLOCK: usize = 1 << 20;
+/// The decoded header list (each field's name and value plus 32, as
+/// SETTINGS_MAX_HEADER_LIST_SIZE counts) may not exceed this: one-byte
+/// references to a 4 KiB table entry would otherwise turn a 1 MiB block into
+/// gigabytes of literals.
+pub const MAX_HEADER_LIST: usize = 1 << 20;
 /// HTTP/2's initial SETTINGS_HEADER_TABLE_SIZE, which h2's server keeps.
 const HPACK_TABLE: usize = 4096;
 /// What an invalid `:authority` becomes.
@@ -67,6 +72,8 @@ pub enum RewriteError {
     StrayContinuation { stream: u32 },
     #[error("HEADERS on stream {stream}: padding or priority longer than the frame")]
     BadHeadersFrame { stream: u32 },
+    #[error("header list of stream {stream} decodes to more than {MAX_HEADER_LIST} bytes")]
+    ListTooLarge { stream: u32 },
     #[error("HPACK block of stream {stream}: {reason}")]
     Hpack { stream: u32, reason: String },
 }
@@ -268,14 +275,19 @@ impl Rewriter {
     /// Decodes a whole block, fixes its authority, and writes it out again as
     /// HEADERS (+ CONTINUATION) frames of at most [`MAX_FRAME`] bytes.
     fn emit(&mut self, block: OpenBlock) -> Result<(), RewriteError> {
-        // Plain literals are at most ~2× a Huffman-coded, indexed block.
+        // A capacity hint: plain literals of a typical gRPC request.
         let mut encoded = Vec::with_capacity(5 + 2 * block.fragment.len() + 64);
         if let Some(p) = &block.priority {
             encoded.extend_from_slice(p);
         }
         let mut rewritten = 0;
+        let mut list_size = 0usize;
         self.decoder
             .decode(&block.fragment, |name, value| {
+                list_size = list_size.saturating_add(name.len() + value.len() + 32);
+                if list_size > MAX_HEADER_LIST {
+                    return; // refused below; nothing more is written
+                }
                 let value = if name == b":authority" && !valid_authority(value) {
                     rewritten += 1;
                     REPLACEMENT
@@ -288,6 +300,11 @@ impl Rewriter {
                 stream: block.stream,
                 reason: e.to_string(),
             })?;
+        if list_size > MAX_HEADER_LIST {
+            return Err(RewriteError::ListTooLarge {
+                stream: block.stream,
+            });
+        }
         self.rewritten += rewritten;
 
         let mut flags = 0;

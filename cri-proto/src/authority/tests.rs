@@ -341,6 +341,32 @@ fn header_blocks_are_bounded_before_they_are_buffered() {
 }
 
 #[test]
+fn references_to_a_large_entry_cannot_inflate_a_block() {
+    // One 4,000-byte value into the client's table, then 1,000 one-byte
+    // references to it: 4 MB decoded from a 4 KB block.
+    let mut block = vec![0x40, 0x01, b'x', 0x7f];
+    let mut len = 4_000 - 0x7f;
+    while len >= 0x80 {
+        block.push((len & 0x7f) as u8 | 0x80);
+        len >>= 7;
+    }
+    block.push(len as u8);
+    block.extend(std::iter::repeat_n(b'v', 4_000));
+    block.extend(std::iter::repeat_n(0x80 | 62, 1_000));
+    let err = rewrite(&with_preface(&[frame(
+        TYPE_HEADERS,
+        FLAG_END_HEADERS,
+        1,
+        &block,
+    )]))
+    .expect_err("inflated");
+    assert!(
+        matches!(err, RewriteError::ListTooLarge { stream: 1 }),
+        "{err}"
+    );
+}
+
+#[test]
 fn data_frames_are_not_buffered_whole() {
     let mut r = Rewriter::default();
     let mut head = PREFACE.to_vec();
