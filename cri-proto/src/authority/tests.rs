@@ -80,6 +80,11 @@ fn with_preface(frames: &[Vec<u8>]) -> Vec<u8> {
     v
 }
 
+/// The error a connection that sends these frames (after the preface) gets.
+fn refused(frames: &[Vec<u8>]) -> RewriteError {
+    rewrite(&with_preface(frames)).expect_err("the rewriter refuses this input")
+}
+
 #[test]
 fn crictls_request_is_served_as_localhost_and_nothing_else_changes() {
     let out = rewrite(CRICTL_VERSION).expect("rewrite");
@@ -252,59 +257,46 @@ fn a_block_larger_than_a_frame_is_cut_into_continuations() {
 fn bad_input_closes_the_connection_with_a_reason() {
     let block = encode(&mut loona_hpack::Encoder::new(), &request("%2Fx", "/y"));
     // A DATA frame in the middle of a header block.
-    let err = rewrite(&with_preface(&[
-        frame(TYPE_HEADERS, 0, 1, &block),
-        frame(0, 0, 1, b"x"),
-    ]))
-    .expect_err("interrupted block");
+    let err = refused(&[frame(TYPE_HEADERS, 0, 1, &block), frame(0, 0, 1, b"x")]);
     assert!(
         matches!(err, RewriteError::InterruptedBlock { open: 1, .. }),
         "{err}"
     );
     // CONTINUATION with nothing open.
-    let err = rewrite(&with_preface(&[frame(
-        TYPE_CONTINUATION,
-        FLAG_END_HEADERS,
-        1,
-        &block,
-    )]))
-    .expect_err("stray");
+    let err = refused(&[frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, &block)]);
     assert!(
         matches!(err, RewriteError::StrayContinuation { stream: 1 }),
         "{err}"
     );
     // Padding longer than the frame.
-    let err = rewrite(&with_preface(&[frame(
+    let err = refused(&[frame(
         TYPE_HEADERS,
         FLAG_PADDED | FLAG_END_HEADERS,
         1,
         &[9, 1],
-    )]))
-    .expect_err("padding");
+    )]);
     assert!(
         matches!(err, RewriteError::BadHeadersFrame { stream: 1 }),
         "{err}"
     );
     // An index past both tables.
-    let err = rewrite(&with_preface(&[frame(
+    let err = refused(&[frame(
         TYPE_HEADERS,
         FLAG_END_HEADERS,
         1,
         &[0xff, 0x80, 0x01],
-    )]))
-    .expect_err("index");
+    )]);
     assert!(
         matches!(err, RewriteError::Hpack { stream: 1, .. }),
         "{err}"
     );
     // A dynamic table larger than HTTP/2's initial 4096 bytes (size update to 8192).
-    let err = rewrite(&with_preface(&[frame(
+    let err = refused(&[frame(
         TYPE_HEADERS,
         FLAG_END_HEADERS,
         1,
         &[0x3f, 0xe1, 0x3f, 0x82],
-    )]))
-    .expect_err("table size");
+    )]);
     assert!(
         matches!(err, RewriteError::Hpack { stream: 1, .. }),
         "{err}"
@@ -353,13 +345,7 @@ fn references_to_a_large_entry_cannot_inflate_a_block() {
     block.push(len as u8);
     block.extend(std::iter::repeat_n(b'v', 4_000));
     block.extend(std::iter::repeat_n(0x80 | 62, 1_000));
-    let err = rewrite(&with_preface(&[frame(
-        TYPE_HEADERS,
-        FLAG_END_HEADERS,
-        1,
-        &block,
-    )]))
-    .expect_err("inflated");
+    let err = refused(&[frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &block)]);
     assert!(
         matches!(err, RewriteError::ListTooLarge { stream: 1 }),
         "{err}"
