@@ -15,6 +15,11 @@ use tokio::sync::mpsc;
 
 use crate::manifest::{self, ManifestError};
 
+/// A manifest file larger than this is refused without being read whole
+/// (a 50 MB file took the agent from 11 to 114 MB). The API server refuses
+/// objects over ~1.5 MiB; a pod is a few KiB.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
 #[derive(Debug)]
 struct FileEntry {
     text: String,
@@ -29,6 +34,8 @@ pub struct FileSource {
     dir: PathBuf,
     node_name: String,
     files: BTreeMap<PathBuf, FileEntry>,
+    /// Files that could not be read, with the error last reported.
+    unreadable: HashMap<PathBuf, String>,
     dir_error: Option<String>,
 }
 
@@ -57,6 +64,7 @@ impl FileSource {
             dir: dir.to_path_buf(),
             node_name: node_name.to_string(),
             files: BTreeMap::new(),
+            unreadable: HashMap::new(),
             dir_error: None,
         }
     }
@@ -93,14 +101,24 @@ impl FileSource {
         }
         present.sort();
         self.files.retain(|p, _| present.contains(p));
+        self.unreadable.retain(|p, _| present.contains(p));
         let seen = crate::status::timestamp_now().to_string();
         for path in &present {
-            let text = match std::fs::read_to_string(path) {
-                Ok(t) => t,
-                Err(e) => {
-                    let msg = format!("{}: cannot read: {e}", path.display());
+            let text = match read_manifest(path) {
+                Ok(t) => {
+                    self.unreadable.remove(path);
+                    t
+                }
+                Err(mut msg) => {
+                    if self.files.get(path).is_some_and(|f| !f.good.is_empty()) {
+                        msg.push_str(" (the previous version keeps running)");
+                    }
                     scan.errors.push(msg.clone());
-                    scan.new_errors.push(msg);
+                    // Once per change, not at every rescan.
+                    if self.unreadable.get(path) != Some(&msg) {
+                        scan.new_errors.push(msg.clone());
+                        self.unreadable.insert(path.clone(), msg);
+                    }
                     continue;
                 }
             };
@@ -153,6 +171,27 @@ impl FileSource {
         }
         scan
     }
+}
+
+/// Reads a manifest file, at most [`MAX_MANIFEST_BYTES`] of it; the error
+/// names the file.
+fn read_manifest(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", path.display());
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(cannot)?
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        let size = std::fs::metadata(path).map_or(text.len() as u64, |m| m.len());
+        return Err(format!(
+            "{}: {size} bytes: a manifest may be at most {MAX_MANIFEST_BYTES} bytes (1 MiB)",
+            path.display()
+        ));
+    }
+    Ok(text)
 }
 
 /// Watches `dir` with inotify on a thread of its own; every batch of
@@ -233,5 +272,49 @@ mod tests {
         let s5 = src.scan();
         assert_eq!(s5.pods.len(), 1);
         assert_ne!(s5.pods.keys().next(), Some(&uid));
+    }
+
+    #[test]
+    fn oversize_and_unreadable_files_are_refused_and_reported_once() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        std::fs::write(d.join("a.yaml"), POD.replace("NAME", "a")).expect("w");
+        let mut src = FileSource::new(d, "n");
+        let uid = src.scan().pods.keys().next().cloned().expect("uid");
+        // Grows past the limit (a comment, so it would parse): refused,
+        // named, and the last good pod keeps running.
+        let big = format!("{}#{}\n", POD.replace("NAME", "a"), "x".repeat(1 << 20));
+        std::fs::write(d.join("a.yaml"), &big).expect("w");
+        let s = src.scan();
+        assert_eq!(s.pods.keys().next(), Some(&uid));
+        assert_eq!(s.new_errors.len(), 1, "{:?}", s.new_errors);
+        assert!(
+            s.new_errors[0].contains(&format!(
+                "a.yaml: {} bytes: a manifest may be at most 1048576 bytes",
+                big.len()
+            )) && s.new_errors[0].contains("previous version keeps running"),
+            "{}",
+            s.new_errors[0]
+        );
+        // Binary garbage: not UTF-8.
+        std::fs::write(d.join("junk"), [0xff, 0xfe, 0x00, 0x80]).expect("w");
+        let s = src.scan();
+        assert_eq!(s.new_errors.len(), 1, "{:?}", s.new_errors);
+        assert!(
+            s.new_errors[0].contains("junk: cannot read"),
+            "{}",
+            s.new_errors[0]
+        );
+        assert_eq!(s.errors.len(), 2);
+        // Rescans report nothing new while nothing changes.
+        let s = src.scan();
+        assert!(s.new_errors.is_empty(), "{:?}", s.new_errors);
+        assert_eq!(s.errors.len(), 2);
+        // Fixed: read again, no errors left.
+        std::fs::write(d.join("a.yaml"), POD.replace("NAME", "a")).expect("w");
+        std::fs::remove_file(d.join("junk")).expect("rm");
+        let s = src.scan();
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        assert_eq!(s.pods.keys().next(), Some(&uid));
     }
 }
