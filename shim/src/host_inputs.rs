@@ -190,53 +190,18 @@ pub(crate) fn check_mount_propagation(config: &ContainerConfig) -> Result<(), Er
 /// when several share it; with its propagation tags (`shared:N`, `master:N`).
 fn mount_of<'a>(mountinfo: &'a str, path: &Path) -> Option<(String, Vec<&'a str>)> {
     let mut best: Option<(String, Vec<&str>)> = None;
-    for line in mountinfo.lines() {
-        let mut fields = line.split(' ');
-        let Some(mount_point) = fields.nth(4).map(unescape_mountinfo) else {
-            continue;
-        };
-        let tags: Vec<&str> = fields
-            .skip(1) // mount options
-            .take_while(|f| *f != "-")
-            .collect();
-        if !path.starts_with(&mount_point) {
+    for m in crate::mountinfo::parse(mountinfo) {
+        if !path.starts_with(&m.mount_point) {
             continue;
         }
         let deeper = best.as_ref().is_none_or(|(b, _)| {
-            Path::new(&mount_point).components().count() >= Path::new(b).components().count()
+            Path::new(&m.mount_point).components().count() >= Path::new(b).components().count()
         });
         if deeper {
-            best = Some((mount_point, tags));
+            best = Some((m.mount_point, m.tags));
         }
     }
     best
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)))
-            .and_then(|d| {
-                let v = d.iter().fold(0u16, |v, c| v * 8 + u16::from(c - b'0'));
-                u8::try_from(v).ok()
-            });
-        match octal {
-            Some(b) => {
-                out.push(b);
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -271,11 +236,5 @@ mod tests {
         );
         // A sibling with a common prefix is not a parent.
         assert_eq!(of("/tmp/xy"), Some(("/tmp".into(), String::new())));
-    }
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape_mountinfo("/a\\040b\\011c\\134"), "/a b\tc\\");
-        assert_eq!(unescape_mountinfo("/a\\999\\777"), "/a\\999\\777");
     }
 }

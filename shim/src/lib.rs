@@ -17,6 +17,7 @@ mod host_inputs;
 mod image_service;
 mod import_service;
 pub mod monitor;
+mod mountinfo;
 mod namespaces;
 pub mod nsexec;
 mod pidfd;

@@ -232,18 +232,16 @@ fn cap_index(name: &str) -> Option<u32> {
 /// the v2 unified one). A listed hierarchy that is not mounted is skipped:
 /// nothing could limit through it.
 fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, String> {
-    let mounts: Vec<(&str, &str, Vec<&str>, bool)> = mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let f: Vec<&str> = left.split(' ').collect();
-            let r: Vec<&str> = right.split(' ').collect();
-            let (root, point) = (*f.get(3)?, *f.get(4)?);
-            match *r.first()? {
-                "cgroup2" => Some((root, point, Vec::new(), true)),
-                "cgroup" => Some((root, point, r.get(2)?.split(',').collect(), false)),
-                _ => None,
-            }
+    let mounts: Vec<(&str, String, Vec<&str>, bool)> = crate::mountinfo::parse(mountinfo)
+        .filter_map(|m| match m.fs_type {
+            "cgroup2" => Some((m.root, m.mount_point, Vec::new(), true)),
+            "cgroup" => Some((
+                m.root,
+                m.mount_point,
+                m.super_options.split(',').collect(),
+                false,
+            )),
+            _ => None,
         })
         .collect();
     let mut out = Vec::new();

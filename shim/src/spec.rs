@@ -465,17 +465,19 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     // The kubelet sends a limit for every page size the kernel offers. Where
     // the hugetlb controller is missing, drop them as containerd does
     // (libcontainer refuses the container: "cgroup hugetlb is required").
-    if !res.hugepage_limits.is_empty() && !input.hugetlb {
-        tracing::debug!(
-            container = input.id,
-            "no hugetlb cgroup controller: hugepage limits dropped"
-        );
-    } else if !res.hugepage_limits.is_empty() {
-        resources["hugepageLimits"] = res
-            .hugepage_limits
-            .iter()
-            .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
-            .collect();
+    if !res.hugepage_limits.is_empty() {
+        if input.hugetlb {
+            resources["hugepageLimits"] = res
+                .hugepage_limits
+                .iter()
+                .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
+                .collect();
+        } else {
+            tracing::debug!(
+                container = input.id,
+                "no hugetlb cgroup controller: hugepage limits dropped"
+            );
+        }
     }
     if !res.unified.is_empty() {
         resources["unified"] = json!(res.unified.iter().collect::<BTreeMap<_, _>>());
