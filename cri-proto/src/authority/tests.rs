@@ -80,6 +80,18 @@ fn with_preface(frames: &[Vec<u8>]) -> Vec<u8> {
     v
 }
 
+/// The frames the server reads for one complete HEADERS frame on stream 1.
+fn rewritten_frames(block: &[u8]) -> Vec<Frame> {
+    let out = rewrite(&with_preface(&[frame(
+        TYPE_HEADERS,
+        FLAG_END_HEADERS,
+        1,
+        block,
+    )]))
+    .expect("rewrite");
+    frames(&out[PREFACE.len()..])
+}
+
 /// The error a connection that sends these frames (after the preface) gets.
 fn refused(frames: &[Vec<u8>]) -> RewriteError {
     rewrite(&with_preface(frames)).expect_err("the rewriter refuses this input")
@@ -178,14 +190,7 @@ fn later_requests_that_index_the_clients_table_still_decode() {
 fn valid_authorities_are_kept() {
     for ok in ["localhost", "[::]:50051", "127.0.0.1:10010", "picolet.sock"] {
         let block = encode(&mut loona_hpack::Encoder::new(), &request(ok, "/x"));
-        let out = rewrite(&with_preface(&[frame(
-            TYPE_HEADERS,
-            FLAG_END_HEADERS,
-            1,
-            &block,
-        )]))
-        .expect("rewrite");
-        let got = frames(&out[PREFACE.len()..]);
+        let got = rewritten_frames(&block);
         let f = fields(&mut loona_hpack::Decoder::new(), &got[0].payload);
         assert!(f.contains(&(":authority".into(), ok.into())), "{ok}");
     }
@@ -230,14 +235,7 @@ fn a_block_larger_than_a_frame_is_cut_into_continuations() {
     let mut req = request("%2Fx", "/y");
     req.push(("x-big", "v".repeat(40_000)));
     let block = encode(&mut loona_hpack::Encoder::new(), &req);
-    let out = rewrite(&with_preface(&[frame(
-        TYPE_HEADERS,
-        FLAG_END_HEADERS,
-        1,
-        &block,
-    )]))
-    .expect("rewrite");
-    let got = frames(&out[PREFACE.len()..]);
+    let got = rewritten_frames(&block);
     assert!(got.len() >= 3, "{} frames", got.len());
     assert_eq!(got[0].frame_type, TYPE_HEADERS);
     assert_eq!(got[0].flags & FLAG_END_HEADERS, 0);
