@@ -110,8 +110,15 @@ impl FileSource {
                     t
                 }
                 Err(mut msg) => {
-                    if self.files.get(path).is_some_and(|f| !f.good.is_empty()) {
-                        msg.push_str(" (the previous version keeps running)");
+                    if let Some(f) = self.files.get_mut(path) {
+                        // What was read before is stale: its parse error
+                        // would be listed beside this one, and the same text
+                        // coming back must be parsed (and reported) again.
+                        f.error = None;
+                        f.text.clear();
+                        if !f.good.is_empty() {
+                            msg.push_str(" (the previous version keeps running)");
+                        }
                     }
                     scan.errors.push(msg.clone());
                     // Once per change, not at every rescan.
@@ -310,6 +317,28 @@ mod tests {
         let s = src.scan();
         assert!(s.new_errors.is_empty(), "{:?}", s.new_errors);
         assert_eq!(s.errors.len(), 2);
+        // A file that failed to parse, then grew too large: one error, the
+        // read one; back to the bad text: its parse error again.
+        std::fs::write(d.join("bad.yaml"), "kind: [").expect("w");
+        assert_eq!(src.scan().new_errors.len(), 1);
+        std::fs::write(d.join("bad.yaml"), &big).expect("w");
+        let s = src.scan();
+        assert_eq!(
+            s.errors.iter().filter(|e| e.contains("bad.yaml")).count(),
+            1,
+            "{:?}",
+            s.errors
+        );
+        std::fs::write(d.join("bad.yaml"), "kind: [").expect("w");
+        let s = src.scan();
+        assert!(
+            s.new_errors
+                .iter()
+                .any(|e| e.contains("bad.yaml: not valid YAML")),
+            "{:?}",
+            s.new_errors
+        );
+        std::fs::remove_file(d.join("bad.yaml")).expect("rm");
         // Fixed: read again, no errors left.
         std::fs::write(d.join("a.yaml"), POD.replace("NAME", "a")).expect("w");
         std::fs::remove_file(d.join("junk")).expect("rm");
