@@ -7,16 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// Wall-clock time since the Unix epoch.
-pub type Time = Duration;
-
-/// The wall clock as [`Time`] (the agent's one clock: CRI reports exits
-/// and starts in Unix nanoseconds).
-pub fn now() -> Time {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-}
+use crate::clock::Time;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {

@@ -1,9 +1,13 @@
 //! Events (Pulled, Created, Started, Killing, BackOff, Failed, ...) in a
-//! bounded in-memory ring, logged as they happen and served as a v1
-//! `EventList`. A repeat of the newest event for the same object and reason
-//! bumps its count, as the API server's event correlator does.
+//! bounded in-memory ring, served as a v1 `EventList`. A repeat of a recent
+//! event for the same object, reason and message bumps its count, as the
+//! API server's event correlator does. Logging comes after that
+//! de-duplication and is rate-limited: a repeat is logged at counts 1, 2,
+//! 4, 8, ... only, so a probe failing every 10 s for a year writes 22 log
+//! lines, not 3 million (workloads trigger these; the device logs to flash).
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -17,6 +21,41 @@ pub struct Object {
     pub uid: String,
     /// e.g. `spec.containers{web}`.
     pub field_path: String,
+}
+
+/// `Normal` or `Warning`, as the API's `Event.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// The handle every manager records events through.
+#[derive(Debug, Clone)]
+pub struct Recorder(Arc<Mutex<Events>>);
+
+impl Recorder {
+    pub fn new(cap: usize, node: &str) -> Self {
+        Self(Arc::new(Mutex::new(Events::new(cap, node))))
+    }
+
+    pub fn event(&self, obj: &Object, kind: EventType, reason: &str, message: &str) {
+        crate::mutex::lock(&self.0).record(obj, kind, reason, message);
+    }
+
+    /// All events, oldest first.
+    pub fn list(&self) -> Vec<Event> {
+        crate::mutex::lock(&self.0).list()
+    }
 }
 
 /// The ring.
@@ -38,14 +77,26 @@ impl Events {
         }
     }
 
-    /// Records an event: `kind` is `Normal` or `Warning`.
-    pub fn record(&mut self, obj: &Object, kind: &str, reason: &str, message: &str) {
-        if kind == "Warning" {
-            tracing::warn!(object = %format!("{}/{}", obj.namespace, obj.name), field = %obj.field_path, reason, "{message}");
-        } else {
-            tracing::info!(object = %format!("{}/{}", obj.namespace, obj.name), field = %obj.field_path, reason, "{message}");
+    /// Records an event; returns its count (1 for a new one).
+    pub fn record(&mut self, obj: &Object, kind: EventType, reason: &str, message: &str) -> i32 {
+        let count = self.count(obj, kind, reason, message);
+        if u32::try_from(count).is_ok_and(u32::is_power_of_two) {
+            let object = format!("{}/{}", obj.namespace, obj.name);
+            let field = &obj.field_path;
+            match kind {
+                EventType::Warning => {
+                    tracing::warn!(object, field, reason, count, "{message}");
+                }
+                EventType::Normal => {
+                    tracing::info!(object, field, reason, count, "{message}");
+                }
+            }
         }
-        let now = Time(crate::status::timestamp_now());
+        count
+    }
+
+    fn count(&mut self, obj: &Object, kind: EventType, reason: &str, message: &str) -> i32 {
+        let now = Time(crate::clock::timestamp_now());
         // Same object, reason and message among the recent ones: count it.
         if let Some(e) = self.ring.iter_mut().rev().take(16).find(|e| {
             e.reason.as_deref() == Some(reason)
@@ -53,9 +104,10 @@ impl Events {
                 && e.involved_object.uid.as_deref() == Some(obj.uid.as_str())
                 && e.involved_object.field_path.as_deref().unwrap_or("") == obj.field_path
         }) {
-            e.count = Some(e.count.unwrap_or(1) + 1);
+            let count = e.count.unwrap_or(1).saturating_add(1);
+            e.count = Some(count);
             e.last_timestamp = Some(now);
-            return;
+            return count;
         }
         self.seq += 1;
         let name = format!("{}.{:x}", obj.name, self.seq);
@@ -76,7 +128,7 @@ impl Events {
             },
             reason: Some(reason.into()),
             message: Some(message.into()),
-            type_: Some(kind.into()),
+            type_: Some(kind.as_str().into()),
             count: Some(1),
             first_timestamp: Some(now.clone()),
             last_timestamp: Some(now),
@@ -91,6 +143,7 @@ impl Events {
         while self.ring.len() > self.cap {
             self.ring.pop_front();
         }
+        1
     }
 
     /// All events, oldest first.
@@ -113,15 +166,35 @@ mod tests {
             uid: "u".into(),
             field_path: String::new(),
         };
-        ev.record(&obj, "Warning", "BackOff", "back-off");
-        ev.record(&obj, "Warning", "BackOff", "back-off");
+        ev.record(&obj, EventType::Warning, "BackOff", "back-off");
+        ev.record(&obj, EventType::Warning, "BackOff", "back-off");
         assert_eq!(ev.list().len(), 1);
         assert_eq!(ev.list()[0].count, Some(2));
         for i in 0..5 {
-            ev.record(&obj, "Normal", "Started", &format!("s{i}"));
+            ev.record(&obj, EventType::Normal, "Started", &format!("s{i}"));
         }
         let l = ev.list();
         assert_eq!(l.len(), 3);
         assert_eq!(l[2].message.as_deref(), Some("s4"));
+    }
+
+    #[test]
+    fn repeats_are_logged_at_powers_of_two_only() {
+        let mut ev = Events::new(8, "n");
+        let obj = Object {
+            kind: "Pod",
+            uid: "u".into(),
+            ..Default::default()
+        };
+        let counts: Vec<i32> = (0..10)
+            .map(|_| ev.record(&obj, EventType::Warning, "Unhealthy", "probe failed"))
+            .collect();
+        assert_eq!(counts, (1..=10).collect::<Vec<_>>());
+        let logged: Vec<i32> = counts
+            .into_iter()
+            .filter(|c| u32::try_from(*c).is_ok_and(u32::is_power_of_two))
+            .collect();
+        assert_eq!(logged, [1, 2, 4, 8]);
+        assert_eq!(ev.list().len(), 1);
     }
 }

@@ -5,24 +5,10 @@
 use std::time::Duration;
 
 use crate::httpc;
+use crate::probe::resolve_port;
 use crate::prober::KUBE_VERSION;
 use crate::runtime::Cri;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-/// Resolves a port by number or by the container's port name.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    match port {
-        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("bad port {n}")),
-        IntOrString::String(name) => c
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref() == Some(name.as_str()))
-            .and_then(|p| u16::try_from(p.container_port).ok())
-            .ok_or_else(|| format!("no container port named {name:?}")),
-    }
-}
 
 /// Runs one hook for container `id`; `Err` carries the message kubelet
 /// would put into the FailedPostStartHook / FailedPreStopHook event.

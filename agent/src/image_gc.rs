@@ -13,11 +13,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::Shared;
-use crate::events::Object;
+use crate::events::{EventType, Object, Recorder};
+use crate::runtime::{Cri, Image};
 
 /// The thresholds, as kubelet's config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,16 +24,6 @@ pub struct Policy {
     pub high_percent: u8,
     pub low_percent: u8,
     pub min_age: Duration,
-}
-
-/// One image as the runtime lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Image {
-    pub id: String,
-    /// Tags and digests it is known by.
-    pub names: Vec<String>,
-    pub size: u64,
-    pub pinned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -126,7 +115,8 @@ fn fs_space(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// One pass: detect, then free space if the image filesystem is too full.
-pub async fn collect(shared: &Arc<Shared>, gc: &mut ImageGc, policy: Policy) -> Result<(), String> {
+pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), String> {
+    let (policy, shared) = (m.policy, m);
     let now = Instant::now();
     let images = shared.cri.list_images().await.map_err(|e| e.to_string())?;
     let mut in_use = shared
@@ -166,31 +156,39 @@ pub async fn collect(shared: &Arc<Shared>, gc: &mut ImageGc, policy: Policy) -> 
         );
         let node = Object {
             kind: "Node",
-            name: shared.config.node_name.clone(),
+            name: shared.node_name.clone(),
             ..Default::default()
         };
-        shared.event(&node, "Warning", "FreeDiskSpaceFailed", &msg);
+        let warning = EventType::Warning;
+        shared
+            .recorder
+            .event(&node, warning, "FreeDiskSpaceFailed", &msg);
         return Err(msg);
     }
     Ok(())
 }
 
-/// Runs [`collect`] every `picolet.imageGCPeriod` (kubelet: 5 min).
-pub fn spawn(shared: Arc<Shared>) {
-    let cfg = &shared.config;
-    let policy = Policy {
-        high_percent: cfg.image_gc_high_threshold_percent,
-        low_percent: cfg.image_gc_low_threshold_percent,
-        min_age: cfg.image_minimum_gc_age,
-    };
-    let period = cfg.image_gc_period;
+/// The image GC manager: what a pass needs.
+#[derive(Debug)]
+pub struct Manager {
+    pub cri: Cri,
+    pub recorder: Recorder,
+    pub node_name: String,
+    pub policy: Policy,
+    /// `picolet.imageGCPeriod` (kubelet: 5 min).
+    pub period: Duration,
+}
+
+/// Runs [`collect`] every period.
+pub fn spawn(m: Manager) {
+    let period = m.period;
     tokio::spawn(async move {
         let mut gc = ImageGc::default();
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = collect(&shared, &mut gc, policy).await {
+            if let Err(e) = collect(&m, &mut gc).await {
                 tracing::warn!("image garbage collection: {e}");
             }
         }

@@ -11,13 +11,12 @@
 //! container's log.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
-use crate::Shared;
+use crate::runtime::Cri;
 
 const COMPRESSED: &str = ".gz";
 const TMP: &str = ".tmp";
@@ -141,8 +140,8 @@ fn tidy(log: &Path, policy: Policy) -> std::io::Result<()> {
 }
 
 /// One pass over the running containers.
-pub async fn rotate_all(shared: &Arc<Shared>, policy: Policy) {
-    let logs = match shared.cri.running_log_paths().await {
+pub async fn rotate_all(cri: &Cri, policy: Policy) {
+    let logs = match cri.running_log_paths().await {
         Ok(l) => l,
         Err(e) => {
             tracing::debug!(error = %e, "log rotation: cannot list containers");
@@ -150,20 +149,19 @@ pub async fn rotate_all(shared: &Arc<Shared>, policy: Policy) {
         }
     };
     for (id, log) in logs {
-        if let Err(e) = rotate(shared, &id, &log, policy).await {
+        if let Err(e) = rotate(cri, &id, &log, policy).await {
             tracing::warn!(container = %id, log = %log.display(), error = %e, "cannot rotate the container log");
         }
     }
 }
 
-async fn rotate(shared: &Arc<Shared>, id: &str, log: &Path, policy: Policy) -> Result<(), String> {
+async fn rotate(cri: &Cri, id: &str, log: &Path, policy: Policy) -> Result<(), String> {
     let size = match tokio::fs::metadata(log).await {
         Ok(m) => m.len(),
         // Lost (a reopen that failed after a rename): have the runtime make
         // a new one, as kubelet does.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return shared
-                .cri
+            return cri
                 .reopen_container_log(id)
                 .await
                 .map_err(|e| e.to_string());
@@ -182,7 +180,7 @@ async fn rotate(shared: &Arc<Shared>, id: &str, log: &Path, policy: Policy) -> R
     tokio::fs::rename(log, &rotated)
         .await
         .map_err(|e| format!("rename to {}: {e}", rotated.display()))?;
-    if let Err(e) = shared.cri.reopen_container_log(id).await {
+    if let Err(e) = cri.reopen_container_log(id).await {
         // Put it back: the runtime still writes to it.
         let _ = tokio::fs::rename(&rotated, log).await;
         return Err(e.to_string());
@@ -192,19 +190,13 @@ async fn rotate(shared: &Arc<Shared>, id: &str, log: &Path, policy: Policy) -> R
 }
 
 /// Runs [`rotate_all`] every `interval` until the agent stops.
-pub fn spawn(shared: Arc<Shared>) {
-    let cfg = &shared.config;
-    let policy = Policy {
-        max_bytes: u64::try_from(cfg.container_log_max_size).unwrap_or(u64::MAX),
-        max_files: cfg.container_log_max_files as usize,
-    };
-    let interval = cfg.container_log_monitor_interval;
+pub fn spawn(cri: Cri, policy: Policy, interval: std::time::Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            rotate_all(&shared, policy).await;
+            rotate_all(&cri, policy).await;
         }
     });
 }

@@ -6,6 +6,8 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::mutex::lock;
+
 /// The labels of `prober_probe_total`, as kubelet sets them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ProbeLabels {
@@ -203,10 +205,6 @@ impl Default for AgentMetrics {
             pod_start: Mutex::new(Histogram::new(POD_START_BUCKETS)),
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `/runtime.v1.RuntimeService/RunPodSandbox` → `run_podsandbox`, as

@@ -6,14 +6,18 @@
 //! happens while the agent runs is never missed; records overwritten before
 //! they were read (EPIPE) are counted and logged.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::Shared;
 use crate::cri_config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 use crate::events::Object;
+use crate::events::{EventType, Recorder};
 use crate::kmsg::{OomKill, OomParser, parse_record};
+use crate::mutex::lock;
+use crate::runtime::Cri;
+use crate::status;
 
 /// Where a memcg path points: (pod UID, container ID) for
 /// `…/pod<uid>/<container id>`, (pod UID, "") for the pod cgroup itself.
@@ -32,9 +36,34 @@ pub fn pod_of(memcg: &str) -> Option<(String, String)> {
     Some((uid, container))
 }
 
+/// OOM kills seen in /dev/kmsg by the victim's memcg
+/// (`container_oom_events_total`).
+#[derive(Debug, Clone, Default)]
+pub struct Kills(Arc<Mutex<BTreeMap<String, u64>>>);
+
+impl Kills {
+    fn record(&self, kill: &OomKill) {
+        *lock(&self.0).entry(kill.task_memcg.clone()).or_default() += 1;
+    }
+
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        lock(&self.0).clone()
+    }
+}
+
+/// What the watcher needs.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    pub cri: Cri,
+    pub recorder: Recorder,
+    pub statuses: status::Manager,
+    pub node_name: String,
+    pub kills: Kills,
+}
+
 /// Starts the watcher thread. Errors opening /dev/kmsg (not root, a
 /// container without it) are logged once: the agent runs without it.
-pub fn spawn(shared: Arc<Shared>) {
+pub fn spawn(shared: Watcher) {
     let f = match File::open("/dev/kmsg") {
         Ok(mut f) => {
             // Start at the end: only kills from now on.
@@ -65,7 +94,7 @@ pub fn spawn(shared: Arc<Shared>) {
     }
 }
 
-fn watch(mut f: File, shared: &Shared, tx: &tokio::sync::mpsc::UnboundedSender<OomKill>) {
+fn watch(mut f: File, shared: &Watcher, tx: &tokio::sync::mpsc::UnboundedSender<OomKill>) {
     let mut parser = OomParser::default();
     // One record per read; 8 KiB is the kernel's maximum record size.
     let mut buf = vec![0u8; 8192];
@@ -77,7 +106,7 @@ fn watch(mut f: File, shared: &Shared, tx: &tokio::sync::mpsc::UnboundedSender<O
                 if let Some(rec) = parse_record(&text)
                     && let Some(kill) = parser.feed(rec.usec, rec.message)
                 {
-                    shared.record_oom(&kill);
+                    shared.kills.record(&kill);
                     if tx.send(kill).is_err() {
                         return;
                     }
@@ -99,20 +128,20 @@ fn watch(mut f: File, shared: &Shared, tx: &tokio::sync::mpsc::UnboundedSender<O
     }
 }
 
-async fn report(shared: &Shared, kill: &OomKill) {
+async fn report(shared: &Watcher, kill: &OomKill) {
     let victim = format!("victim process: {}, pid: {}", kill.process, kill.pid);
     let Some((uid, container_id)) = pod_of(&kill.task_memcg) else {
         tracing::warn!(memcg = %kill.task_memcg, "system OOM: {victim}");
         let node = Object {
             kind: "Node",
             namespace: String::new(),
-            name: shared.node.name.clone(),
-            uid: shared.node.name.clone(),
+            name: shared.node_name.clone(),
+            uid: shared.node_name.clone(),
             field_path: String::new(),
         };
-        shared.event(
+        shared.recorder.event(
             &node,
-            "Warning",
+            EventType::Warning,
             "SystemOOM",
             &format!("System OOM encountered, {victim}"),
         );
@@ -123,9 +152,9 @@ async fn report(shared: &Shared, kill: &OomKill) {
         return;
     };
     tracing::info!(pod = %obj.name, field = %obj.field_path, "OOM kill: {victim}");
-    shared.event(
+    shared.recorder.event(
         &obj,
-        "Warning",
+        EventType::Warning,
         "OOMKilling",
         &format!(
             "Memory cgroup out of memory: Killed process {} ({})",
@@ -138,7 +167,7 @@ async fn report(shared: &Shared, kill: &OomKill) {
 /// when the kill came before the pod's status listed the container (a hog
 /// killed within milliseconds of its start); the pod's status tells init
 /// containers from app containers.
-async fn object_of(shared: &Shared, uid: &str, container_id: &str) -> Option<Object> {
+async fn object_of(shared: &Watcher, uid: &str, container_id: &str) -> Option<Object> {
     let labels = if container_id.is_empty() {
         None
     } else {
@@ -149,7 +178,7 @@ async fn object_of(shared: &Shared, uid: &str, container_id: &str) -> Option<Obj
             .ok()
             .flatten()
     };
-    let status = shared.status_of(uid);
+    let status = shared.statuses.get(uid);
     let label = |k: &str| labels.as_ref().and_then(|l| l.get(k).cloned());
     let (namespace, name) = match (&status, label(LABEL_POD_NAME)) {
         (Some(p), _) => (

@@ -1,5 +1,6 @@
-//! PLEG: relists sandboxes and containers and wakes the worker of every pod
-//! whose containers changed state. The runtime's `GetContainerEvents`
+//! PLEG: relists sandboxes and containers and sends the UID of every pod
+//! whose containers changed state on its channel (kubelet's `pleg.Watch()`;
+//! the sync loop wakes that pod's worker). The runtime's `GetContainerEvents`
 //! stream, when it has one, wakes them at once; while that stream is up the
 //! relist is only a safety net and runs every 10 s (kubelet's evented PLEG
 //! relists every 300 s), otherwise every second (kubelet's generic PLEG;
@@ -11,13 +12,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::{Shared, lock};
+use tokio::sync::mpsc;
+
+use crate::health::Health;
+use crate::metrics::AgentMetrics;
+use crate::runtime::Cri;
+
+/// What PLEG needs, and where it sends pod UIDs.
+#[derive(Debug, Clone)]
+pub struct Pleg {
+    pub cri: Cri,
+    pub metrics: Arc<AgentMetrics>,
+    pub health: Health,
+    pub changed: mpsc::Sender<String>,
+}
 
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
 const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(10);
 
 /// Runs forever (until the runtime goes away for good).
-pub async fn run(shared: Arc<Shared>) {
+pub async fn run(shared: Pleg) {
     let streaming = Arc::new(AtomicBool::new(false));
     tokio::spawn(event_stream(shared.clone(), streaming.clone()));
     let mut last: HashMap<String, (String, i32)> = HashMap::new();
@@ -40,7 +54,7 @@ pub async fn run(shared: Arc<Shared>) {
             continue;
         };
         shared.metrics.pleg_relist(started.elapsed());
-        *lock(&shared.last_relist) = Instant::now();
+        shared.health.relisted();
         let mut now: HashMap<String, (String, i32)> = HashMap::new();
         let mut changed: Vec<String> = Vec::new();
         for (id, uid, state) in containers {
@@ -55,25 +69,27 @@ pub async fn run(shared: Arc<Shared>) {
             }
         }
         let mut sb_now = HashMap::new();
-        for (uid, id, _, ready) in pods {
-            if sandboxes.get(&id).map(|(_, r)| *r) != Some(ready) {
-                changed.push(uid.clone());
+        for s in pods {
+            if sandboxes.get(&s.id).map(|(_, r)| *r) != Some(s.ready) {
+                changed.push(s.uid.clone());
             }
-            sb_now.insert(id, (uid, ready));
+            sb_now.insert(s.id, (s.uid, s.ready));
         }
         last = now;
         sandboxes = sb_now;
         changed.sort();
         changed.dedup();
-        for uid in changed.iter().filter(|u| !u.is_empty()) {
-            shared.notify(uid);
+        for uid in changed.into_iter().filter(|u| !u.is_empty()) {
+            if shared.changed.send(uid).await.is_err() {
+                return;
+            }
         }
     }
 }
 
 /// Follows GetContainerEvents; a runtime without it (UNIMPLEMENTED, as
 /// containerd 1.6) leaves PLEG to the relist.
-async fn event_stream(shared: Arc<Shared>, streaming: Arc<AtomicBool>) {
+async fn event_stream(shared: Pleg, streaming: Arc<AtomicBool>) {
     loop {
         let mut stream = match shared.cri.events().await {
             Ok(s) => {
@@ -105,8 +121,8 @@ async fn event_stream(shared: Arc<Shared>, streaming: Arc<AtomicBool>) {
                 .and_then(|s| s.metadata.as_ref())
                 .map(|m| m.uid.clone())
                 .unwrap_or_default();
-            if !uid.is_empty() {
-                shared.notify(&uid);
+            if !uid.is_empty() && shared.changed.send(uid).await.is_err() {
+                return;
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -74,6 +74,26 @@ impl tower::Service<http::Request<tonic::body::Body>> for Timed {
     }
 }
 
+/// One image as the runtime lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    /// Tags and digests it is known by.
+    pub names: Vec<String>,
+    pub size: u64,
+    pub pinned: bool,
+}
+
+/// A sandbox as `ListPodSandbox` shows it, by its labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedSandbox {
+    pub uid: String,
+    pub id: String,
+    pub namespace: String,
+    pub name: String,
+    pub ready: bool,
+}
+
 /// A CRI connection (cheap to clone: one HTTP/2 channel underneath).
 #[derive(Clone)]
 pub struct Cri {
@@ -241,9 +261,8 @@ impl Cri {
             .containers)
     }
 
-    /// (pod uid, sandbox id, (namespace, name), ready) of every sandbox
-    /// that carries a pod UID.
-    pub async fn list_pod_uids(&self) -> Result<Vec<(String, String, (String, String), bool)>> {
+    /// Every sandbox that carries a pod UID.
+    pub async fn list_pod_uids(&self) -> Result<Vec<ListedSandbox>> {
         let items = self
             .rt
             .clone()
@@ -257,12 +276,13 @@ impl Cri {
             .filter_map(|s| {
                 let uid = s.labels.get(LABEL_POD_UID)?.clone();
                 let label = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
-                Some((
+                Some(ListedSandbox {
                     uid,
-                    s.id.clone(),
-                    (label(LABEL_POD_NAMESPACE), label(LABEL_POD_NAME)),
-                    s.state == cri_proto::v1::PodSandboxState::SandboxReady as i32,
-                ))
+                    id: s.id.clone(),
+                    namespace: label(LABEL_POD_NAMESPACE),
+                    name: label(LABEL_POD_NAME),
+                    ready: s.state == cri_proto::v1::PodSandboxState::SandboxReady as i32,
+                })
             })
             .collect())
     }
@@ -317,7 +337,7 @@ impl Cri {
     }
 
     /// Every image the runtime has (image GC).
-    pub async fn list_images(&self) -> Result<Vec<crate::image_gc::Image>> {
+    pub async fn list_images(&self) -> Result<Vec<Image>> {
         let images = self
             .img
             .clone()
@@ -328,7 +348,7 @@ impl Cri {
             .images;
         Ok(images
             .into_iter()
-            .map(|i| crate::image_gc::Image {
+            .map(|i| Image {
                 names: i.repo_tags.into_iter().chain(i.repo_digests).collect(),
                 id: i.id,
                 size: i.size,

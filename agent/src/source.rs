@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
@@ -19,6 +19,20 @@ use crate::manifest::{self, ManifestError};
 /// (a 50 MB file took the agent from 11 to 114 MB). The API server refuses
 /// objects over ~1.5 MiB; a pod is a few KiB.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
+/// The current manifest errors, for `/manifests`.
+#[derive(Debug, Clone, Default)]
+pub struct ManifestErrors(Arc<Mutex<Vec<String>>>);
+
+impl ManifestErrors {
+    pub fn set(&self, errors: Vec<String>) {
+        *crate::mutex::lock(&self.0) = errors;
+    }
+
+    pub fn get(&self) -> Vec<String> {
+        crate::mutex::lock(&self.0).clone()
+    }
+}
 
 #[derive(Debug)]
 struct FileEntry {
@@ -102,7 +116,7 @@ impl FileSource {
         present.sort();
         self.files.retain(|p, _| present.contains(p));
         self.unreadable.retain(|p, _| present.contains(p));
-        let seen = crate::status::timestamp_now().to_string();
+        let seen = crate::clock::timestamp_now().to_string();
         for path in &present {
             let text = match read_manifest(path) {
                 Ok(t) => {

@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use agent::cadvisor::{Entry, Labels, Snapshot, render};
+use agent::stats::cadvisor::{Entry, Labels, Snapshot, render};
 use cgroup::Hierarchy;
 
 struct Counting;

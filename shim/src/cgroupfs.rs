@@ -9,6 +9,12 @@ use crate::error::Error;
 
 const ROOT: &str = "/sys/fs/cgroup";
 
+/// This machine's cgroup mounts, found once.
+pub(crate) fn hierarchy() -> Option<&'static cgroup::Hierarchy> {
+    static H: std::sync::OnceLock<Option<cgroup::Hierarchy>> = std::sync::OnceLock::new();
+    H.get_or_init(|| cgroup::Hierarchy::detect().ok()).as_ref()
+}
+
 fn is_v2() -> bool {
     Path::new(ROOT).join("cgroup.controllers").exists()
 }

@@ -16,7 +16,8 @@ use nix::sys::signal::Signal;
 use tokio::io::AsyncBufReadExt;
 
 use crate::error::Error;
-use crate::monitor::{Handshake, proc_start_time};
+use crate::host::proc_start_time;
+use crate::monitor::Handshake;
 use crate::runtime::Runtime;
 use crate::spec::{self, SandboxView, SpecInput};
 use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META, SandboxRecord};

@@ -187,7 +187,7 @@ impl Runtime {
     pub fn list_pod_sandbox_metrics(&self) -> Vec<PodSandboxMetrics> {
         let sandboxes = self.ready_sandboxes();
         let containers = self.all_containers();
-        let Some(h) = crate::stats::hierarchy() else {
+        let Some(h) = crate::cgroupfs::hierarchy() else {
             return Vec::new();
         };
         let now = state::now_nanos();

@@ -58,7 +58,7 @@ pub fn policy(spec: &Spec) -> Result<Policy, String> {
 
 /// The container cgroup's directory when this machine is cgroup v2.
 pub fn v2_dir(cgroup: &str) -> Option<PathBuf> {
-    match crate::stats::hierarchy()? {
+    match crate::cgroupfs::hierarchy()? {
         Hierarchy::V2(root) => Some(root.join(cgroup.trim_start_matches('/'))),
         Hierarchy::V1(_) => None,
     }

@@ -82,7 +82,7 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(format!("load {}: {e}", config.display())),
     };
-    let filters = match seccomp_filters(&spec) {
+    let filters = match crate::seccomp::seccomp_filters(&spec) {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
@@ -127,7 +127,7 @@ pub fn run(args: MonitorArgs) -> i32 {
     }
     say(&Handshake {
         pid: Some(pid.as_raw()),
-        start_time: proc_start_time(pid.as_raw()),
+        start_time: crate::host::proc_start_time(pid.as_raw()),
         error: None,
     });
     // The shim reads until EOF: give it one.
@@ -144,15 +144,6 @@ pub fn run(args: MonitorArgs) -> i32 {
             tracing::error!(error = %e, "cannot record exit");
             1
         }
-    }
-}
-
-pub(crate) fn seccomp_filters(
-    spec: &oci_spec::runtime::Spec,
-) -> Result<Vec<seccompiler::BpfProgram>, String> {
-    match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
-        Some(profile) => crate::seccomp::compile(profile),
-        None => Ok(Vec::new()),
     }
 }
 
@@ -329,12 +320,4 @@ pub fn oom_kills(cgroup: &str) -> u64 {
         }
     }
     0
-}
-
-/// Field 22 of /proc/<pid>/stat: start time in clock ticks since boot.
-pub fn proc_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
 }

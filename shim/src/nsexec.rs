@@ -31,7 +31,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::{CloneFlags, setns};
-use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, pipe2};
 
@@ -115,7 +115,7 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
         // The shim's specs set none; applying them is not implemented here.
         return Err("process.rlimits in the spec: not supported by exec".into());
     }
-    let filters = crate::monitor::seccomp_filters(&spec)?;
+    let filters = crate::seccomp::seccomp_filters(&spec)?;
 
     let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
     if differs(&proc_dir, "user")? {
@@ -139,7 +139,7 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
     let cgroup_procs = cgroup_procs(&cgroup, &mountinfo)?;
     // Checked after opening: what we hold belongs to this init, not to a
     // later process that got its pid.
-    if args.start_time.is_some() && crate::monitor::proc_start_time(args.pid) != args.start_time {
+    if args.start_time.is_some() && crate::host::proc_start_time(args.pid) != args.start_time {
         return Err(format!("container init {} is gone", args.pid));
     }
 
@@ -433,38 +433,7 @@ fn become_the_container(plan: &Plan) -> Result<(), String> {
         nix::sys::prctl::set_no_new_privs().map_err(|e| format!("set no_new_privs: {e}"))?;
     }
     crate::seccomp::install(&plan.filters, has_sys_admin)?;
-    reset_signals()
-}
-
-/// As a freshly started process: every signal at its default disposition
-/// and none blocked. exec keeps ignored signals ignored and the mask as it
-/// is; Rust ignores SIGPIPE in the picolet binary, and what started the
-/// shim may have ignored others. Called right before exec, in the
-/// container's init too (`seccomp::SeccompExecutor`).
-pub(crate) fn reset_signals() -> Result<(), String> {
-    // The raw syscall: libc refuses its own reserved signals (32–34), which
-    // can still arrive ignored. SIG_DFL with no flags, restorer or mask is an
-    // all-zero kernel `struct sigaction` on both x86_64 and aarch64.
-    let default = [0u64; 4];
-    for sig in 1..=64 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: `default` outlives the call and is at least as large as
-        // the kernel's struct; no old action is asked for.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig,
-                default.as_ptr(),
-                std::ptr::null_mut::<u64>(),
-                8usize,
-            )
-        };
-    }
-    SigSet::empty()
-        .thread_set_mask()
-        .map_err(|e| format!("signal mask: {e}"))
+    crate::host::reset_signals()
 }
 
 /// Drops every capability outside `keep` from the bounding set, up to the

@@ -35,7 +35,7 @@ pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, notify: Arc<tokio
         }
     };
     // Checked after opening: the pidfd now pins this process.
-    if start_time.is_none() || crate::monitor::proc_start_time(pid) != start_time {
+    if start_time.is_none() || crate::host::proc_start_time(pid) != start_time {
         notify.notify_one();
         return;
     }
@@ -61,7 +61,7 @@ mod tests {
             .spawn()
             .expect("sleep");
         let pid = child.id() as i32;
-        let start = crate::monitor::proc_start_time(pid);
+        let start = crate::host::proc_start_time(pid);
         let notify = Arc::new(tokio::sync::Notify::new());
         let t0 = std::time::Instant::now();
         tokio::spawn(notify_on_exit(pid, start, notify.clone()));

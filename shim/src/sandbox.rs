@@ -226,7 +226,7 @@ impl Runtime {
                 String::from_utf8_lossy(&out.stderr).trim()
             ))
         })?;
-        let start = crate::monitor::proc_start_time(pid)
+        let start = crate::host::proc_start_time(pid)
             .ok_or_else(|| Error::Internal(format!("pod init {pid} exited at once")))?;
         Ok((pid, start))
     }
@@ -234,14 +234,14 @@ impl Runtime {
     /// The pod's shared pid namespace, while its init lives.
     pub(crate) fn pod_pidns(rec: &SandboxRecord) -> Option<std::path::PathBuf> {
         let (pid, start) = rec.pod_init?;
-        (crate::monitor::proc_start_time(pid) == Some(start))
+        (crate::host::proc_start_time(pid) == Some(start))
             .then(|| std::path::PathBuf::from(format!("/proc/{pid}/ns/pid")))
     }
 
     /// Unmounts and removes everything a sandbox record points at.
     pub(crate) fn destroy_sandbox_resources(&self, rec: &SandboxRecord) -> Result<(), Error> {
         if let Some((pid, start)) = rec.pod_init
-            && crate::monitor::proc_start_time(pid) == Some(start)
+            && crate::host::proc_start_time(pid) == Some(start)
         {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),

@@ -639,12 +639,22 @@ impl Executor for SeccompExecutor {
         if !self.filters.is_empty() {
             install(&self.filters, has_cap_sys_admin()).map_err(ExecutorError::Other)?;
         }
-        crate::nsexec::reset_signals().map_err(ExecutorError::Other)?;
+        crate::host::reset_signals().map_err(ExecutorError::Other)?;
         DefaultExecutor {}.exec(spec)
     }
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
         DefaultExecutor {}.validate(spec)
+    }
+}
+
+/// The filters of a container spec's seccomp profile (none without one).
+pub(crate) fn seccomp_filters(
+    spec: &oci_spec::runtime::Spec,
+) -> Result<Vec<seccompiler::BpfProgram>, String> {
+    match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
+        Some(profile) => compile(profile),
+        None => Ok(Vec::new()),
     }
 }
 

@@ -5,9 +5,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::OnceLock;
 
-use cgroup::Hierarchy;
 use cgroup::procfs::{self, NetIf};
 use cri_proto::v1::{
     ContainerAttributes, ContainerStats, ContainerStatsFilter, CpuUsage, FilesystemIdentifier,
@@ -18,12 +16,6 @@ use cri_proto::v1::{
 use crate::error::Error;
 use crate::runtime::Runtime;
 use crate::state::{self, ContainerRecord, SandboxRecord};
-
-/// This machine's cgroup mounts, found once.
-pub(crate) fn hierarchy() -> Option<&'static Hierarchy> {
-    static H: OnceLock<Option<Hierarchy>> = OnceLock::new();
-    H.get_or_init(|| Hierarchy::detect().ok()).as_ref()
-}
 
 /// The pod cgroup a sandbox's containers live under ("" when the client
 /// gave none).
@@ -44,7 +36,7 @@ fn cpu_memory(
     now: i64,
     last: &mut HashMap<String, (i64, u64)>,
 ) -> (Option<CpuUsage>, Option<MemoryUsage>, Option<u64>) {
-    let Some(s) = hierarchy().and_then(|h| h.stats(cgroup_path)) else {
+    let Some(s) = crate::cgroupfs::hierarchy().and_then(|h| h.stats(cgroup_path)) else {
         return (None, None, None);
     };
     let usage = s.cpu.usage_ns;
@@ -227,7 +219,7 @@ impl Runtime {
         let process_count = pod_pids.unwrap_or_else(|| {
             running
                 .iter()
-                .filter_map(|c| hierarchy()?.stats(&c.cgroup))
+                .filter_map(|c| crate::cgroupfs::hierarchy()?.stats(&c.cgroup))
                 .map(|s| s.pids.current)
                 .sum()
         });

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::cadvisor::{Entry, Snapshot};
+use crate::stats::cadvisor::{Entry, Snapshot};
 use cgroup::procfs::NetIf;
 
 /// Filesystem figures (`FsStats`).
@@ -262,7 +262,7 @@ pub fn du(dir: &Path) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cadvisor::Labels;
+    use crate::stats::cadvisor::Labels;
 
     fn entry(id: &str, container: &str, pod: &str, cpu_ns: u64, ws: u64) -> Entry {
         let mut e = Entry {

@@ -10,14 +10,17 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::{Notify, watch};
 
-use crate::backoff::now;
+use crate::clock::{now, now_ns};
 use crate::cri_config::{self, ContainerEnv, SandboxEnv};
-use crate::events::Object;
+use crate::events::{EventType, Object};
+use crate::mutex::lock;
 use crate::plan::{self, Observed, ObservedContainer, State};
 use crate::prober::{self, PodProbes};
 use crate::qos::{self, Qos};
 use crate::status::{self, Waiting};
-use crate::{Shared, hooks, volumes};
+use crate::{hooks, volumes};
+
+use super::Shared;
 
 mod stop;
 use stop::Stop;
@@ -50,10 +53,6 @@ impl Handle {
     }
 }
 
-fn now_ns() -> i64 {
-    i64::try_from(now().as_nanos()).unwrap_or(i64::MAX)
-}
-
 /// The pod a worker syncs: the desired pod, or only what the runtime
 /// knows (an orphan whose source is gone: terminate only).
 pub struct Worker {
@@ -71,12 +70,6 @@ pub struct Worker {
     start_recorded: bool,
     /// This worker started a container.
     started_any: bool,
-}
-
-/// Starts a worker that only terminates pod `uid`, which no source defines
-/// any more; `name` is (namespace, name) from its sandbox labels.
-pub fn spawn_orphan(shared: Arc<Shared>, uid: String, name: (String, String)) -> Handle {
-    spawn(shared, uid, None, None, Some(name))
 }
 
 /// Starts a worker. `after` is the `done` of a pod with the same full
@@ -176,7 +169,7 @@ impl Worker {
         let _ = done.send(true);
     }
 
-    fn event(&self, container: Option<&str>, kind: &str, reason: &str, msg: &str) {
+    fn event(&self, container: Option<&str>, kind: EventType, reason: &str, msg: &str) {
         let mut obj = self.obj.clone();
         if let Some(c) = container {
             obj.field_path = format!("spec.containers{{{c}}}");
@@ -226,11 +219,7 @@ impl Worker {
         }
         let now_t = now();
         let actions = {
-            let backoff = self
-                .shared
-                .backoff
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let backoff = lock(&self.shared.backoff);
             let spec = pod.spec.as_ref();
             let lookup = |name: &str, finished_at: i64| {
                 let c = spec?
@@ -284,7 +273,7 @@ impl Worker {
             if attempt > 0 {
                 self.event(
                     None,
-                    "Normal",
+                    EventType::Normal,
                     "SandboxChanged",
                     "Pod sandbox changed, it will be killed and re-created.",
                 );
@@ -297,7 +286,7 @@ impl Worker {
                 Err(e) => {
                     self.event(
                         None,
-                        "Warning",
+                        EventType::Warning,
                         "FailedCreatePodSandBox",
                         &format!("Failed to create pod sandbox: {e}"),
                     );
@@ -337,11 +326,7 @@ impl Worker {
         let mut next = self.shared.config.sync_frequency;
         for w in &actions.waits {
             let delay = {
-                let backoff = self
-                    .shared
-                    .backoff
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
+                let backoff = lock(&self.shared.backoff);
                 spec.containers
                     .iter()
                     .chain(spec.init_containers.iter().flatten())
@@ -359,7 +344,7 @@ impl Worker {
             );
             self.event(
                 Some(&w.name),
-                "Warning",
+                EventType::Warning,
                 "BackOff",
                 "Back-off restarting failed container",
             );
@@ -378,9 +363,12 @@ impl Worker {
             observed
         };
         self.gc(&observed).await;
-        let pod_ip = prober::address(&self.shared, &pod, &observed);
+        let pod_ip = prober::address(&self.shared.node.host_ip, &pod, &observed);
         let env = prober::Env {
-            shared: &self.shared,
+            cri: &self.shared.cri,
+            recorder: &self.shared.recorder,
+            metrics: &self.shared.probe_metrics,
+            agent_started: self.shared.started,
             wake: &self.wake,
             pod: &self.obj,
             pod_ip: &pod_ip,
@@ -467,7 +455,7 @@ impl Worker {
             ("Never", None) => {
                 let msg =
                     format!("Container image {image:?} is not present with pull policy of Never");
-                self.event(Some(&c.name), "Warning", "ErrImageNeverPull", &msg);
+                self.event(Some(&c.name), EventType::Warning, "ErrImageNeverPull", &msg);
                 return Err(Waiting {
                     reason: "ErrImageNeverPull".into(),
                     message: msg,
@@ -478,14 +466,10 @@ impl Worker {
         let key = format!("{}/pull/{image}", self.uid);
         let t = now();
         {
-            let b = self
-                .shared
-                .image_backoff
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let b = lock(&self.shared.image_backoff);
             if b.remaining_since_update(&key, t).is_some() {
                 let msg = format!("Back-off pulling image {image:?}");
-                self.event(Some(&c.name), "Normal", "BackOff", &msg);
+                self.event(Some(&c.name), EventType::Normal, "BackOff", &msg);
                 return Err(Waiting {
                     reason: "ImagePullBackOff".into(),
                     message: msg,
@@ -494,7 +478,7 @@ impl Worker {
         }
         self.event(
             Some(&c.name),
-            "Normal",
+            EventType::Normal,
             "Pulling",
             &format!("Pulling image {image:?}"),
         );
@@ -504,7 +488,7 @@ impl Worker {
             Ok(r) => {
                 self.event(
                     Some(&c.name),
-                    "Normal",
+                    EventType::Normal,
                     "Pulled",
                     &format!(
                         "Successfully pulled image {image:?} in {:?}",
@@ -514,13 +498,9 @@ impl Worker {
                 Ok(r)
             }
             Err(e) => {
-                self.shared
-                    .image_backoff
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .next(&key, now());
+                lock(&self.shared.image_backoff).next(&key, now());
                 let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
-                self.event(Some(&c.name), "Warning", "Failed", &msg);
+                self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
                 Err(Waiting {
                     reason: "ErrImagePull".into(),
                     message: msg,
@@ -540,11 +520,7 @@ impl Worker {
         let last = observed.latest(&c.name);
         let restart_count = last.map(|l| l.restart_count + 1).unwrap_or(0);
         if last.is_some_and(|l| l.state == State::Exited) {
-            self.shared
-                .backoff
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .next(&self.backoff_key(c), now());
+            lock(&self.shared.backoff).next(&self.backoff_key(c), now());
         }
         let image_ref = match self.ensure_image(pod, c).await {
             Ok(r) => r,
@@ -556,7 +532,7 @@ impl Worker {
         let vols = match volumes::prepare(pod, &self.shared.config.data_dir) {
             Ok(v) => v,
             Err(e) => {
-                self.event(Some(&c.name), "Warning", "FailedMount", &e);
+                self.event(Some(&c.name), EventType::Warning, "FailedMount", &e);
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
@@ -576,7 +552,12 @@ impl Worker {
         let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
             Ok(cfg) => cfg,
             Err(e) => {
-                self.event(Some(&c.name), "Warning", "Failed", &format!("Error: {e}"));
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Error: {e}"),
+                );
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
@@ -597,7 +578,7 @@ impl Worker {
             Ok(id) => id,
             Err(e) => {
                 let msg = format!("Error: {}", e.status.message());
-                self.event(Some(&c.name), "Warning", "Failed", &msg);
+                self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
@@ -610,13 +591,13 @@ impl Worker {
         };
         self.event(
             Some(&c.name),
-            "Normal",
+            EventType::Normal,
             "Created",
             &format!("Created container {}", c.name),
         );
         if let Err(e) = cri.start_container(&id).await {
             let msg = format!("Error: {}", e.status.message());
-            self.event(Some(&c.name), "Warning", "Failed", &msg);
+            self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
             self.waiting.insert(
                 c.name.clone(),
                 Waiting {
@@ -630,17 +611,17 @@ impl Worker {
         self.started_any = true;
         self.event(
             Some(&c.name),
-            "Normal",
+            EventType::Normal,
             "Started",
             &format!("Started container {}", c.name),
         );
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let timeout = self.grace().max(MIN_GRACE);
             if let Err(e) = hooks::run(&cri, h, c, &id, pod_ip, timeout).await {
-                self.event(Some(&c.name), "Warning", "FailedPostStartHook", &e);
+                self.event(Some(&c.name), EventType::Warning, "FailedPostStartHook", &e);
                 self.event(
                     Some(&c.name),
-                    "Normal",
+                    EventType::Normal,
                     "Killing",
                     &format!("FailedPostStartHook: stopping container {}", c.name),
                 );

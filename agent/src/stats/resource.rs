@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use crate::cadvisor::{Entry, Snapshot, secs};
 use crate::metrics::{escape, header};
+use crate::stats::cadvisor::{Entry, Snapshot, secs};
 
 /// `/metrics/resource` (what metrics-server scrapes), kubelet's names,
 /// help texts and labels: node, pod and container CPU and working set,
@@ -145,7 +145,7 @@ pub fn render(snap: &Snapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cadvisor::Labels;
+    use crate::stats::cadvisor::Labels;
 
     #[test]
     fn resource_metrics_as_kubelet_names_them() {

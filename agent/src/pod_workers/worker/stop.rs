@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{MIN_GRACE, Worker};
+use crate::events::EventType;
 use crate::hooks;
 use crate::plan::{self, ObservedContainer, State};
 
@@ -64,7 +65,7 @@ impl Worker {
                 // Orphan: the grace its container was created with.
                 self.shared.orphan_grace(&c.id).unwrap_or(grace)
             };
-            self.event(Some(&c.name), "Normal", "Killing", why);
+            self.event(Some(&c.name), EventType::Normal, "Killing", why);
             let cri = self.shared.cri.clone();
             let shared = self.shared.clone();
             let obj = self.obj.clone();
@@ -80,7 +81,7 @@ impl Worker {
                 {
                     let mut o = obj.clone();
                     o.field_path = format!("spec.containers{{{}}}", sc.name);
-                    shared.event(&o, "Warning", "FailedPreStopHook", &e);
+                    shared.event(&o, EventType::Warning, "FailedPreStopHook", &e);
                 }
                 let left = grace.saturating_sub(started.elapsed());
                 let left = if left < MIN_GRACE && !grace.is_zero() {

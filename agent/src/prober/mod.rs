@@ -9,161 +9,72 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
-use rustls::pki_types::ServerName;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
-use tonic_health::pb::HealthCheckRequest;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
 
-use crate::Shared;
-use crate::backoff::now;
-use crate::events::Object;
-use crate::httpc::{self, join_host_port};
+use crate::clock::now;
+use crate::events::{EventType, Object, Recorder};
+use crate::metrics::{self, ProbeLabels};
+use crate::mutex::lock;
 use crate::plan::{Observed, State};
-use crate::probe::{self, Kind, Outcome, Params, Report, Target};
+use crate::probe::{self, Kind, Outcome, Params, Report};
 use crate::runtime::Cri;
 use crate::status::ProbeState;
 
-/// The Kubernetes release whose kubelet picolet follows (User-Agent).
-pub const KUBE_VERSION: &str = "1.34";
+mod handlers;
+mod worker;
 
-/// Runs one probe against container `id`, bounded by `timeout`.
-pub async fn run(cri: &Cri, id: &str, target: &Target, timeout: Duration) -> Outcome {
-    match target {
-        Target::Exec(cmd) => exec(cri, id, cmd, timeout).await,
-        Target::Http {
-            https,
-            host,
-            port,
-            path,
-            headers,
-        } => {
-            let ua = format!("kube-probe/{KUBE_VERSION}");
-            let get = httpc::Get {
-                https: *https,
-                host,
-                port: *port,
-                path,
-                headers,
-                user_agent: &ua,
+pub use handlers::{KUBE_VERSION, run};
+
+/// `prober_probe_total` and `prober_probe_duration_seconds`.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics(Arc<Mutex<(metrics::ProbeCounts, metrics::ProbeDurations)>>);
+
+impl Metrics {
+    /// One probe run: `prober_probe_total`, and for successful and unknown
+    /// results (as kubelet) `prober_probe_duration_seconds`.
+    pub fn count(&self, labels: &ProbeLabels, result: &'static str, took: Duration) {
+        let mut m = lock(&self.0);
+        let (counts, durations) = &mut *m;
+        *counts.entry((labels.clone(), result)).or_default() += 1;
+        if result != "failed" {
+            let key = ProbeLabels {
+                pod_uid: String::new(),
+                ..labels.clone()
             };
-            match tokio::time::timeout(timeout, httpc::get(&get)).await {
-                Err(_) => Outcome::Failure(format!(
-                    "Get \"{}://{}{path}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
-                    if *https { "https" } else { "http" },
-                    join_host_port(host, *port)
-                )),
-                Ok(Err(e)) => Outcome::Failure(e),
-                Ok(Ok(r)) if (200..300).contains(&r.status) => Outcome::Success,
-                Ok(Ok(r)) if (300..400).contains(&r.status) => Outcome::Warning(format!(
-                    "Probe terminated redirects, Response body: {}",
-                    r.body
-                )),
-                Ok(Ok(r)) => {
-                    Outcome::Failure(format!("HTTP probe failed with statuscode: {}", r.status))
-                }
+            let fresh = || {
+                (
+                    labels.pod_uid.clone(),
+                    metrics::Histogram::new(metrics::DEFAULT_BUCKETS),
+                )
+            };
+            let entry = durations.entry(key).or_insert_with(fresh);
+            if entry.0 != labels.pod_uid {
+                // A new pod of the same name: its series starts over.
+                *entry = fresh();
             }
+            entry.1.observe(took.as_secs_f64());
         }
-        Target::Tcp { host, port } => {
-            let addr = join_host_port(host, *port);
-            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
-                Ok(Ok(_)) => Outcome::Success,
-                Ok(Err(e)) => Outcome::Failure(format!("dial tcp {addr}: {e}")),
-                Err(_) => Outcome::Failure(format!("dial tcp {addr}: i/o timeout")),
-            }
-        }
-        Target::Grpc {
-            host,
-            port,
-            service,
-            tls,
-        } => grpc(host, *port, service.as_deref().unwrap_or(""), *tls, timeout).await,
     }
-}
 
-async fn exec(cri: &Cri, id: &str, cmd: &[String], timeout: Duration) -> Outcome {
-    match cri.exec_sync(id, cmd.to_vec(), timeout).await {
-        Ok((0, _)) => Outcome::Success,
-        Ok((_, out)) => Outcome::Failure(out.trim_end().to_string()),
-        Err(e) if e.status.code() == tonic::Code::DeadlineExceeded => {
-            Outcome::Failure(format!("command {:?} timed out", cmd.join(" ")))
-        }
-        Err(e) => Outcome::Error(e.to_string()),
+    /// kubelet deletes a pod's probe series when its workers stop.
+    pub fn forget(&self, uid: &str) {
+        let mut m = lock(&self.0);
+        m.0.retain(|(l, _), _| l.pod_uid != uid);
+        m.1.retain(|_, (owner, _)| owner != uid);
     }
-}
 
-async fn grpc(host: &str, port: u16, service: &str, tls: bool, timeout: Duration) -> Outcome {
-    let addr = join_host_port(host, port);
-    let work = async {
-        let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Outcome::Failure(format!("bad address {addr}: {e}")))?
-            .user_agent(format!("kube-probe/{KUBE_VERSION}"))
-            .map_err(|e| Outcome::Failure(e.to_string()))?
-            .connect_timeout(timeout);
-        let ch = if tls {
-            let connector = httpc::tls(true).map_err(Outcome::Failure)?;
-            let (host, dial) = (host.to_string(), addr.clone());
-            ep.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                let (connector, host, dial) = (connector.clone(), host.clone(), dial.clone());
-                async move {
-                    let tcp = tokio::net::TcpStream::connect(&dial).await?;
-                    let name = ServerName::try_from(host).map_err(std::io::Error::other)?;
-                    let s = connector.connect(name, tcp).await?;
-                    Ok::<_, std::io::Error>(TokioIo::new(s))
-                }
-            }))
-            .await
-        } else {
-            ep.connect().await
-        };
-        let ch = ch.map_err(|e| {
-            Outcome::Failure(format!(
-                "timeout: failed to connect service {addr:?} within {timeout:?}: {e}"
-            ))
-        })?;
-        let mut req = tonic::Request::new(HealthCheckRequest {
-            service: service.to_string(),
-        });
-        req.set_timeout(timeout);
-        let resp = HealthClient::new(ch).check(req).await.map_err(|s| {
-            Outcome::Failure(match s.code() {
-                tonic::Code::Unimplemented => format!(
-                    "this server does not implement the grpc health protocol (grpc.health.v1.Health): {}",
-                    s.message()
-                ),
-                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                    format!("timeout: health rpc did not complete within {timeout:?}")
-                }
-                _ => format!("error: health rpc probe failed: {s}"),
-            })
-        })?;
-        let st = resp.into_inner().status;
-        if st == ServingStatus::Serving as i32 {
-            Ok(())
-        } else {
-            let name = ServingStatus::try_from(st)
-                .map(|s| s.as_str_name())
-                .unwrap_or("UNKNOWN");
-            Err(Outcome::Failure(format!(
-                "service unhealthy (responded with {name:?})"
-            )))
-        }
-    };
-    match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(())) => Outcome::Success,
-        Ok(Err(o)) => o,
-        Err(_) => Outcome::Failure(format!(
-            "timeout: health rpc did not complete within {timeout:?}"
-        )),
+    /// `/metrics/probes`.
+    pub fn render(&self) -> String {
+        let m = lock(&self.0);
+        metrics::probes(&m.0, &m.1)
     }
 }
 
 /// The address probes use: the node's for host-network pods, else the
 /// sandbox's.
-pub fn address(shared: &Shared, pod: &Pod, observed: &Observed) -> String {
+pub fn address(host_ip: &str, pod: &Pod, observed: &Observed) -> String {
     let host_network = pod
         .spec
         .as_ref()
@@ -175,7 +86,7 @@ pub fn address(shared: &Shared, pod: &Pod, observed: &Observed) -> String {
         .map(|s| s.ip.clone())
         .unwrap_or_default();
     if host_network || ip.is_empty() {
-        shared.node.host_ip.clone()
+        host_ip.to_string()
     } else {
         ip
     }
@@ -183,10 +94,6 @@ pub fn address(shared: &Shared, pod: &Pod, observed: &Observed) -> String {
 
 /// Results by (container ID, kind).
 type Results = Arc<Mutex<HashMap<(String, Kind), bool>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The probe tasks of one container instance.
 #[derive(Debug)]
@@ -213,7 +120,11 @@ pub struct PodProbes {
 
 /// What the probe tasks of a pod need.
 pub struct Env<'a> {
-    pub shared: &'a Arc<Shared>,
+    pub cri: &'a Cri,
+    pub recorder: &'a Recorder,
+    pub metrics: &'a Metrics,
+    /// When the agent started (start-up spread of first probes).
+    pub agent_started: std::time::Instant,
     pub wake: &'a Arc<Notify>,
     pub pod: &'a Object,
     pub pod_ip: &'a str,
@@ -307,9 +218,9 @@ impl PodProbes {
             let target = match probe::target(p, c, env.pod_ip) {
                 Ok(t) => t,
                 Err(e) => {
-                    env.shared.event(
+                    env.recorder.event(
                         &obj,
-                        "Warning",
+                        EventType::Warning,
                         "Unhealthy",
                         &format!("{} probe errored: {e}", kind.as_str()),
                     );
@@ -317,12 +228,13 @@ impl PodProbes {
                 }
             };
             let gate = (has_startup && kind != Kind::Startup).then(|| started_rx.clone());
-            let cri = env.shared.cri.clone();
-            let shared = env.shared.clone();
+            let cri = env.cri.clone();
+            let (recorder, metrics) = (env.recorder.clone(), env.metrics.clone());
+            let agent_started = env.agent_started;
             let wake = env.wake.clone();
             let results = self.results.clone();
             let started_tx = started_tx.clone();
-            let labels = crate::ProbeLabels {
+            let labels = ProbeLabels {
                 probe_type: kind.as_str(),
                 container: c.name.clone(),
                 pod: env.pod.name.clone(),
@@ -338,7 +250,7 @@ impl PodProbes {
                 };
                 let report = |r: Report| match r {
                     Report::Probed(o, took) => {
-                        shared.count_probe(&labels, o.metric_label(), took);
+                        metrics.count(&labels, o.metric_label(), took);
                         let (reason, msg) = match &o {
                             Outcome::Success => return,
                             Outcome::Warning(m) => ("ProbeWarning", format!("probe warning: {m}")),
@@ -346,7 +258,7 @@ impl PodProbes {
                             Outcome::Error(m) => ("Unhealthy", format!("probe errored: {m}")),
                         };
                         let msg = format!("{} {msg}", kind.as_str());
-                        shared.event(&obj, "Warning", reason, &msg);
+                        recorder.event(&obj, EventType::Warning, reason, &msg);
                     }
                     Report::Result(v) => {
                         let old = lock(&results).insert((id.clone(), kind), v);
@@ -359,11 +271,11 @@ impl PodProbes {
                     }
                 };
                 let jitter = probe::start_jitter(
-                    shared.started.elapsed(),
+                    agent_started.elapsed(),
                     params.period,
                     &format!("{id}/{}", kind.as_str()),
                 );
-                probe::run_loop(kind, params, since_start, jitter, gate, probe, report).await;
+                worker::run_loop(kind, params, since_start, jitter, gate, probe, report).await;
             }));
         }
         Group {

@@ -46,11 +46,6 @@ pub fn no_probes(_: &str) -> ProbeState {
     ProbeState::default()
 }
 
-/// The current time as a jiff timestamp (k8s-openapi's jiff has no clock).
-pub fn timestamp_now() -> Timestamp {
-    Timestamp::from_nanosecond(crate::backoff::now().as_nanos() as i128).unwrap_or_default()
-}
-
 fn time(ns: i64) -> Option<Time> {
     if ns <= 0 {
         return None;

@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use cgroup::stats::{DeviceIo, Stats};
 
-use crate::Shared;
+use super::Stats as Readers;
 use crate::metrics::{escape, header};
 use cgroup::procfs::{self, NetIf};
 
@@ -555,7 +555,7 @@ pub fn render(snap: &Snapshot) -> String {
 }
 
 /// Reads the root cgroup, each pod cgroup and each running container now.
-pub(crate) fn collect(shared: &Shared) -> Snapshot {
+pub(crate) fn collect(shared: &Readers) -> Snapshot {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim().to_string())
@@ -573,14 +573,14 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
             system_uuid: read("/sys/class/dmi/id/product_uuid"),
         },
         entries: Vec::new(),
-        timestamp_ms: i64::try_from(crate::backoff::now().as_millis()).unwrap_or(0),
+        timestamp_ms: i64::try_from(crate::clock::now().as_millis()).unwrap_or(0),
         scrape_error: false,
     };
     let Some(h) = shared.cgroups.as_ref() else {
         snap.scrape_error = true;
         return snap;
     };
-    let ooms = shared.oom_kills();
+    let ooms = shared.ooms.snapshot();
     // `pids`: the processes to count and whose network namespace to read
     // (none for the root cgroup).
     let mut push = |labels: Labels, start_time: f64, pids: &[u32]| {
@@ -629,7 +629,7 @@ pub(crate) fn collect(shared: &Shared) -> Snapshot {
     if !shared.config.cgroups_per_qos {
         return snap;
     }
-    for pod in shared.pods() {
+    for pod in shared.statuses.pods() {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();

@@ -3,6 +3,7 @@
 //! on the API port `/pods` (a v1 `PodList` with status), `/events` (a v1
 //! `EventList`), the metrics and `/stats/summary`.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,16 +16,69 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 
-use crate::metrics;
-use crate::{Shared, lock};
+use crate::events::Recorder;
+use crate::health::Health;
+use crate::metrics::{self, AgentMetrics};
+use crate::runtime::Cri;
+use crate::source::ManifestErrors;
+use crate::stats::Stats;
+use crate::{prober, status};
 
-/// kubelet's PLEG health threshold.
-const STALL: Duration = Duration::from_secs(180);
+/// What the endpoints read.
+#[derive(Debug)]
+pub struct Server {
+    pub cri: Cri,
+    pub stats: Stats,
+    pub statuses: status::Manager,
+    pub recorder: Recorder,
+    pub health: Health,
+    pub manifest_errors: ManifestErrors,
+    pub metrics: Arc<AgentMetrics>,
+    pub probe_metrics: prober::Metrics,
+}
+
+impl Server {
+    /// `/metrics`: the agent's own, kubelet's names.
+    fn agent_metrics(&self) -> String {
+        let pods = self.statuses.pods();
+        let mut running_pods = 0;
+        let mut states: BTreeMap<&str, u64> = BTreeMap::new();
+        for p in &pods {
+            let statuses = p
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten());
+            let mut any_running = false;
+            for c in statuses {
+                let st = c.state.as_ref();
+                let state = if st.is_some_and(|s| s.running.is_some()) {
+                    any_running = true;
+                    "running"
+                } else if st.is_some_and(|s| s.terminated.is_some()) {
+                    "exited"
+                } else if c.container_id.is_some() {
+                    "created"
+                } else {
+                    continue;
+                };
+                *states.entry(state).or_default() += 1;
+            }
+            if any_running
+                || p.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+            {
+                running_pods += 1;
+            }
+        }
+        self.metrics.render(running_pods, &states)
+    }
+}
 
 /// Binds both listeners (so a port clash is an error at start) and serves
 /// them in the background.
 pub async fn serve(
-    shared: Arc<Shared>,
+    shared: Arc<Server>,
     healthz: SocketAddr,
     api: SocketAddr,
 ) -> std::io::Result<()> {
@@ -77,7 +131,7 @@ pub async fn serve(
                             };
                             let answer = tokio::task::spawn_blocking(move || {
                                 if summary {
-                                    json_reply(&shared.summary(rootfs))
+                                    json_reply(&shared.stats.summary(rootfs))
                                 } else {
                                     route(&shared, req)
                                 }
@@ -136,32 +190,21 @@ fn metrics_reply(req: &Request<Incoming>, text: String) -> Response<Full<Bytes>>
     }
 }
 
-fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+fn route(shared: &Server, req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
     }
     match req.uri().path() {
-        "/healthz" => {
-            let relist = lock(&shared.last_relist).elapsed();
-            let source = lock(&shared.last_source).elapsed();
-            if relist > STALL {
-                reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain",
-                    format!("pleg was last seen active {relist:?} ago; threshold is {STALL:?}\n"),
-                )
-            } else if source > STALL {
-                reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain",
-                    format!("the sync loop was last seen active {source:?} ago\n"),
-                )
-            } else {
-                reply(StatusCode::OK, "text/plain", "ok")
-            }
-        }
+        "/healthz" => match shared.health.check() {
+            Ok(()) => reply(StatusCode::OK, "text/plain", "ok"),
+            Err(e) => reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                format!("{e}\n"),
+            ),
+        },
         "/pods" | "/pods/" => {
-            let items = shared.pods();
+            let items = shared.statuses.pods();
             json_reply(&json!({
                 "kind": "PodList",
                 "apiVersion": "v1",
@@ -173,20 +216,20 @@ fn route(shared: &Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
             "kind": "EventList",
             "apiVersion": "v1",
             "metadata": {},
-            "items": shared.events_list(),
+            "items": shared.recorder.list(),
         })),
         "/metrics" => metrics_reply(&req, shared.agent_metrics()),
         "/metrics/cadvisor" => metrics_reply(
             &req,
-            crate::cadvisor::render(&crate::cadvisor::collect(shared)),
+            crate::stats::cadvisor::render(&shared.stats.collect()),
         ),
         "/metrics/resource" => metrics_reply(
             &req,
-            crate::resource::render(&crate::cadvisor::collect(shared)),
+            crate::stats::resource::render(&shared.stats.collect()),
         ),
-        "/metrics/probes" => metrics_reply(&req, shared.probe_metrics()),
+        "/metrics/probes" => metrics_reply(&req, shared.probe_metrics.render()),
         "/manifests" => json_reply(&json!({
-            "errors": lock(&shared.manifest_errors).clone(),
+            "errors": shared.manifest_errors.get(),
         })),
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"),
     }

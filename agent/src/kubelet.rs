@@ -1,0 +1,246 @@
+//! The sync loop, kubelet's `kubelet.go`: connects to the runtime, builds
+//! each manager with the narrow handles it needs and wires them together —
+//! the only module that knows them all. Pod sources feed desired pods to
+//! [`PodWorkers`]; PLEG sends the UIDs of pods that changed on a channel
+//! (`pleg.Watch()`), and this loop wakes their workers.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edge_config::Config;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::events::{EventType, Object, Recorder};
+use crate::health::Health;
+use crate::pod_workers::{self, PodWorkers};
+use crate::runtime::Cri;
+use crate::source::{self, ManifestErrors};
+use crate::stats::Stats;
+use crate::{image_gc, logs, metrics, node, oom, pleg, prober, server, status};
+
+/// Why the agent could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot reach the CRI runtime at {path}: {msg}")]
+    Connect { path: String, msg: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// Runs the agent until `shutdown` resolves. Containers keep running when
+/// it returns.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    // The runtime may still be starting (`picolet up`, boot): wait for it.
+    let socket = config.cri_socket.clone();
+    let metrics = Arc::new(metrics::AgentMetrics::default());
+    let deadline = Instant::now() + config.runtime_request_timeout;
+    let (cri, runtime_name) = loop {
+        let attempt = async {
+            let cri = Cri::connect(&socket, config.runtime_request_timeout, metrics.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            let name = cri.runtime_name().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((cri, name))
+        };
+        match attempt.await {
+            Ok(v) => break v,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Error::Connect {
+                    path: socket.display().to_string(),
+                    msg: e,
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    tracing::info!(runtime = %runtime_name, socket = %socket.display(), node = %config.node_name, "agent connected to the CRI runtime");
+    let cgroups = || match cgroup::Hierarchy::detect() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!("no pod cgroups: {e}");
+            None
+        }
+    };
+    let node = Arc::new(node::info(&config.node_name, config.node_ip));
+    let config = Arc::new(config);
+    let recorder = Recorder::new(1000, &config.node_name);
+    let statuses = status::Manager::default();
+    let health = Health::default();
+    let probe_metrics = prober::Metrics::default();
+    let ooms = oom::Kills::default();
+    let manifest_errors = ManifestErrors::default();
+
+    let cfg = &config;
+    let healthz = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
+    let api_ip = if cfg.address.is_loopback() {
+        cfg.address
+    } else {
+        tracing::warn!(
+            "address: {} ignored: the API has no authentication yet and binds 127.0.0.1 only",
+            cfg.address
+        );
+        std::net::IpAddr::from([127, 0, 0, 1])
+    };
+    let api = SocketAddr::new(api_ip, cfg.port);
+    let srv = server::Server {
+        cri: cri.clone(),
+        stats: Stats::new(
+            config.clone(),
+            node.clone(),
+            cgroups(),
+            statuses.clone(),
+            ooms.clone(),
+        ),
+        statuses: statuses.clone(),
+        recorder: recorder.clone(),
+        health: health.clone(),
+        manifest_errors: manifest_errors.clone(),
+        metrics: metrics.clone(),
+        probe_metrics: probe_metrics.clone(),
+    };
+    server::serve(Arc::new(srv), healthz, api)
+        .await
+        .map_err(|source| Error::Io {
+            what: format!("listen on {healthz} / {api}"),
+            source,
+        })?;
+    let (changed, mut pleg_rx) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(pleg::run(pleg::Pleg {
+        cri: cri.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+        changed,
+    }));
+    oom::spawn(oom::Watcher {
+        cri: cri.clone(),
+        recorder: recorder.clone(),
+        statuses: statuses.clone(),
+        node_name: node.name.clone(),
+        kills: ooms,
+    });
+    logs::spawn(
+        cri.clone(),
+        logs::Policy {
+            max_bytes: u64::try_from(cfg.container_log_max_size).unwrap_or(u64::MAX),
+            max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(usize::MAX),
+        },
+        cfg.container_log_monitor_interval,
+    );
+    image_gc::spawn(image_gc::Manager {
+        cri: cri.clone(),
+        recorder: recorder.clone(),
+        node_name: cfg.node_name.clone(),
+        policy: image_gc::Policy {
+            high_percent: cfg.image_gc_high_threshold_percent,
+            low_percent: cfg.image_gc_low_threshold_percent,
+            min_age: cfg.image_minimum_gc_age,
+        },
+        period: cfg.image_gc_period,
+    });
+    let workers = PodWorkers::new(pod_workers::Ctx {
+        cri,
+        config: config.clone(),
+        node,
+        runtime_name,
+        cgroups: cgroups(),
+        recorder: recorder.clone(),
+        statuses,
+        probe_metrics,
+        metrics,
+        started: Instant::now(),
+    });
+    let sources = Sources {
+        config: config.clone(),
+        recorder,
+        health: health.clone(),
+        manifest_errors,
+        workers: workers.clone(),
+    };
+
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {
+        what: format!("watch {}", cfg.static_pod_path.display()),
+        source,
+    })?;
+    let mut src = source::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
+    // The first scan happens before anything else looks at `desired`:
+    // an orphan is only what the folder does not define.
+    let mut desired = sources.sync(&mut src);
+    let start = tokio::time::Instant::now();
+    let mut tick =
+        tokio::time::interval_at(start + cfg.file_check_frequency, cfg.file_check_frequency);
+    let mut housekeeping =
+        tokio::time::interval_at(start + Duration::from_secs(2), Duration::from_secs(2));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tick.tick() => desired = sources.sync(&mut src),
+            Some(()) = rx.recv() => {
+                while rx.try_recv().is_ok() {}
+                desired = sources.sync(&mut src);
+            }
+            Some(uid) = pleg_rx.recv() => workers.notify(&uid),
+            _ = housekeeping.tick() => {
+                health.synced();
+                workers.cleanup_orphans(&desired).await;
+            }
+        }
+    }
+    tracing::info!("agent stopping; containers keep running");
+    Ok(())
+}
+
+/// What a rescan of the pod sources touches.
+struct Sources {
+    config: Arc<Config>,
+    recorder: Recorder,
+    health: Health,
+    manifest_errors: ManifestErrors,
+    workers: PodWorkers,
+}
+
+impl Sources {
+    /// Rescans the folder and starts/terminates workers to match; returns
+    /// the desired pods by UID.
+    fn sync(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
+        self.health.synced();
+        let scan = src.scan();
+        let node = Object {
+            kind: "Node",
+            name: self.config.node_name.clone(),
+            ..Default::default()
+        };
+        for e in &scan.new_errors {
+            let warning = EventType::Warning;
+            self.recorder.event(&node, warning, "InvalidManifest", e);
+        }
+        self.manifest_errors.set(scan.errors.clone());
+        let max_pods = usize::try_from(self.config.max_pods).unwrap_or(usize::MAX);
+        let mut desired: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+        for (uid, (path, pod)) in scan.pods {
+            if desired.len() >= max_pods {
+                self.recorder.event(
+                    &node,
+                    EventType::Warning,
+                    "OutOfpods",
+                    &format!(
+                        "{}: not admitted: the node already runs maxPods={} pods",
+                        path.display(),
+                        self.config.max_pods
+                    ),
+                );
+                continue;
+            }
+            desired.insert(uid, pod);
+        }
+        self.workers.update(&desired);
+        desired
+    }
+}

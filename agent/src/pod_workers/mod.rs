@@ -1,0 +1,176 @@
+//! Pod workers, kubelet's `pod_workers.go`: one task per pod, serial per
+//! pod and parallel across pods. The sync loop ([`crate::kubelet`]) tells
+//! [`PodWorkers`] which pods the sources want ([`PodWorkers::update`]) and
+//! PLEG which pods changed ([`PodWorkers::notify`]); each worker observes
+//! its pod through CRI, asks the pure [`crate::plan`] what to do, applies
+//! it and publishes the pod's status. Managers never import this module:
+//! they are handed to it in [`Ctx`].
+
+mod worker;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use edge_config::Config;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::backoff::Backoff;
+use crate::cri_config::NodeInfo;
+use crate::events::{EventType, Object, Recorder};
+use crate::mutex::lock;
+use crate::runtime::Cri;
+use crate::{clock, prober, status};
+
+pub use worker::Handle;
+
+/// What the workers need, handed in by the sync loop.
+#[derive(Debug)]
+pub struct Ctx {
+    pub cri: Cri,
+    pub config: Arc<Config>,
+    pub node: Arc<NodeInfo>,
+    pub runtime_name: String,
+    pub cgroups: Option<cgroup::Hierarchy>,
+    pub recorder: Recorder,
+    pub statuses: status::Manager,
+    pub probe_metrics: prober::Metrics,
+    pub metrics: Arc<crate::metrics::AgentMetrics>,
+    /// When this agent started (probe start-up spread).
+    pub started: Instant,
+}
+
+/// The workers and the state they share: restart and image back-off, and
+/// the grace periods of orphans.
+#[derive(Debug)]
+struct Shared {
+    ctx: Ctx,
+    workers: Mutex<HashMap<String, Handle>>,
+    backoff: Mutex<Backoff>,
+    image_backoff: Mutex<Backoff>,
+    /// Grace periods of orphan containers (from their annotations).
+    orphan_graces: Mutex<HashMap<String, Duration>>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Ctx;
+    fn deref(&self) -> &Ctx {
+        &self.ctx
+    }
+}
+
+impl Shared {
+    fn event(&self, obj: &Object, kind: EventType, reason: &str, msg: &str) {
+        self.recorder.event(obj, kind, reason, msg);
+    }
+
+    fn set_status(&self, uid: &str, pod: Pod) {
+        self.statuses.set(uid, pod);
+    }
+
+    fn status_of(&self, uid: &str) -> Option<Pod> {
+        self.statuses.get(uid)
+    }
+
+    fn orphan_grace(&self, id: &str) -> Option<Duration> {
+        lock(&self.orphan_graces).get(id).copied()
+    }
+
+    /// A worker has finished: forget its pod.
+    fn forget(&self, uid: &str) {
+        self.statuses.remove(uid);
+        lock(&self.workers).remove(uid);
+        lock(&self.backoff).forget_prefix(&format!("{uid}/"));
+        lock(&self.image_backoff).forget_prefix(&format!("{uid}/"));
+        self.probe_metrics.forget(uid);
+    }
+}
+
+/// The handle of the sync loop and PLEG.
+#[derive(Debug, Clone)]
+pub struct PodWorkers(Arc<Shared>);
+
+impl PodWorkers {
+    pub fn new(ctx: Ctx) -> Self {
+        let backoff = || {
+            Mutex::new(Backoff::new(
+                ctx.config.restart_backoff_initial,
+                ctx.config.restart_backoff_max,
+            ))
+        };
+        let (backoff, image_backoff) = (backoff(), backoff());
+        Self(Arc::new(Shared {
+            ctx,
+            workers: Mutex::new(HashMap::new()),
+            backoff,
+            image_backoff,
+            orphan_graces: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Wakes the worker of pod `uid`, if any.
+    pub fn notify(&self, uid: &str) {
+        if let Some(h) = lock(&self.0.workers).get(uid) {
+            h.sync();
+        }
+    }
+
+    /// Makes the workers match `desired` (by UID): terminates those whose
+    /// pod is gone, starts one per new pod, after any pod of the same full
+    /// name has finished terminating.
+    pub fn update(&self, desired: &BTreeMap<String, Arc<Pod>>) {
+        let mut workers = lock(&self.0.workers);
+        for (uid, h) in workers.iter() {
+            if !desired.contains_key(uid) && !*h.done.borrow() {
+                h.terminate();
+            }
+        }
+        for (uid, pod) in desired {
+            if workers.contains_key(uid) {
+                continue;
+            }
+            let full = format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
+            );
+            let after = workers
+                .values()
+                .find(|h| h.full_name == full)
+                .map(|h| h.done.clone());
+            tracing::info!(pod = %full, uid = %uid, "pod added");
+            let h = worker::spawn(self.0.clone(), uid.clone(), Some(pod.clone()), after, None);
+            workers.insert(uid.clone(), h);
+        }
+    }
+
+    /// Pods the runtime has that no source wants (a file removed while the
+    /// agent was down): terminate them with the grace they were created
+    /// with.
+    pub async fn cleanup_orphans(&self, desired: &BTreeMap<String, Arc<Pod>>) {
+        let Ok(list) = self.0.cri.list_pod_uids().await else {
+            return;
+        };
+        let mut orphans: Vec<(String, (String, String))> = Vec::new();
+        {
+            let workers = lock(&self.0.workers);
+            for s in &list {
+                if !desired.contains_key(&s.uid)
+                    && !workers.contains_key(&s.uid)
+                    && !orphans.iter().any(|(u, _)| *u == s.uid)
+                {
+                    orphans.push((s.uid.clone(), (s.namespace.clone(), s.name.clone())));
+                }
+            }
+        }
+        for (uid, name) in orphans {
+            if let Ok(list) = self.0.cri.list_container_graces(&uid).await {
+                lock(&self.0.orphan_graces).extend(list);
+            }
+            tracing::info!(uid = %uid, "terminating a pod no source defines");
+            let h = worker::spawn(self.0.clone(), uid.clone(), None, None, Some(name));
+            lock(&self.0.workers).insert(uid, h);
+        }
+        lock(&self.0.backoff).gc(clock::now());
+    }
+}

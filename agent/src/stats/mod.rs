@@ -1,0 +1,173 @@
+//! Stats, kubelet's `pkg/kubelet/stats` and cAdvisor: one [`Stats`]
+//! handle reads cgroupfs, /proc and the pods' directories for
+//! `/metrics/cadvisor` ([`cadvisor`]), `/metrics/resource` ([`resource`])
+//! and `/stats/summary` ([`summary`]). Rendering is pure; reading is here
+//! and in [`cadvisor::collect`].
+
+pub mod cadvisor;
+pub mod resource;
+pub mod summary;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use edge_config::Config;
+
+use crate::cri_config::NodeInfo;
+use crate::mutex::lock;
+use crate::{oom, status};
+
+/// A cgroup's CPU reading: when, usage ns, and the last rate (nanocores).
+#[derive(Debug, Clone, Copy)]
+struct CpuSample {
+    at: Duration,
+    usage_ns: u64,
+    rate: Option<u64>,
+}
+
+/// What the stats read, and the CPU readings between scrapes.
+#[derive(Debug)]
+pub struct Stats {
+    pub config: Arc<Config>,
+    pub node: Arc<NodeInfo>,
+    pub cgroups: Option<cgroup::Hierarchy>,
+    pub statuses: status::Manager,
+    pub ooms: oom::Kills,
+    /// CPU readings by cgroup id for `usageNanoCores`.
+    cpu_samples: Mutex<HashMap<String, CpuSample>>,
+}
+
+impl Stats {
+    pub fn new(
+        config: Arc<Config>,
+        node: Arc<NodeInfo>,
+        cgroups: Option<cgroup::Hierarchy>,
+        statuses: status::Manager,
+        ooms: oom::Kills,
+    ) -> Self {
+        Self {
+            config,
+            node,
+            cgroups,
+            statuses,
+            ooms,
+            cpu_samples: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Reads the root cgroup, each pod cgroup and each running container.
+    pub fn collect(&self) -> cadvisor::Snapshot {
+        cadvisor::collect(self)
+    }
+
+    /// `/stats/summary`, given the containers' writable layers (from the
+    /// runtime). Reads cgroupfs and walks volume and log directories: call
+    /// it off the async workers.
+    pub fn summary(&self, rootfs: HashMap<String, (u64, u64)>) -> serde_json::Value {
+        let snap = self.collect();
+        let now = crate::clock::now();
+        let mut nano_cores = HashMap::new();
+        {
+            let mut samples = lock(&self.cpu_samples);
+            let ids: std::collections::HashSet<&str> =
+                snap.entries.iter().map(|e| e.labels.id.as_str()).collect();
+            samples.retain(|id, _| ids.contains(id.as_str()));
+            for e in &snap.entries {
+                let usage = e.stats.cpu.usage_ns;
+                let entry = samples.entry(e.labels.id.clone()).or_insert(CpuSample {
+                    at: now,
+                    usage_ns: usage,
+                    rate: None,
+                });
+                let dt = now.saturating_sub(entry.at);
+                // A rate over at least a second; in between, the last one.
+                if dt >= Duration::from_secs(1) {
+                    let rate = u128::from(usage.saturating_sub(entry.usage_ns)) * 1_000_000_000
+                        / dt.as_nanos().max(1);
+                    *entry = CpuSample {
+                        at: now,
+                        usage_ns: usage,
+                        rate: Some(u64::try_from(rate).unwrap_or(u64::MAX)),
+                    };
+                }
+                if let Some(r) = entry.rate {
+                    nano_cores.insert(e.labels.id.clone(), r);
+                }
+            }
+        }
+        let read_num = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let now_s = now.as_secs_f64();
+        let processes = std::fs::read_dir("/proc")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .bytes()
+                            .all(|b| b.is_ascii_digit())
+                    })
+                    .count() as u64
+            })
+            .unwrap_or(0);
+        let mut pods = HashMap::new();
+        let mut logs = HashMap::new();
+        let mut volume_stats = HashMap::new();
+        for p in self.statuses.pods() {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let start = p
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| summary::rfc3339(t.0.as_second()))
+                .unwrap_or_default();
+            pods.insert(
+                uid.clone(),
+                (
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata.namespace.clone().unwrap_or_default(),
+                    start,
+                ),
+            );
+            let ed = crate::volumes::pod_dir(&self.config.data_dir, &uid)
+                .join("volumes")
+                .join("kubernetes.io~empty-dir");
+            let mut vols = Vec::new();
+            for v in p.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                if let Some(e) = &v.empty_dir {
+                    let (bytes, inodes) = summary::du(&ed.join(&v.name));
+                    let memory = e.medium.as_deref() == Some("Memory");
+                    vols.push((v.name.clone(), bytes, inodes, memory));
+                }
+            }
+            volume_stats.insert(uid.clone(), vols);
+            let dir = crate::cri_config::pod_log_dir(&self.config.pod_logs_dir, &p);
+            for c in p.spec.iter().flat_map(|s| s.containers.iter()) {
+                logs.insert(
+                    (uid.clone(), c.name.clone()),
+                    summary::du(&dir.join(&c.name)),
+                );
+            }
+        }
+        let x = summary::Extras {
+            node_name: self.node.name.clone(),
+            now: summary::rfc3339(now.as_secs() as i64),
+            boot_time: summary::rfc3339((now_s - read_num("/proc/uptime")) as i64),
+            nano_cores,
+            node_fs: summary::Fs::of(&self.config.data_dir),
+            image_fs: summary::Fs::of(&self.config.images_dir),
+            pid_max: read_num("/proc/sys/kernel/pid_max") as u64,
+            processes,
+            pods,
+            logs,
+            rootfs,
+            volumes: volume_stats,
+        };
+        summary::build(&snap, &x, &cgroup::procfs::net_dev(1))
+    }
+}

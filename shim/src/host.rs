@@ -1,0 +1,46 @@
+//! Host facts and process state the post-fork paths share: a process's
+//! start time (to tell a PID from its reuse) and the signal state a
+//! process must have right before exec. No tokio here: these run in forked
+//! children.
+
+use nix::sys::signal::SigSet;
+
+/// Field 22 of /proc/<pid>/stat: start time in clock ticks since boot.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// As a freshly started process: every signal at its default disposition
+/// and none blocked. exec keeps ignored signals ignored and the mask as it
+/// is; Rust ignores SIGPIPE in the picolet binary, and what started the
+/// shim may have ignored others. Called right before exec, in the
+/// container's init too (`seccomp::SeccompExecutor`).
+#[allow(unsafe_code)]
+pub(crate) fn reset_signals() -> Result<(), String> {
+    // The raw syscall: libc refuses its own reserved signals (32–34), which
+    // can still arrive ignored. SIG_DFL with no flags, restorer or mask is an
+    // all-zero kernel `struct sigaction` on both x86_64 and aarch64.
+    let default = [0u64; 4];
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: `default` outlives the call and is at least as large as
+        // the kernel's struct; no old action is asked for.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
+    }
+    SigSet::empty()
+        .thread_set_mask()
+        .map_err(|e| format!("signal mask: {e}"))
+}

@@ -1,0 +1,463 @@
+//! The arrows between modules inside the agent and the shim (tests/deps.rs
+//! holds those between crates), as kubelet keeps `.import-restrictions`
+//! per package. Read from the source: every `crate::` path outside
+//! comments and unit tests is an arrow from the referring module's top
+//! level to the referred one's. Each table below lists, per module, every
+//! module it may use; a new arrow is a decision, so it is made here, in
+//! review. The tables must also stay free of circles.
+//!
+//! Pure modules may use only pure modules and none of tokio, nix, tonic or
+//! hyper: what they decide is tested without root or a runtime. Modules
+//! that run in forked children (the container monitor, exec helpers) may
+//! not use tokio: a fork from a multi-threaded runtime is how deadlocks
+//! start.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// `crate` is the crate root (lib.rs): what it declares, e.g. `Error`.
+const AGENT: &[(&str, &[&str])] = &[
+    ("crate", &["kubelet"]),
+    (
+        "kubelet",
+        &[
+            "events",
+            "health",
+            "image_gc",
+            "logs",
+            "metrics",
+            "node",
+            "oom",
+            "pleg",
+            "pod_workers",
+            "prober",
+            "runtime",
+            "server",
+            "source",
+            "stats",
+            "status",
+        ],
+    ),
+    (
+        "pod_workers",
+        &[
+            "backoff",
+            "clock",
+            "cri_config",
+            "events",
+            "hooks",
+            "metrics",
+            "mutex",
+            "plan",
+            "prober",
+            "qos",
+            "runtime",
+            "status",
+            "volumes",
+        ],
+    ),
+    (
+        "server",
+        &[
+            "events", "health", "metrics", "prober", "runtime", "source", "stats", "status",
+        ],
+    ),
+    (
+        "stats",
+        &[
+            "clock",
+            "cri_config",
+            "metrics",
+            "mutex",
+            "oom",
+            "qos",
+            "status",
+            "volumes",
+        ],
+    ),
+    (
+        "prober",
+        &[
+            "clock", "events", "httpc", "metrics", "mutex", "plan", "probe", "runtime", "status",
+        ],
+    ),
+    ("hooks", &["httpc", "probe", "prober", "runtime"]),
+    (
+        "oom",
+        &["cri_config", "events", "kmsg", "mutex", "runtime", "status"],
+    ),
+    ("image_gc", &["events", "runtime"]),
+    ("pleg", &["health", "metrics", "runtime"]),
+    ("logs", &["runtime"]),
+    ("runtime", &["cri_config", "metrics", "plan"]),
+    ("source", &["clock", "manifest", "mutex"]),
+    ("status", &["mutex", "plan"]),
+    ("events", &["clock", "mutex"]),
+    ("health", &["mutex"]),
+    ("node", &["cri_config"]),
+    ("httpc", &[]),
+    ("volumes", &[]),
+    // Pure.
+    ("plan", &["cri_config", "probe"]),
+    ("manifest", &["validate"]),
+    ("validate", &["cri_config"]),
+    ("cri_config", &["qos"]),
+    ("backoff", &["clock"]),
+    ("metrics", &["mutex"]),
+    ("probe", &[]),
+    ("qos", &[]),
+    ("kmsg", &[]),
+    ("clock", &[]),
+    ("mutex", &[]),
+];
+
+/// Module paths whose files must stay pure (a path and everything below).
+const AGENT_PURE: &[&str] = &[
+    "backoff",
+    "clock",
+    "cri_config",
+    "kmsg",
+    "manifest",
+    "metrics",
+    "mutex",
+    "plan",
+    "probe",
+    "qos",
+    "status::generate",
+    "validate",
+];
+
+const SHIM: &[(&str, &[&str])] = &[
+    (
+        "crate",
+        &[
+            "container",
+            "container_exec",
+            "cri_metrics",
+            "image_service",
+            "import_service",
+            "runtime",
+            "runtime_service",
+            "sandbox",
+            "state",
+        ],
+    ),
+    ("runtime_service", &["cri_metrics", "error", "runtime"]),
+    ("image_service", &["error"]),
+    ("import_service", &["error"]),
+    (
+        "container",
+        &[
+            "cgroupfs",
+            "error",
+            "host",
+            "host_inputs",
+            "monitor",
+            "namespaces",
+            "runtime",
+            "spec",
+            "state",
+        ],
+    ),
+    ("container_exec", &["error", "nsexec", "runtime"]),
+    (
+        "sandbox",
+        &["error", "host", "namespaces", "runtime", "state"],
+    ),
+    ("cri_metrics", &["cgroupfs", "runtime", "state", "stats"]),
+    ("stats", &["cgroupfs", "error", "runtime", "state"]),
+    ("runtime", &["error", "pidfd", "state"]),
+    ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
+    ("spec", &["error", "seccomp", "users"]),
+    (
+        "monitor",
+        &["cgroupfs", "devices", "host", "seccomp", "state"],
+    ),
+    ("nsexec", &["host", "mountinfo", "pidfd", "seccomp"]),
+    ("pod_init", &[]),
+    ("seccomp", &["host"]),
+    ("devices", &["cgroupfs"]),
+    ("pidfd", &["host"]),
+    ("namespaces", &["error"]),
+    ("cgroupfs", &["error"]),
+    ("state", &["error"]),
+    ("users", &[]),
+    ("mountinfo", &[]),
+    ("host", &[]),
+    ("error", &[]),
+];
+
+/// Code that runs in forked children: no tokio.
+const SHIM_NO_TOKIO: &[&str] = &["host", "monitor", "nsexec", "pod_init", "seccomp"];
+
+const IMPURE_CRATES: &[&str] = &["tokio", "nix", "tonic", "hyper", "hyper_util"];
+
+#[derive(Debug)]
+struct Module {
+    /// `a::b` (empty for the crate root).
+    path: Vec<String>,
+    file: PathBuf,
+    /// Code without comments and unit tests.
+    code: String,
+}
+
+fn modules(src: &Path) -> Vec<Module> {
+    let mut out = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).expect("read src") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // `tests.rs` files are unit tests of their parent.
+            if !name.ends_with(".rs") || name == "tests.rs" {
+                continue;
+            }
+            let rel = p.strip_prefix(src).expect("under src").with_extension("");
+            let mut path: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if path.last().is_some_and(|l| l == "mod") {
+                path.pop();
+            }
+            if path == ["lib"] || path == ["main"] {
+                path.clear();
+            }
+            let text = std::fs::read_to_string(&p).expect("read source");
+            out.push(Module {
+                path,
+                file: p,
+                code: strip(&text),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// Drops `#[cfg(test)] mod tests { ... }` (to the end of the file: it is
+/// always last) and comment lines.
+fn strip(text: &str) -> String {
+    let mut lines: Vec<&str> = text.lines().collect();
+    if let Some(i) = lines
+        .windows(2)
+        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod tests"))
+    {
+        lines.truncate(i);
+    }
+    lines
+        .into_iter()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module paths `code` names through `crate::`: `crate::a::b` gives
+/// `a::b`; `crate::{a::{b, c}, d}` gives `a::{b, c}` as `a` and `d`.
+fn references(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(std::mem::take(&mut item));
+                        continue;
+                    }
+                    _ => {}
+                }
+                if depth == 0 && c != '}' {
+                    item.push(c);
+                }
+            }
+            out.push(item);
+        } else {
+            out.push(
+                rest.chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect(),
+            );
+        }
+    }
+    out.into_iter()
+        .map(|s| s.trim().trim_end_matches(':').to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn top(path: &[String]) -> String {
+    path.first().cloned().unwrap_or_else(|| "crate".into())
+}
+
+/// A referenced path's top-level module; an item of the crate root (a
+/// type, not a module) counts as `crate`.
+fn target(reference: &str, known: &BTreeSet<&str>) -> String {
+    let first = reference.split("::").next().unwrap_or("").trim();
+    if known.contains(first) {
+        first.to_string()
+    } else {
+        "crate".into()
+    }
+}
+
+fn uses_crate(code: &str, name: &str) -> bool {
+    let pat = format!("{name}::");
+    code.match_indices(&pat).any(|(i, _)| {
+        !code[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    })
+}
+
+fn is_under(path: &[String], prefixes: &[&str]) -> bool {
+    let joined = path.join("::");
+    prefixes
+        .iter()
+        .any(|p| joined == *p || joined.starts_with(&format!("{p}::")))
+}
+
+/// Every broken rule of one crate, as readable lines.
+fn check(src: &Path, table: &[(&str, &[&str])], pure: &[&str], no_tokio: &[&str]) -> Vec<String> {
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = table
+        .iter()
+        .map(|(m, to)| (*m, to.iter().copied().collect()))
+        .collect();
+    let known: BTreeSet<&str> = allowed.keys().copied().filter(|m| *m != "crate").collect();
+    let mut errors = Vec::new();
+    for m in modules(src) {
+        let from = top(&m.path);
+        let file = m.file.strip_prefix(src).unwrap_or(&m.file).display();
+        let Some(may) = allowed.get(from.as_str()) else {
+            errors.push(format!("{file}: module `{from}` is not in the table"));
+            continue;
+        };
+        let is_pure = is_under(&m.path, pure);
+        for r in references(&m.code) {
+            let to = target(&r, &known);
+            if to != from && !may.contains(to.as_str()) {
+                errors.push(format!("{file}: `{from}` may not use `{to}` (crate::{r})"));
+            }
+            let path: Vec<String> = r.split("::").map(|s| s.trim().to_string()).collect();
+            if is_pure && to != "crate" && !is_under(&path, pure) {
+                errors.push(format!("{file}: pure `{}` uses `{r}`", m.path.join("::")));
+            }
+        }
+        for c in IMPURE_CRATES {
+            if is_pure && uses_crate(&m.code, c) {
+                errors.push(format!("{file}: pure `{}` uses `{c}`", m.path.join("::")));
+            }
+        }
+        if is_under(&m.path, no_tokio) && uses_crate(&m.code, "tokio") {
+            errors.push(format!("{file}: `{from}` runs after fork and uses tokio"));
+        }
+    }
+    if let Some(circle) = circle(&allowed) {
+        errors.push(format!("the table has a circle: {}", circle.join(" → ")));
+    }
+    errors
+}
+
+/// A circle in the allowed arrows, if any (depth-first search).
+fn circle(allowed: &BTreeMap<&str, BTreeSet<&str>>) -> Option<Vec<String>> {
+    fn visit<'a>(
+        n: &'a str,
+        allowed: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        stack: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| *s == n) {
+            let mut c: Vec<String> = stack[i..].iter().map(|s| s.to_string()).collect();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if !done.insert(n) {
+            return None;
+        }
+        stack.push(n);
+        for to in allowed.get(n).into_iter().flatten() {
+            if let Some(c) = visit(to, allowed, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in allowed.keys() {
+        if let Some(c) = visit(n, allowed, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn agent_modules_follow_the_table() {
+    let errors = check(&root().join("agent/src"), AGENT, AGENT_PURE, &[]);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn shim_modules_follow_the_table() {
+    let errors = check(&root().join("shim/src"), SHIM, &[], SHIM_NO_TOKIO);
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_broken_arrows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("b")).expect("mkdir");
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\n").expect("write");
+    // `a` is pure but uses tokio and `b`; `b` uses `a` inside a group;
+    // comments and unit tests do not count.
+    std::fs::write(
+        src.join("a.rs"),
+        "use crate::b::X;\n// crate::c\nfn f() { tokio::spawn(g()); }\n\
+         #[cfg(test)]\nmod tests {\n    use crate::c;\n}\n",
+    )
+    .expect("write");
+    std::fs::write(src.join("b/mod.rs"), "use crate::{a::{self, Y}, Error};\n").expect("write");
+    let table: &[(&str, &[&str])] = &[("crate", &["a", "b"]), ("a", &[]), ("b", &["a"])];
+    let errors = check(src, table, &["a"], &[]);
+    assert_eq!(
+        errors,
+        [
+            "a.rs: `a` may not use `b` (crate::b::X)",
+            "a.rs: pure `a` uses `b::X`",
+            "a.rs: pure `a` uses `tokio`",
+            "b/mod.rs: `b` may not use `crate` (crate::Error)",
+        ],
+        "{errors:#?}"
+    );
+    let circular: &[(&str, &[&str])] = &[("crate", &[]), ("a", &["b"]), ("b", &["a"])];
+    assert_eq!(
+        circle(
+            &circular
+                .iter()
+                .map(|(m, t)| (*m, t.iter().copied().collect()))
+                .collect()
+        ),
+        Some(vec!["a".into(), "b".into(), "a".into()])
+    );
+}
