@@ -1,0 +1,386 @@
+//! The `ContainerConfig` kubelet's `kuberuntime` builds for one container:
+//! labels and annotations, env with `$(VAR)` expansion and field refs,
+//! mounts, resources with the QoS arithmetic of [`crate::qos`], and the
+//! security context. Pure.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use cri_proto::v1::{
+    Capability, ContainerConfig, ContainerMetadata, ImageSpec, Int64Value, KeyValue,
+    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, Mount,
+};
+use edge_config::quantity::{parse_quantity, parse_quantity_milli};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+
+use super::{
+    ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, ANN_TERMINATION_MESSAGE_PATH,
+    LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, NodeInfo,
+    container_hash, labels, namespace_options, seccomp, supplemental_groups,
+};
+
+use crate::qos::{
+    CPU_PERIOD_US, Qos, all_containers, milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj,
+    quantity,
+};
+
+/// kubelet's default masked and read-only paths for unprivileged containers.
+const MASKED_PATHS: [&str; 11] = [
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// Everything about the running pod that a container config depends on.
+#[derive(Debug, Clone)]
+pub struct ContainerEnv<'a> {
+    pub node: &'a NodeInfo,
+    pub pod_ip: &'a str,
+    /// Volume name → host path, prepared by the agent.
+    pub volumes: &'a BTreeMap<String, PathBuf>,
+    pub qos: Qos,
+}
+
+/// Expands `$(VAR)` as kubelet does (`$$` escapes; unknown stays as is).
+pub fn expand(s: &str, vars: &HashMap<String, String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(a) = after.strip_prefix('$') {
+            out.push('$');
+            rest = a;
+        } else if let Some(a) = after.strip_prefix('(')
+            && let Some(end) = a.find(')')
+        {
+            let name = &a[..end];
+            match vars.get(name) {
+                Some(v) => out.push_str(v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &a[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, String> {
+    let lookup = |map: &Option<BTreeMap<String, String>>, key: &str| {
+        map.as_ref()
+            .and_then(|m| m.get(key).cloned())
+            .unwrap_or_default()
+    };
+    let key_of = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix("']"))
+            .map(String::from)
+    };
+    let spec = pod.spec.as_ref();
+    Ok(match path {
+        "metadata.name" => pod.metadata.name.clone().unwrap_or_default(),
+        "metadata.namespace" => pod.metadata.namespace.clone().unwrap_or_default(),
+        "metadata.uid" => pod.metadata.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => env.node.name.clone(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        "status.podIP" | "status.podIPs" => env.pod_ip.to_string(),
+        "status.hostIP" | "status.hostIPs" => env.node.host_ip.clone(),
+        p => {
+            if let Some(k) = key_of("metadata.labels['") {
+                lookup(&pod.metadata.labels, &k)
+            } else if let Some(k) = key_of("metadata.annotations['") {
+                lookup(&pod.metadata.annotations, &k)
+            } else {
+                return Err(format!("unsupported fieldRef {p:?}"));
+            }
+        }
+    })
+}
+
+fn resource_field_ref(
+    c: &Container,
+    resource: &str,
+    divisor: Option<&str>,
+    node: &NodeInfo,
+) -> Result<String, String> {
+    let (kind, res) = resource
+        .split_once('.')
+        .ok_or_else(|| format!("bad resource {resource:?}"))?;
+    let cpu = res == "cpu";
+    let value = quantity(c, kind, res).unwrap_or(match (kind, res) {
+        ("limits", "cpu") => node.cpu_milli,
+        ("limits", "memory") => node.memory_bytes,
+        _ => 0,
+    });
+    let div = match divisor {
+        Some(d) if cpu => parse_quantity_milli(d),
+        Some(d) => parse_quantity(d),
+        None if cpu => Some(1000),
+        None => Some(1),
+    }
+    .filter(|d| *d > 0)
+    .ok_or_else(|| format!("bad divisor {divisor:?}"))?;
+    Ok(value.div_ceil(div).to_string())
+}
+
+/// kubelet's `generateContainerConfig`. An error is a
+/// `CreateContainerConfigError`.
+pub fn container_config(
+    pod: &Pod,
+    c: &Container,
+    restart_count: u32,
+    image_ref: &str,
+    env: &ContainerEnv<'_>,
+) -> Result<ContainerConfig, String> {
+    let (name, ns, uid) = labels(pod);
+    let default_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default_spec);
+    // Environment, in order; later entries may refer to earlier ones.
+    let mut vars: HashMap<String, String> = HashMap::new();
+    let mut envs = Vec::new();
+    for e in c.env.iter().flatten() {
+        let value = match &e.value_from {
+            None => expand(e.value.as_deref().unwrap_or(""), &vars),
+            Some(vf) => match (&vf.field_ref, &vf.resource_field_ref) {
+                (Some(f), _) => field_ref(pod, &f.field_path, env)?,
+                (None, Some(r)) => {
+                    let target = match r.container_name.as_deref() {
+                        Some(n) if !n.is_empty() => all_containers(spec)
+                            .find(|x| x.name == n)
+                            .ok_or_else(|| format!("env {}: no container {n:?}", e.name))?,
+                        _ => c,
+                    };
+                    resource_field_ref(
+                        target,
+                        &r.resource,
+                        r.divisor.as_ref().map(|d| d.0.as_str()),
+                        env.node,
+                    )?
+                }
+                _ => return Err(format!("env {}: unsupported valueFrom", e.name)),
+            },
+        };
+        vars.insert(e.name.clone(), value.clone());
+        envs.push(KeyValue {
+            key: e.name.clone(),
+            value,
+        });
+    }
+    let command = c
+        .command
+        .iter()
+        .flatten()
+        .map(|s| expand(s, &vars))
+        .collect();
+    let args = c.args.iter().flatten().map(|s| expand(s, &vars)).collect();
+    let mut mounts = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let base = env
+            .volumes
+            .get(&m.name)
+            .ok_or_else(|| format!("volume {:?} is not prepared", m.name))?;
+        let host = match m.sub_path.as_deref() {
+            Some(sp) if !sp.is_empty() => base.join(expand(sp, &vars)),
+            _ => base.clone(),
+        };
+        mounts.push(Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host.to_string_lossy().into_owned(),
+            readonly: m.read_only.unwrap_or(false),
+            ..Default::default()
+        });
+    }
+    let mut labels = HashMap::from([
+        (LABEL_POD_NAME.to_string(), name),
+        (LABEL_POD_NAMESPACE.to_string(), ns),
+        (LABEL_POD_UID.to_string(), uid),
+        (LABEL_CONTAINER_NAME.to_string(), c.name.clone()),
+    ]);
+    labels.retain(|_, v| !v.is_empty());
+    let annotations = HashMap::from([
+        (ANN_CONTAINER_HASH.to_string(), container_hash(c)),
+        (ANN_RESTART_COUNT.to_string(), restart_count.to_string()),
+        (
+            ANN_GRACE.to_string(),
+            spec.termination_grace_period_seconds
+                .unwrap_or(30)
+                .to_string(),
+        ),
+        (
+            ANN_TERMINATION_MESSAGE_PATH.to_string(),
+            c.termination_message_path.clone().unwrap_or_default(),
+        ),
+    ]);
+    // Security context: the container's fields override the pod's.
+    let psc = spec.security_context.as_ref();
+    let csc = c.security_context.as_ref();
+    let privileged = csc.and_then(|s| s.privileged).unwrap_or(false);
+    let run_as_user = csc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|s| s.run_as_user));
+    let run_as_group = csc
+        .and_then(|s| s.run_as_group)
+        .or_else(|| psc.and_then(|s| s.run_as_group));
+    let seccomp = seccomp(
+        csc.and_then(|s| s.seccomp_profile.as_ref())
+            .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+    );
+    let caps = csc.and_then(|s| s.capabilities.as_ref());
+    let mut resources = LinuxContainerResources {
+        cpu_period: CPU_PERIOD_US,
+        cpu_shares: i64::try_from(milli_cpu_to_shares(
+            quantity(c, "requests", "cpu").unwrap_or(0),
+        ))
+        .unwrap_or(2),
+        oom_score_adj: oom_score_adj(env.qos, c, env.node.memory_bytes),
+        ..Default::default()
+    };
+    if let Some(l) = quantity(c, "limits", "cpu") {
+        resources.cpu_quota = milli_cpu_to_quota(l);
+    }
+    if let Some(m) = quantity(c, "limits", "memory") {
+        resources.memory_limit_in_bytes = i64::try_from(m).unwrap_or(i64::MAX);
+    }
+    Ok(ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: c.name.clone(),
+            attempt: restart_count,
+        }),
+        image: Some(ImageSpec {
+            image: image_ref.to_string(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command,
+        args,
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs,
+        mounts,
+        labels,
+        annotations,
+        log_path: format!("{}/{restart_count}.log", c.name),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(LinuxContainerConfig {
+            resources: Some(resources),
+            security_context: Some(LinuxContainerSecurityContext {
+                capabilities: caps.map(|k| Capability {
+                    add_capabilities: k.add.clone().unwrap_or_default(),
+                    drop_capabilities: k.drop.clone().unwrap_or_default(),
+                    ..Default::default()
+                }),
+                privileged,
+                namespace_options: Some(namespace_options(spec)),
+                run_as_user: run_as_user.map(|value| Int64Value { value }),
+                run_as_group: run_as_group.map(|value| Int64Value { value }),
+                readonly_rootfs: csc
+                    .and_then(|s| s.read_only_root_filesystem)
+                    .unwrap_or(false),
+                supplemental_groups: supplemental_groups(spec),
+                no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
+                masked_paths: if privileged {
+                    Vec::new()
+                } else {
+                    MASKED_PATHS.iter().map(|s| s.to_string()).collect()
+                },
+                readonly_paths: if privileged {
+                    Vec::new()
+                } else {
+                    READONLY_PATHS.iter().map(|s| s.to_string()).collect()
+                },
+                seccomp,
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cri_config::tests::node;
+    use crate::manifest::test_pod as pod;
+
+    #[test]
+    fn container_config_as_kubelet_builds_it() {
+        let p = pod(concat!(
+            "  volumes:\n  - {name: data, emptyDir: {}}\n",
+            "  containers:\n  - name: c\n    image: busybox:1\n",
+            "    command: [sh, -c]\n    args: ['echo $(GREETING) $(NODE) $$(x) $(NOPE)']\n",
+            "    env:\n    - {name: NAME, value: world}\n    - {name: GREETING, value: 'hi $(NAME)'}\n",
+            "    - name: NODE\n      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n",
+            "    - name: POD\n      valueFrom: {fieldRef: {fieldPath: metadata.name}}\n",
+            "    - name: APP\n      valueFrom: {fieldRef: {fieldPath: \"metadata.labels['app']\"}}\n",
+            "    - name: MEM\n      valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}\n",
+            "    - name: CPU\n      valueFrom: {resourceFieldRef: {resource: limits.cpu}}\n",
+            "    resources: {limits: {memory: 64Mi, cpu: 1500m}}\n",
+            "    volumeMounts:\n    - {name: data, mountPath: /data, subPath: sub, readOnly: true}\n",
+        ));
+        let volumes = BTreeMap::from([("data".to_string(), PathBuf::from("/v/data"))]);
+        let n = node();
+        let env = ContainerEnv {
+            node: &n,
+            pod_ip: "10.1.0.2",
+            volumes: &volumes,
+            qos: Qos::Guaranteed,
+        };
+        let spec = p.spec.as_ref().expect("spec");
+        let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");
+        assert_eq!(cfg.command, ["sh", "-c"]);
+        assert_eq!(cfg.args, ["echo hi world node $(x) $(NOPE)"]);
+        let env_of = |k: &str| {
+            cfg.envs
+                .iter()
+                .find(|e| e.key == k)
+                .map(|e| e.value.clone())
+        };
+        assert_eq!(env_of("POD").as_deref(), Some("p-node"));
+        assert_eq!(env_of("APP").as_deref(), Some("x"));
+        assert_eq!(env_of("MEM").as_deref(), Some("64"));
+        assert_eq!(env_of("CPU").as_deref(), Some("2"));
+        assert_eq!(cfg.mounts[0].host_path, "/v/data/sub");
+        assert!(cfg.mounts[0].readonly);
+        assert_eq!(cfg.log_path, "c/3.log");
+        assert_eq!(cfg.metadata.as_ref().map(|m| m.attempt), Some(3));
+        assert_eq!(cfg.labels[LABEL_CONTAINER_NAME], "c");
+        assert_eq!(cfg.annotations[ANN_RESTART_COUNT], "3");
+        let r = cfg
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .expect("resources");
+        assert_eq!(
+            (r.cpu_quota, r.cpu_shares, r.memory_limit_in_bytes),
+            (150_000, 1536, 64 << 20)
+        );
+        assert_eq!(r.oom_score_adj, -997);
+    }
+}
