@@ -243,10 +243,13 @@ fn modules(src: &Path) -> Vec<Module> {
 /// always last) and comment lines.
 fn strip(text: &str) -> String {
     let mut lines: Vec<&str> = text.lines().collect();
-    if let Some(i) = lines
-        .windows(2)
-        .position(|w| w[0].trim() == "#[cfg(test)]" && w[1].trim_start().starts_with("mod tests"))
-    {
+    if let Some(i) = lines.windows(2).position(|w| {
+        w[0].trim() == "#[cfg(test)]"
+            && w[1]
+                .trim_start()
+                .trim_start_matches("pub(crate) ")
+                .starts_with("mod tests")
+    }) {
         lines.truncate(i);
     }
     lines
