@@ -4,7 +4,6 @@
 
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::Arc;
 
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -20,23 +19,23 @@ pub(crate) fn open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Wakes `notify` when process `pid` — the one that started at
+/// Calls `exited` when process `pid` — the one that started at
 /// `start_time` (clock ticks), not a later user of the pid — exits. Without
 /// pidfds (old kernels) it returns at once and the caller's polling stays
 /// the only way to notice.
-pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, notify: Arc<tokio::sync::Notify>) {
+pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, exited: impl FnOnce()) {
     let fd = match open(pid) {
         Ok(fd) => fd,
         Err(e) => {
             if e.raw_os_error() == Some(libc::ESRCH) {
-                notify.notify_one();
+                exited();
             }
             return;
         }
     };
     // Checked after opening: the pidfd now pins this process.
     if start_time.is_none() || crate::host::proc_start_time(pid) != start_time {
-        notify.notify_one();
+        exited();
         return;
     }
     // SAFETY: the AsyncFd takes ownership of the OwnedFd, which stays open
@@ -45,11 +44,12 @@ pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, notify: Arc<tokio
         return;
     };
     let _ = fd.readable().await;
-    notify.notify_one();
+    exited();
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use super::*;
@@ -64,7 +64,8 @@ mod tests {
         let start = crate::host::proc_start_time(pid);
         let notify = Arc::new(tokio::sync::Notify::new());
         let t0 = std::time::Instant::now();
-        tokio::spawn(notify_on_exit(pid, start, notify.clone()));
+        let n = notify.clone();
+        tokio::spawn(notify_on_exit(pid, start, move || n.notify_one()));
         tokio::time::timeout(Duration::from_secs(10), notify.notified())
             .await
             .expect("woken");
@@ -77,7 +78,8 @@ mod tests {
         // A pid whose start time is not the recorded one: woken at once.
         let other = Arc::new(tokio::sync::Notify::new());
         let me = std::process::id() as i32;
-        tokio::spawn(notify_on_exit(me, Some(1), other.clone()));
+        let o = other.clone();
+        tokio::spawn(notify_on_exit(me, Some(1), move || o.notify_one()));
         tokio::time::timeout(Duration::from_secs(5), other.notified())
             .await
             .expect("a reused pid counts as exited");

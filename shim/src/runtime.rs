@@ -36,10 +36,10 @@ pub struct Runtime {
     /// Exit records already read (an exit is final): listing a stopped
     /// container reads no file.
     pub(crate) exits: Mutex<HashMap<String, crate::state::ExitRecord>>,
-    /// Woken when a container's monitor exits (the monitor is our child, or
-    /// a pidfd after a restart): `watch_exits` looks at once instead of
-    /// polling.
-    pub(crate) monitor_exited: Arc<tokio::sync::Notify>,
+    /// Counts monitor exits (the monitor is our child, or a pidfd after a
+    /// restart): `watch_exits` and StopContainer look at once instead of
+    /// polling. A watch, so every waiter sees each exit.
+    pub(crate) monitor_exits: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Runtime {
@@ -68,7 +68,7 @@ impl Runtime {
             cpu_samples: Mutex::new(HashMap::new()),
             stopped_sent: Mutex::new(std::collections::HashSet::new()),
             exits: Mutex::new(HashMap::new()),
-            monitor_exited: Arc::new(tokio::sync::Notify::new()),
+            monitor_exits: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
     }
 
@@ -108,10 +108,11 @@ impl Runtime {
                 }
                 // Its monitor is no longer our child: watch it by pidfd.
                 if let Some(pid) = c.monitor_pid {
+                    let exits = self.monitor_exits.clone();
                     tokio::spawn(crate::pidfd::notify_on_exit(
                         pid,
                         c.monitor_start_time,
-                        self.monitor_exited.clone(),
+                        move || exits.send_modify(|n| *n += 1),
                     ));
                 }
                 self.containers

@@ -1,0 +1,364 @@
+//! CreateContainer: CRI config → OCI spec → a `picolet monitor` that
+//! creates the container with libcontainer and reports its init PID; and
+//! the cleanup of what a failed or removed container had.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use cri_proto::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
+use libcontainer::container::Container as LcContainer;
+use nix::mount::{MsFlags, mount};
+use tokio::io::AsyncBufReadExt;
+
+use crate::error::Error;
+use crate::host::proc_start_time;
+use crate::monitor::Handshake;
+use crate::runtime::Runtime;
+use crate::spec::{self, SandboxView, SpecInput};
+use crate::state::{self, ContainerRecord, EXIT, META, SandboxRecord};
+
+impl Runtime {
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: ContainerConfig,
+        _sandbox_config: Option<PodSandboxConfig>,
+    ) -> Result<String, Error> {
+        let meta = config
+            .metadata
+            .clone()
+            .ok_or_else(|| Error::InvalidArgument("config.metadata: required".into()))?;
+        if meta.name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "config.metadata.name: required".into(),
+            ));
+        }
+        let image_ref = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        if image_ref.is_empty() {
+            return Err(Error::InvalidArgument(
+                "config.image.image: required".into(),
+            ));
+        }
+        let _guard = self.create_lock.lock().await;
+        let sandbox = self
+            .sandboxes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(sandbox_id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("pod sandbox {sandbox_id:?} not found")))?;
+        if !sandbox.ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {sandbox_id} is not ready"
+            )));
+        }
+        let clash = self
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|c| {
+                c.sandbox_id == sandbox_id
+                    && c.config
+                        .metadata
+                        .as_ref()
+                        .is_some_and(|m| m.name == meta.name && m.attempt == meta.attempt)
+            });
+        if clash {
+            return Err(Error::AlreadyExists(format!(
+                "container {:?} attempt {} exists in sandbox {sandbox_id}",
+                meta.name, meta.attempt
+            )));
+        }
+        let image = self
+            .store
+            .get(&image_ref)
+            .ok_or_else(|| Error::NotFound(format!("image {image_ref:?} not found")))?;
+        let image_config = self.store.config(&image)?;
+
+        let id = state::new_id();
+        let dir = self.container_dir(&id);
+        let run_dir = self.container_run_dir(&id);
+        let rootfs = run_dir.join("rootfs");
+        let log_path = match (
+            sandbox.config.log_directory.as_str(),
+            config.log_path.as_str(),
+        ) {
+            (d, p) if !d.is_empty() && !p.is_empty() => Some(Path::new(d).join(p)),
+            _ => None,
+        };
+        let cgroup_parent = sandbox
+            .config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        let cgroup = format!(
+            "{}/{id}",
+            if cgroup_parent.is_empty() {
+                "/picolet"
+            } else {
+                cgroup_parent.trim_end_matches('/')
+            }
+        );
+        let mut rec = ContainerRecord {
+            id: id.clone(),
+            sandbox_id: sandbox_id.to_string(),
+            config: config.clone(),
+            image_id: image.id.to_string(),
+            image_ref: image
+                .repo_digests
+                .first()
+                .cloned()
+                .unwrap_or_else(|| image.id.to_string()),
+            image_name: image.repo_tags.first().cloned().unwrap_or_default(),
+            created_at: state::now_nanos(),
+            started_at: None,
+            log_path,
+            stop_signal: image_config
+                .config()
+                .as_ref()
+                .and_then(|c| c.stop_signal().clone()),
+            cgroup,
+            monitor_pid: None,
+            monitor_start_time: None,
+            init_pid: None,
+            init_start_time: None,
+            dir: dir.clone(),
+            rootfs: rootfs.clone(),
+            complete: false,
+        };
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::Internal(format!("create {}: {e}", dir.display())))?;
+        state::save(&dir, META, &rec)?;
+        match self
+            .setup_container(&mut rec, &sandbox, &image, &image_config)
+            .await
+        {
+            Ok(()) => {
+                rec.complete = true;
+                self.store.pin(&image.id);
+                self.put(rec)?;
+                self.emit(&id, ContainerEventType::ContainerCreatedEvent);
+                Ok(id)
+            }
+            Err(e) => {
+                if let Err(cleanup) = self.destroy_container_resources(&rec).await {
+                    tracing::error!(container = %id, error = %cleanup, "cleanup after failed CreateContainer");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn setup_container(
+        &self,
+        rec: &mut ContainerRecord,
+        sandbox: &SandboxRecord,
+        image: &images::ImageRecord,
+        image_config: &oci_spec::image::ImageConfiguration,
+    ) -> Result<(), Error> {
+        let upper = rec.dir.join("upper");
+        let work = rec.dir.join("work");
+        for d in [&upper, &work, &rec.rootfs] {
+            fs::create_dir_all(d)
+                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+        }
+        let opts = images::overlay_options(&self.store.layer_dirs(image), &upper, &work);
+        mount(
+            Some("overlay"),
+            &rec.rootfs,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        )
+        .map_err(|e| Error::Internal(format!("mount rootfs at {}: {e}", rec.rootfs.display())))?;
+
+        let devices = crate::host_inputs::resolve_devices(&rec.config)?;
+        for (i, m) in rec.config.mounts.iter().enumerate() {
+            // As containerd: a missing host path becomes a directory.
+            if !m.host_path.is_empty() && !Path::new(&m.host_path).exists() {
+                fs::create_dir_all(&m.host_path).map_err(|e| {
+                    Error::InvalidArgument(format!(
+                        "mounts[{i}].host_path: cannot create {}: {e}",
+                        m.host_path
+                    ))
+                })?;
+            }
+        }
+        crate::host_inputs::check_mount_propagation(&rec.config)?;
+        let view = SandboxView {
+            hostname: sandbox.config.hostname.clone(),
+            netns: sandbox.netns.clone(),
+            ipcns: sandbox.ipcns.clone(),
+            utsns: sandbox.utsns.clone(),
+            pidns: Runtime::pod_pidns(sandbox),
+            target_pidns: self.target_pidns(sandbox, &rec.config),
+            shm: sandbox
+                .shm
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
+            hosts: sandbox.dir.join("hosts"),
+            resolv_conf: sandbox.dir.join("resolv.conf"),
+            hostname_file: sandbox.dir.join("hostname"),
+            cgroup_parent: sandbox
+                .config
+                .linux
+                .as_ref()
+                .map(|l| l.cgroup_parent.clone())
+                .unwrap_or_default(),
+        };
+        let passwd = crate::host_inputs::read_image_file(&rec.rootfs, "etc/passwd");
+        let group = crate::host_inputs::read_image_file(&rec.rootfs, "etc/group");
+        let spec = spec::build(&SpecInput {
+            id: &rec.id,
+            config: &rec.config,
+            image: image_config,
+            sandbox: &view,
+            rootfs: &rec.rootfs,
+            passwd: passwd.as_deref(),
+            group: group.as_deref(),
+            devices: &devices,
+            min_oom_score_adj: crate::host_inputs::own_oom_score_adj(),
+            cap_bounding: crate::host_inputs::own_cap_bounding(),
+            localhost_seccomp: crate::host_inputs::load_localhost_seccomp(&rec.config)?,
+            hugetlb: crate::host_inputs::hugetlb_available(),
+        })?;
+        let bundle = rec.dir.join("bundle");
+        fs::create_dir_all(&bundle)
+            .map_err(|e| Error::Internal(format!("create {}: {e}", bundle.display())))?;
+        let raw = serde_json::to_vec_pretty(&spec)
+            .map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
+        images::fsutil::write_atomic(&bundle.join("config.json"), &raw)?;
+
+        let mut cmd = tokio::process::Command::new(&self.monitor_bin);
+        cmd.arg("monitor")
+            .arg("create")
+            .arg("--id")
+            .arg(&rec.id)
+            .arg("--bundle")
+            .arg(&bundle)
+            .arg("--state-root")
+            .arg(self.libcontainer_root())
+            .arg("--exit-file")
+            .arg(rec.dir.join(EXIT))
+            .arg("--cgroup")
+            .arg(&rec.cgroup);
+        if let Some(l) = &rec.log_path {
+            cmd.arg("--log").arg(l);
+        }
+        let monitor_log = fs::File::create(rec.dir.join("monitor.log"))
+            .map_err(|e| Error::Internal(format!("create monitor log: {e}")))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(monitor_log)
+            // Errors only: libcontainer also logs from inside the container's
+            // init, after its stderr became the container's.
+            .env("PICOLET_LOG", "error")
+            // Its own process group: signals to the shim's group leave it alone.
+            .process_group(0)
+            .kill_on_drop(false);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Internal(format!("start monitor: {e}")))?;
+        rec.monitor_pid = child.id().map(|p| p as i32);
+        rec.monitor_start_time = rec.monitor_pid.and_then(proc_start_time);
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("monitor stdout".into()))?;
+        let mut line = String::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await;
+        // Reap the monitor whenever it exits, so it never lingers as a
+        // zombie, and have `watch_exits` look at once: the container exited.
+        let exits = self.monitor_exits.clone();
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            exits.send_modify(|n| *n += 1);
+        });
+        match read {
+            Ok(Ok(_)) => {}
+            _ => {
+                return Err(Error::Internal(format!(
+                    "monitor did not report; see {}",
+                    rec.dir.join("monitor.log").display()
+                )));
+            }
+        }
+        let hs: Handshake = serde_json::from_str(line.trim()).map_err(|_| {
+            Error::Internal(format!(
+                "monitor said {line:?}; see {}",
+                rec.dir.join("monitor.log").display()
+            ))
+        })?;
+        if let Some(err) = hs.error {
+            let detail = fs::read_to_string(rec.dir.join("monitor.log")).unwrap_or_default();
+            let detail = detail
+                .lines()
+                .filter(|l| l.contains("ERROR"))
+                .collect::<Vec<_>>()
+                .join(" | ");
+            return Err(Error::Internal(
+                format!("create container: {err} {detail}")
+                    .trim_end()
+                    .to_string(),
+            ));
+        }
+        rec.init_pid = hs.pid;
+        rec.init_start_time = hs.start_time;
+        Ok(())
+    }
+
+    /// The pid namespace of the container a TARGET pid mode names.
+    fn target_pidns(&self, sandbox: &SandboxRecord, config: &ContainerConfig) -> Option<PathBuf> {
+        let target = config
+            .linux
+            .as_ref()?
+            .security_context
+            .as_ref()?
+            .namespace_options
+            .as_ref()
+            .map(|n| n.target_id.clone())
+            .filter(|t| !t.is_empty())?;
+        let rec = self
+            .container(&target)
+            .ok()
+            .filter(|c| c.sandbox_id == sandbox.id)?;
+        let (pid, start) = (rec.init_pid?, rec.init_start_time?);
+        (proc_start_time(pid) == Some(start)).then(|| PathBuf::from(format!("/proc/{pid}/ns/pid")))
+    }
+
+    /// Kills, deletes and unmounts whatever exists of a container.
+    pub(crate) async fn destroy_container_resources(
+        &self,
+        rec: &ContainerRecord,
+    ) -> Result<(), Error> {
+        let lc_dir = self.libcontainer_root().join(&rec.id);
+        if lc_dir.exists() {
+            let dir = lc_dir.clone();
+            let res = tokio::task::spawn_blocking(move || -> Result<(), String> {
+                let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
+                c.delete(true).map_err(|e| e.to_string())
+            })
+            .await?;
+            if let Err(e) = res {
+                tracing::warn!(container = %rec.id, error = %e, "libcontainer delete");
+                let _ = images::fsutil::remove_dir_all_if_exists(&lc_dir);
+            }
+        }
+        crate::namespaces::release(&rec.rootfs)?;
+        images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
+        crate::state::remove_record_dir(&rec.dir)?;
+        Ok(())
+    }
+}

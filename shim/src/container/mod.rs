@@ -1,0 +1,229 @@
+//! Containers: CRI config → OCI spec → `picolet monitor` (libcontainer
+//! create) → start/stop/remove through `Container::load`, which never forks.
+
+use cri_proto::v1::{Container, ContainerFilter, ContainerState, ContainerStatus, ImageSpec};
+use nix::sys::signal::Signal;
+
+use crate::error::Error;
+use crate::host::proc_start_time;
+use crate::runtime::Runtime;
+use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META};
+
+mod create;
+mod remove;
+mod start;
+mod stop;
+mod update;
+
+impl Runtime {
+    /// A snapshot of every container record.
+    pub(crate) fn all_containers(&self) -> Vec<ContainerRecord> {
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn container(&self, id: &str) -> Result<ContainerRecord, Error> {
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("container {id:?} not found")))
+    }
+
+    fn put(&self, rec: ContainerRecord) -> Result<(), Error> {
+        state::save(&rec.dir, META, &rec)?;
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(rec.id.clone(), rec);
+        Ok(())
+    }
+
+    /// The exit record, if the container has exited.
+    fn exit_of(&self, rec: &ContainerRecord) -> Option<ExitRecord> {
+        let cached = self
+            .exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&rec.id)
+            .cloned();
+        if cached.is_some() {
+            return cached;
+        }
+        let exit = state::load::<ExitRecord>(&rec.dir.join(EXIT))
+            .ok()
+            .flatten()?;
+        self.remember_exit(&rec.id, &exit);
+        Some(exit)
+    }
+
+    fn remember_exit(&self, id: &str, exit: &ExitRecord) {
+        self.exits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), exit.clone());
+    }
+
+    /// Current state; repairs the record when the monitor died unseen.
+    pub(crate) fn state_of(&self, rec: &ContainerRecord) -> (ContainerState, Option<ExitRecord>) {
+        if !rec.complete {
+            return (ContainerState::ContainerUnknown, None);
+        }
+        if let Some(exit) = self.exit_of(rec) {
+            return (ContainerState::ContainerExited, Some(exit));
+        }
+        // A pid counts only with the start time we recorded: pids get reused.
+        let alive = |pid: Option<i32>, start: Option<u64>| {
+            pid.is_some_and(|p| start.is_some() && proc_start_time(p) == start)
+        };
+        let init_alive = alive(rec.init_pid, rec.init_start_time);
+        let monitor_alive = alive(rec.monitor_pid, rec.monitor_start_time);
+        if !init_alive && !monitor_alive {
+            // Nobody will ever record this exit: do it ourselves.
+            let exit = ExitRecord {
+                exit_code: 255,
+                finished_at: state::now_nanos(),
+                oom_killed: false,
+                reason: Some("the container's monitor exited without recording its exit".into()),
+            };
+            let _ = state::save(&rec.dir, EXIT, &exit);
+            self.remember_exit(&rec.id, &exit);
+            return (ContainerState::ContainerExited, Some(exit));
+        }
+        if rec.started_at.is_some() {
+            (ContainerState::ContainerRunning, None)
+        } else {
+            (ContainerState::ContainerCreated, None)
+        }
+    }
+
+    pub(crate) fn container_status_of(&self, rec: &ContainerRecord) -> ContainerStatus {
+        let (st, exit) = self.state_of(rec);
+        let (reason, message) = match &exit {
+            Some(e) if e.oom_killed => ("OOMKilled".to_string(), String::new()),
+            Some(e) if e.exit_code == 0 => ("Completed".to_string(), String::new()),
+            Some(e) => ("Error".to_string(), e.reason.clone().unwrap_or_default()),
+            None => (String::new(), String::new()),
+        };
+        ContainerStatus {
+            id: rec.id.clone(),
+            metadata: rec.config.metadata.clone(),
+            state: st as i32,
+            created_at: rec.created_at,
+            started_at: rec.started_at.unwrap_or(0),
+            finished_at: exit.as_ref().map_or(0, |e| e.finished_at),
+            exit_code: exit.as_ref().map_or(0, |e| e.exit_code),
+            // As containerd: the image's tag (kubelet shows it as the
+            // container status' image), its ID when it has none.
+            image: Some(ImageSpec {
+                image: if rec.image_name.is_empty() {
+                    rec.image_id.clone()
+                } else {
+                    rec.image_name.clone()
+                },
+                user_specified_image: rec
+                    .config
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                ..Default::default()
+            }),
+            image_ref: rec.image_ref.clone(),
+            image_id: rec.image_id.clone(),
+            reason,
+            message,
+            labels: rec.config.labels.clone(),
+            annotations: rec.config.annotations.clone(),
+            mounts: rec.config.mounts.clone(),
+            log_path: rec
+                .log_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            resources: rec
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+                .map(|r| cri_proto::v1::ContainerResources {
+                    linux: Some(r),
+                    ..Default::default()
+                }),
+            user: None,
+        }
+    }
+
+    pub fn container_status(&self, id: &str) -> Result<ContainerStatus, Error> {
+        Ok(self.container_status_of(&self.container(id)?))
+    }
+
+    pub fn list_containers(&self, filter: Option<ContainerFilter>) -> Vec<Container> {
+        let f = filter.unwrap_or_default();
+        let recs = self.all_containers();
+        let mut out: Vec<Container> = recs
+            .iter()
+            .filter(|c| c.matches(&f.id, &f.pod_sandbox_id, &f.label_selector))
+            .map(|c| (c, self.state_of(c).0))
+            .filter(|(_, st)| f.state.as_ref().is_none_or(|s| s.state == *st as i32))
+            .map(|(c, st)| Container {
+                id: c.id.clone(),
+                pod_sandbox_id: c.sandbox_id.clone(),
+                metadata: c.config.metadata.clone(),
+                image: Some(ImageSpec {
+                    image: c.image_id.clone(),
+                    ..Default::default()
+                }),
+                image_ref: c.image_ref.clone(),
+                state: st as i32,
+                created_at: c.created_at,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+                image_id: c.image_id.clone(),
+            })
+            .collect();
+        out.sort_by_key(|c| c.created_at);
+        out
+    }
+}
+
+fn state_name(s: ContainerState) -> &'static str {
+    match s {
+        ContainerState::ContainerCreated => "created",
+        ContainerState::ContainerRunning => "running",
+        ContainerState::ContainerExited => "exited",
+        ContainerState::ContainerUnknown => "unknown",
+    }
+}
+
+/// `SIGTERM`, `TERM` or `15`.
+pub fn parse_signal(s: &str) -> Option<Signal> {
+    if let Ok(n) = s.parse::<i32>() {
+        return Signal::try_from(n).ok();
+    }
+    let up = s.to_ascii_uppercase();
+    let name = if up.starts_with("SIG") {
+        up
+    } else {
+        format!("SIG{up}")
+    };
+    name.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("SIGTERM"), Some(Signal::SIGTERM));
+        assert_eq!(parse_signal("quit"), Some(Signal::SIGQUIT));
+        assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
+        assert_eq!(parse_signal("SIGNOPE"), None);
+    }
+}

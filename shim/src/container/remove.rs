@@ -1,0 +1,29 @@
+//! RemoveContainer: stops what still runs and removes its state.
+
+use cri_proto::v1::{ContainerEventType, ContainerState};
+
+use crate::error::Error;
+use crate::runtime::Runtime;
+
+impl Runtime {
+    /// Removes a container, stopping it first if needed. Idempotent.
+    pub async fn remove_container(&self, id: &str) -> Result<(), Error> {
+        let Ok(rec) = self.container(id) else {
+            return Ok(());
+        };
+        if self.state_of(&rec).0 != ContainerState::ContainerExited {
+            self.stop_container(id, 0).await?;
+        }
+        self.emit_stopped_once(id);
+        self.destroy_container_resources(&rec).await?;
+        if let Ok(d) = images::Digest::parse(&rec.image_id) {
+            self.store.unpin(&d);
+        }
+        self.emit(id, ContainerEventType::ContainerDeletedEvent);
+        self.containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        Ok(())
+    }
+}

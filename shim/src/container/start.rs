@@ -1,0 +1,35 @@
+//! StartContainer: releases the created container's init to exec.
+
+use cri_proto::v1::{ContainerEventType, ContainerState};
+use libcontainer::container::Container as LcContainer;
+
+use super::state_name;
+use crate::error::Error;
+use crate::runtime::Runtime;
+use crate::state::{self};
+
+impl Runtime {
+    pub async fn start_container(&self, id: &str) -> Result<(), Error> {
+        let mut rec = self.container(id)?;
+        let (st, _) = self.state_of(&rec);
+        if st != ContainerState::ContainerCreated {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is {} and cannot be started",
+                state_name(st)
+            )));
+        }
+        let dir = self.libcontainer_root().join(id);
+        // Taken before the start: a quick process may finish before start returns.
+        let started_at = state::now_nanos();
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
+            c.start().map_err(|e| e.to_string())
+        })
+        .await?
+        .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
+        rec.started_at = Some(started_at);
+        self.put(rec)?;
+        self.emit(id, ContainerEventType::ContainerStartedEvent);
+        Ok(())
+    }
+}

@@ -1,0 +1,110 @@
+//! StopContainer and exits: the stop signal, SIGKILL after the timeout,
+//! and the watcher that emits STOPPED events when monitors exit.
+
+use std::time::Duration;
+
+use cri_proto::v1::ContainerState;
+use libcontainer::container::Container as LcContainer;
+use nix::sys::signal::Signal;
+
+use super::parse_signal;
+use crate::error::Error;
+use crate::runtime::Runtime;
+use crate::state::ContainerRecord;
+
+impl Runtime {
+    /// Whether the container exits within `timeout`: woken by every
+    /// monitor exit (its monitor records the exit, then exits), and every
+    /// 200 ms for a monitor that is neither our child nor watched by pidfd.
+    async fn wait_exit(&self, rec: &ContainerRecord, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut exits = self.monitor_exits.subscribe();
+        loop {
+            exits.mark_unchanged();
+            if self.state_of(rec).0 == ContainerState::ContainerExited {
+                return true;
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            let wake = deadline.min(now + Duration::from_millis(200));
+            tokio::select! {
+                _ = exits.changed() => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn signal(&self, id: &str, sig: Signal, all: bool) -> Result<(), Error> {
+        let dir = self.libcontainer_root().join(id);
+        let mut c = LcContainer::load(dir)
+            .map_err(|e| Error::Internal(format!("load container {id}: {e}")))?;
+        c.kill(sig, all)
+            .map_err(|e| Error::Internal(format!("signal {sig} to container {id}: {e}")))
+    }
+
+    /// Stop signal, then SIGKILL after `timeout` seconds. Idempotent.
+    pub async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 == ContainerState::ContainerExited {
+            return Ok(());
+        }
+        if timeout > 0 {
+            let sig = rec
+                .stop_signal
+                .as_deref()
+                .and_then(parse_signal)
+                .unwrap_or(Signal::SIGTERM);
+            if let Err(e) = self.signal(id, sig, false) {
+                tracing::debug!(container = %id, error = %e, "stop signal");
+            }
+            if self
+                .wait_exit(&rec, Duration::from_secs(timeout as u64))
+                .await
+            {
+                return Ok(());
+            }
+        }
+        if let Err(e) = self.signal(id, Signal::SIGKILL, true) {
+            tracing::debug!(container = %id, error = %e, "SIGKILL");
+        }
+        if !self.wait_exit(&rec, Duration::from_secs(10)).await {
+            return Err(Error::Internal(format!(
+                "container {id} did not exit after SIGKILL"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Emits STOPPED events for containers whose exit appeared: at once
+    /// when a monitor exits (our child, or its pidfd after a shim restart),
+    /// and every few seconds anyway (a monitor killed with its container
+    /// still running, kernels without pidfds). Runs forever.
+    pub async fn watch_exits(self: std::sync::Arc<Self>) {
+        let mut exits = self.monitor_exits.subscribe();
+        loop {
+            // Before looking: an exit from here on wakes the select.
+            exits.mark_unchanged();
+            let recs = self.all_containers();
+            let known = |id: &String| recs.iter().any(|r| &r.id == id);
+            self.stopped_sent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(known);
+            self.exits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|id, _| known(id));
+            for r in recs {
+                if self.state_of(&r).0 == ContainerState::ContainerExited {
+                    self.emit_stopped_once(&r.id);
+                }
+            }
+            tokio::select! {
+                _ = exits.changed() => {}
+                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Changes to a running container: ReopenContainerLog (log rotation)
+//! and UpdateContainerResources.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cri_proto::v1::{ContainerState, LinuxContainerResources};
+use nix::sys::signal::Signal;
+
+use crate::error::Error;
+use crate::runtime::Runtime;
+
+impl Runtime {
+    /// Asks the monitor to reopen the log file (after rotation) and returns
+    /// once it has: the log path exists and the monitor holds that file open,
+    /// as containerd returns after its own writer reopened it (critest reads
+    /// the new file right after the call).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is not running"
+            )));
+        }
+        let pid = rec
+            .monitor_pid
+            .ok_or_else(|| Error::Internal("no monitor".into()))?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGUSR1)
+            .map_err(|e| Error::Internal(format!("signal monitor: {e}")))?;
+        let Some(log) = &rec.log_path else {
+            return Ok(()); // no log: nothing to wait for
+        };
+        // The monitor reopens as soon as poll(2) returns on its signalfd;
+        // 5 s is for a loaded device.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !holds_open(pid, log) {
+            if Instant::now() > deadline {
+                return Err(Error::Internal(format!(
+                    "the monitor of container {id} did not reopen {} within 5 s (see its monitor.log)",
+                    log.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(())
+    }
+
+    /// Updates the live cgroup (cgroup v1 or v2 files) and the stored config.
+    pub fn update_container_resources(
+        &self,
+        id: &str,
+        r: LinuxContainerResources,
+    ) -> Result<(), Error> {
+        let mut rec = self.container(id)?;
+        crate::cgroupfs::apply(&rec.cgroup, &r)?;
+        if let Some(l) = rec.config.linux.as_mut() {
+            l.resources = Some(r);
+        }
+        self.put(rec)
+    }
+}
+
+/// Whether process `pid` has the file now at `path` open (same device and
+/// inode through one of its /proc fd links).
+fn holds_open(pid: i32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(want) = fs::metadata(path) else {
+        return false;
+    };
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        fs::metadata(fd.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
+    })
+}
