@@ -124,14 +124,17 @@ async fn device_rules_are_enforced_and_ctl_exec_and_logs_work() {
     // ctl logs: the text of the records, stdout and stderr apart. The
     // execs above can all finish within the container's 0.3 s sleep: wait
     // for its second line rather than race it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let out = loop {
-        let out = shim.ctl(&["logs", &plain[..12]]);
-        if out.stdout.ends_with(b"second\n") || std::time::Instant::now() > deadline {
-            break out;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    common::eventually(
+        "the second log line",
+        std::time::Duration::from_secs(10),
+        || {
+            shim.ctl(&["logs", &plain[..12]])
+                .stdout
+                .ends_with(b"second\n")
+        },
+        || shim.log(),
+    );
+    let out = shim.ctl(&["logs", &plain[..12]]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "started\nsecond\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "warned\n");

@@ -80,11 +80,12 @@ impl Https {
             .stderr(Stdio::null())
             .spawn()
             .expect("openssl s_server");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "s_server did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::eventually(
+            "s_server to listen",
+            Duration::from_secs(10),
+            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            String::new,
+        );
         Https { child, port }
     }
 }

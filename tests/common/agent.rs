@@ -138,15 +138,12 @@ impl Agent {
         // No reader: every write to that stderr fails with EPIPE.
         drop(child.stderr.take());
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.get("/healthz").is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "agent did not serve /healthz; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        super::eventually(
+            "the agent's /healthz",
+            Duration::from_secs(20),
+            || self.get("/healthz").is_some(),
+            || format!("agent log:\n{}", self.log()),
+        );
     }
 
     /// Children of the process we started (for `up`: its shim and agent).
@@ -194,43 +191,72 @@ impl Agent {
         std::fs::remove_file(self.manifests().join(file)).expect("rm");
     }
 
-    /// GET on the API port (healthz on its own port); the body on 2xx.
-    pub fn get(&self, path: &str) -> Option<String> {
+    /// GET on the API port (healthz on its own port): status code and body,
+    /// or why there was no answer.
+    pub fn request(&self, path: &str) -> Result<(u16, String), String> {
         let port = if path == "/healthz" {
             self.healthz_port
         } else {
             self.port
         };
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))
+            .map_err(|e| format!("connect to port {port}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;
         let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        let (head, body) = out.split_once("\r\n\r\n")?;
-        head.split_whitespace()
+        s.read_to_string(&mut out)
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        let (head, body) = out
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("GET {path}: no HTTP answer: {out:?}"))?;
+        let code = head
+            .split_whitespace()
             .nth(1)
-            .filter(|c| c.starts_with('2'))?;
-        Some(body.to_string())
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("GET {path}: bad status line: {head:?}"))?;
+        Ok((code, body.to_string()))
     }
 
+    /// The body of a 2xx answer to GET `path`.
+    pub fn get(&self, path: &str) -> Option<String> {
+        self.request(path)
+            .ok()
+            .filter(|(code, _)| (200..300).contains(code))
+            .map(|(_, body)| body)
+    }
+
+    /// The `items` of a v1 list the agent serves; an error when the agent
+    /// does not answer 2xx with a list (an empty list from a dead agent
+    /// would let "gone" assertions pass).
+    pub fn try_items(&self, path: &str) -> Result<Vec<Value>, String> {
+        let (code, body) = self.request(path)?;
+        if !(200..300).contains(&code) {
+            return Err(format!("GET {path}: {code}: {body}"));
+        }
+        let v: Value =
+            serde_json::from_str(&body).map_err(|e| format!("GET {path}: not JSON: {e}"))?;
+        v["items"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| format!("GET {path}: no items: {body}"))
+    }
+
+    /// Every pod with its status; panics when the agent does not answer.
     pub fn pods(&self) -> Vec<Value> {
-        let body = self.get("/pods").unwrap_or_default();
-        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-        v["items"].as_array().cloned().unwrap_or_default()
+        self.try_items("/pods")
+            .unwrap_or_else(|e| panic!("{e}\nagent log:\n{}", self.log()))
     }
 
     /// The pod whose name starts with `name-` (static pods get `-<node>`).
     pub fn pod(&self, name: &str) -> Option<Value> {
-        let full = format!("{name}-e2e");
-        self.pods()
-            .into_iter()
-            .find(|p| p["metadata"]["name"] == full.as_str())
+        find_pod(self.pods(), name)
     }
 
+    /// Every event; panics when the agent does not answer.
     pub fn events(&self) -> Vec<Value> {
-        let body = self.get("/events").unwrap_or_default();
-        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-        v["items"].as_array().cloned().unwrap_or_default()
+        self.try_items("/events")
+            .unwrap_or_else(|e| panic!("{e}\nagent log:\n{}", self.log()))
     }
 
     /// Waits until `cond(pod)` holds for pod `name`; returns that pod.
@@ -243,15 +269,17 @@ impl Agent {
     ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(p) = self.pod(name)
-                && cond(&p)
+            // Not answering yet (restarting) counts as "not yet".
+            let pod = self.try_items("/pods").ok().and_then(|p| find_pod(p, name));
+            if let Some(p) = pod.as_ref()
+                && cond(p)
             {
-                return p;
+                return p.clone();
             }
             if Instant::now() > deadline {
                 panic!(
                     "timed out waiting for {name}: {what}\npod: {}\nagent log:\n{}\nshim log tail:\n{}",
-                    serde_json::to_string_pretty(&self.pod(name)).unwrap_or_default(),
+                    serde_json::to_string_pretty(&pod).unwrap_or_default(),
                     self.log(),
                     tail(&self.shim.log(), 30)
                 );
@@ -262,14 +290,16 @@ impl Agent {
 
     /// Waits until `cond()` holds.
     pub fn wait(&self, what: &str, timeout: Duration, cond: impl Fn() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !cond() {
-            if Instant::now() > deadline {
-                panic!("timed out waiting for {what}\nagent log:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::eventually(what, timeout, cond, || {
+            format!("agent log:\n{}", self.log())
+        });
     }
+}
+
+fn find_pod(pods: Vec<Value>, name: &str) -> Option<Value> {
+    let full = format!("{name}-e2e");
+    pods.into_iter()
+        .find(|p| p["metadata"]["name"] == full.as_str())
 }
 
 fn tail(s: &str, n: usize) -> String {

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cri_proto::v1::{ListPodSandboxRequest, RemovePodSandboxRequest, StopPodSandboxRequest};
 
@@ -53,11 +53,12 @@ state = "{d}/state"
             dir,
             child: Some(child),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !c.socket().exists() {
-            assert!(Instant::now() < deadline, "containerd did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::eventually(
+            "containerd's socket",
+            Duration::from_secs(30),
+            || c.socket().exists(),
+            String::new,
+        );
         c.import_images();
         c
     }

@@ -111,15 +111,12 @@ impl Shim {
             .spawn()
             .expect("spawn picolet shim");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.socket().exists() {
-            assert!(
-                Instant::now() < deadline,
-                "shim did not create its socket; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        eventually(
+            "the shim's socket",
+            Duration::from_secs(20),
+            || self.socket().exists(),
+            || format!("shim log:\n{}", self.log()),
+        );
     }
 
     /// SIGKILLs the shim we started.
@@ -400,6 +397,26 @@ pub fn spec(image: &str) -> ImageSpec {
     ImageSpec {
         image: image.to_string(),
         ..Default::default()
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; after `timeout`, panics naming
+/// `what` with what `context` says then (a log, the last value seen).
+pub fn eventually(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+    context: impl FnOnce() -> String,
+) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}\n{}",
+                context()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
