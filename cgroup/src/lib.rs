@@ -88,12 +88,15 @@ pub fn parse_mountinfo(text: &str) -> Option<Hierarchy> {
     }
 }
 
-/// kubelet's shares → weight conversion for v2 (`CpuSharesToCpuWeight`).
+/// cpu.shares (2..262144) → cpu.weight (1..10000), as runc and kubelet
+/// (`CpuSharesToCpuWeight`) convert; 0 (unset) stays 0, other values are
+/// clamped into range first. The one copy: pod cgroups here, container
+/// updates in the shim.
 pub fn shares_to_weight(shares: u64) -> u64 {
-    if shares < 2 {
-        return 1;
+    if shares == 0 {
+        return 0;
     }
-    1 + ((shares - 2) * 9999) / 262_142
+    1 + ((shares.clamp(2, 262_144) - 2) * 9999) / 262_142
 }
 
 impl Hierarchy {
@@ -288,6 +291,9 @@ mod tests {
         assert_eq!(shares_to_weight(2), 1);
         assert_eq!(shares_to_weight(1024), 39);
         assert_eq!(shares_to_weight(262_144), 10_000);
+        assert_eq!(shares_to_weight(0), 0);
+        assert_eq!(shares_to_weight(1), 1);
+        assert_eq!(shares_to_weight(1 << 30), 10_000);
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub fn apply(cgroup: &str, r: &LinuxContainerResources) -> Result<(), Error> {
         if r.cpu_shares > 0 {
             write(
                 dir.join("cpu.weight"),
-                shares_to_weight(r.cpu_shares as u64).to_string(),
+                cgroup::shares_to_weight(u64::try_from(r.cpu_shares).unwrap_or(0)).to_string(),
             )?;
         }
         if r.cpu_quota != 0 || r.cpu_period > 0 {
@@ -72,14 +72,6 @@ pub fn apply(cgroup: &str, r: &LinuxContainerResources) -> Result<(), Error> {
     Ok(())
 }
 
-/// cpu.shares (2..262144) → cpu.weight (1..10000), as runc converts.
-pub fn shares_to_weight(shares: u64) -> u64 {
-    if shares == 0 {
-        return 0;
-    }
-    1 + ((shares.clamp(2, 262_144) - 2) * 9999) / 262_142
-}
-
 /// The value of `key` in a flat keyed file (`key value` lines), e.g.
 /// `oom_kill 1` in memory.oom_control or memory.events.
 pub fn flat_key(text: &str, key: &str) -> Option<u64> {
@@ -101,12 +93,5 @@ mod tests {
         assert_eq!(flat_key(v2, "oom_kill"), Some(1));
         assert_eq!(flat_key(v2, "oom"), Some(1));
         assert_eq!(flat_key("", "oom_kill"), None);
-    }
-
-    #[test]
-    fn weights_like_runc() {
-        assert_eq!(shares_to_weight(2), 1);
-        assert_eq!(shares_to_weight(1024), 39);
-        assert_eq!(shares_to_weight(262_144), 10_000);
     }
 }
