@@ -5,6 +5,7 @@
 //! and in [`cadvisor::collect`].
 
 pub mod cadvisor;
+mod collect;
 pub mod resource;
 pub mod summary;
 
@@ -58,7 +59,7 @@ impl Stats {
 
     /// Reads the root cgroup, each pod cgroup and each running container.
     pub fn collect(&self) -> cadvisor::Snapshot {
-        cadvisor::collect(self)
+        collect::collect(self)
     }
 
     /// `/stats/summary`, given the containers' writable layers (from the

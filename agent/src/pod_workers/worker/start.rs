@@ -1,0 +1,227 @@
+//! Starting one container as kubelet's `startContainer` does: the image
+//! (pull policy, back-off, ErrImagePull / ImagePullBackOff), volumes, the
+//! container config, create, start, and the postStart hook.
+
+use super::{MIN_GRACE, Worker};
+use crate::clock::now;
+use crate::cri_config::{self, ContainerEnv};
+use crate::events::EventType;
+use crate::mutex::lock;
+use crate::plan::{Observed, State};
+use crate::qos::{self};
+use crate::status::Waiting;
+use crate::{hooks, volumes};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+impl Worker {
+    pub(super) fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), String> {
+        let cfg = &self.shared.config;
+        let Some(h) = self.shared.cgroups.as_ref() else {
+            return Ok(());
+        };
+        if !cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let r = qos::pod_resources(&spec);
+        let limits = cgroup::Limits {
+            cpu_shares: r.cpu_shares,
+            cpu_quota: r.cpu_quota,
+            cpu_period: qos::CPU_PERIOD_US as u64,
+            memory: r.memory_limit,
+            pids: cfg.pod_pids_limit,
+        };
+        let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
+        h.ensure_pod(&path, &limits)
+            .map_err(|e| format!("pod cgroup {path}: {e}"))
+    }
+
+    /// Pulls (per imagePullPolicy) and returns the image ref, or the
+    /// waiting reason.
+    pub(super) async fn ensure_image(&self, pod: &Pod, c: &Container) -> Result<String, Waiting> {
+        let image = c.image.clone().unwrap_or_default();
+        let cri = &self.shared.cri;
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let present = cri.image_id(&image).await.ok().flatten();
+        match (policy, present) {
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id),
+            ("Never", None) => {
+                let msg =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                self.event(Some(&c.name), EventType::Warning, "ErrImageNeverPull", &msg);
+                return Err(Waiting {
+                    reason: "ErrImageNeverPull".into(),
+                    message: msg,
+                });
+            }
+            _ => {}
+        }
+        let key = format!("{}/pull/{image}", self.uid);
+        let t = now();
+        {
+            let b = lock(&self.shared.image_backoff);
+            if b.remaining_since_update(&key, t).is_some() {
+                let msg = format!("Back-off pulling image {image:?}");
+                self.event(Some(&c.name), EventType::Normal, "BackOff", &msg);
+                return Err(Waiting {
+                    reason: "ImagePullBackOff".into(),
+                    message: msg,
+                });
+            }
+        }
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Pulling",
+            &format!("Pulling image {image:?}"),
+        );
+        let started = std::time::Instant::now();
+        let sandbox = cri_config::sandbox_config(pod, 0, &self.sandbox_env());
+        match cri.pull_image(&image, sandbox).await {
+            Ok(r) => {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Pulled",
+                    &format!(
+                        "Successfully pulled image {image:?} in {:?}",
+                        started.elapsed()
+                    ),
+                );
+                Ok(r)
+            }
+            Err(e) => {
+                lock(&self.shared.image_backoff).next(&key, now());
+                let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
+                self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+                Err(Waiting {
+                    reason: "ErrImagePull".into(),
+                    message: msg,
+                })
+            }
+        }
+    }
+
+    pub(super) async fn start_container(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        observed: &Observed,
+        sandbox_id: &str,
+        pod_ip: &str,
+    ) {
+        let last = observed.latest(&c.name);
+        let restart_count = last.map(|l| l.restart_count + 1).unwrap_or(0);
+        if last.is_some_and(|l| l.state == State::Exited) {
+            lock(&self.shared.backoff).next(&self.backoff_key(c), now());
+        }
+        let image_ref = match self.ensure_image(pod, c).await {
+            Ok(r) => r,
+            Err(w) => {
+                self.waiting.insert(c.name.clone(), w);
+                return;
+            }
+        };
+        let vols = match volumes::prepare(pod, &self.shared.config.data_dir) {
+            Ok(v) => v,
+            Err(e) => {
+                self.event(Some(&c.name), EventType::Warning, "FailedMount", &e);
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "ContainerCreating".into(),
+                        message: e,
+                    },
+                );
+                return;
+            }
+        };
+        let env = ContainerEnv {
+            node: &self.shared.node,
+            pod_ip,
+            volumes: &vols,
+            qos: self.qos,
+        };
+        let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Error: {e}"),
+                );
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "CreateContainerConfigError".into(),
+                        message: e,
+                    },
+                );
+                return;
+            }
+        };
+        let attempt = cri_config::sandbox_config(
+            pod,
+            observed.sandboxes.first().map(|s| s.attempt).unwrap_or(0),
+            &self.sandbox_env(),
+        );
+        let cri = self.shared.cri.clone();
+        let id = match cri.create_container(sandbox_id, cfg, attempt).await {
+            Ok(id) => id,
+            Err(e) => {
+                let msg = format!("Error: {}", e.status.message());
+                self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "CreateContainerError".into(),
+                        message: e.status.message().into(),
+                    },
+                );
+                return;
+            }
+        };
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Created",
+            &format!("Created container {}", c.name),
+        );
+        if let Err(e) = cri.start_container(&id).await {
+            let msg = format!("Error: {}", e.status.message());
+            self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+            self.waiting.insert(
+                c.name.clone(),
+                Waiting {
+                    reason: "RunContainerError".into(),
+                    message: e.status.message().into(),
+                },
+            );
+            return;
+        }
+        self.waiting.remove(&c.name);
+        self.started_any = true;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Started",
+            &format!("Started container {}", c.name),
+        );
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let timeout = self.grace().max(MIN_GRACE);
+            if let Err(e) = hooks::run(&cri, h, c, &id, pod_ip, timeout).await {
+                self.event(Some(&c.name), EventType::Warning, "FailedPostStartHook", &e);
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Killing",
+                    &format!("FailedPostStartHook: stopping container {}", c.name),
+                );
+                if let Err(e) = cri.stop_container(&id, self.grace()).await {
+                    tracing::warn!("stopping {id} after a failed postStart hook: {e}");
+                }
+            }
+        }
+    }
+}
