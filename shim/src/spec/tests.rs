@@ -1,3 +1,4 @@
+use super::caps::ALL_CAPS;
 use super::*;
 use cri_proto::v1::{
     Capability, KeyValue, LinuxContainerConfig, LinuxContainerResources,
