@@ -13,6 +13,15 @@ pub const STALL: Duration = Duration::from_secs(180);
 #[derive(Debug, Clone)]
 pub struct Health(Arc<Inner>);
 
+/// Which loop stalled, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unhealthy {
+    #[error("pleg was last seen active {0:?} ago; threshold is {STALL:?}")]
+    Pleg(Duration),
+    #[error("the sync loop was last seen active {0:?} ago")]
+    SyncLoop(Duration),
+}
+
 #[derive(Debug)]
 struct Inner {
     relist: Mutex<Instant>,
@@ -39,17 +48,13 @@ impl Health {
     }
 
     /// Why the agent is unhealthy, if it is.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Unhealthy> {
         let relist = lock(&self.0.relist).elapsed();
         let sync_loop = lock(&self.0.sync_loop).elapsed();
         if relist > STALL {
-            Err(format!(
-                "pleg was last seen active {relist:?} ago; threshold is {STALL:?}"
-            ))
+            Err(Unhealthy::Pleg(relist))
         } else if sync_loop > STALL {
-            Err(format!(
-                "the sync loop was last seen active {sync_loop:?} ago"
-            ))
+            Err(Unhealthy::SyncLoop(sync_loop))
         } else {
             Ok(())
         }

@@ -10,8 +10,41 @@ use crate::prober::KUBE_VERSION;
 use crate::runtime::Cri;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
 
-/// Runs one hook for container `id`; `Err` carries the message kubelet
-/// would put into the FailedPostStartHook / FailedPreStopHook event.
+/// Why a hook failed: its text is the message kubelet puts into the
+/// FailedPostStartHook / FailedPreStopHook event.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error(transparent)]
+    Cri(#[from] crate::runtime::CriError),
+    #[error(transparent)]
+    Handler(#[from] crate::probe::HandlerError),
+    #[error(transparent)]
+    Http(#[from] httpc::Error),
+    #[error(
+        "Exec lifecycle hook ({command}) for container {container:?} failed with exit code {code}: {output}"
+    )]
+    Exec {
+        command: String,
+        container: String,
+        code: i32,
+        output: String,
+    },
+    #[error("HTTP lifecycle hook ({path}) timed out")]
+    HttpTimeout { path: String },
+    #[error(
+        "HTTP lifecycle hook ({path}) for container {container:?} failed with status {status}: {body}"
+    )]
+    HttpStatus {
+        path: String,
+        container: String,
+        status: u16,
+        body: String,
+    },
+    #[error("no handler")]
+    NoHandler,
+}
+
+/// Runs one hook for container `id`.
 pub async fn run(
     cri: &Cri,
     h: &LifecycleHandler,
@@ -19,20 +52,17 @@ pub async fn run(
     id: &str,
     pod_ip: &str,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     if let Some(exec) = &h.exec {
         let cmd = exec.command.clone().unwrap_or_default();
-        let (code, out) = cri
-            .exec_sync(id, cmd.clone(), timeout)
-            .await
-            .map_err(|e| e.to_string())?;
+        let (code, out) = cri.exec_sync(id, cmd.clone(), timeout).await?;
         if code != 0 {
-            return Err(format!(
-                "Exec lifecycle hook ({}) for container {:?} failed with exit code {code}: {}",
-                cmd.join(" "),
-                c.name,
-                out.trim()
-            ));
+            return Err(HookError::Exec {
+                command: cmd.join(" "),
+                container: c.name.clone(),
+                code,
+                output: out.trim().to_string(),
+            });
         }
         return Ok(());
     }
@@ -75,16 +105,16 @@ pub async fn run(
         };
         let r = tokio::time::timeout(timeout, httpc::get(&get))
             .await
-            .map_err(|_| format!("HTTP lifecycle hook ({path}) timed out"))??;
+            .map_err(|_| HookError::HttpTimeout { path: path.clone() })??;
         if !(200..400).contains(&r.status) {
-            return Err(format!(
-                "HTTP lifecycle hook ({path}) for container {:?} failed with status {}: {}",
-                c.name,
-                r.status,
-                r.body.trim()
-            ));
+            return Err(HookError::HttpStatus {
+                path,
+                container: c.name.clone(),
+                status: r.status,
+                body: r.body.trim().to_string(),
+            });
         }
         return Ok(());
     }
-    Err("no handler".into())
+    Err(HookError::NoHandler)
 }

@@ -82,12 +82,33 @@ impl ServerCertVerifier for AnyCert {
     }
 }
 
-fn client_config(alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, String> {
+/// Why a GET failed, worded as Go's `net/http` words it (kubelet puts
+/// these into probe and hook events).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    #[error("TLS: {0}")]
+    TlsConfig(rustls::Error),
+    #[error("Get {url:?}: dial tcp {addr}: {reason}")]
+    Dial {
+        url: String,
+        addr: String,
+        reason: String,
+    },
+    #[error("Get {url:?}: TLS handshake: {reason}")]
+    Handshake { url: String, reason: String },
+    /// Bad server name, HTTP errors, a broken body.
+    #[error("Get {url:?}: {reason}")]
+    Get { url: String, reason: String },
+    #[error("Get {url:?}: stopped after {MAX_REDIRECTS} redirects")]
+    Redirects { url: String },
+}
+
+fn client_config(alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let algs = provider.signature_verification_algorithms;
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(Error::TlsConfig)?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCert(algs)))
         .with_no_client_auth();
@@ -97,8 +118,8 @@ fn client_config(alpn: &[&[u8]]) -> Result<Arc<rustls::ClientConfig>, String> {
 
 /// A TLS connector that checks no certificate: HTTP/1.1, or HTTP/2 (`h2`
 /// by ALPN) for gRPC.
-pub fn tls(h2: bool) -> Result<tokio_rustls::TlsConnector, String> {
-    type Config = OnceLock<Result<Arc<rustls::ClientConfig>, String>>;
+pub fn tls(h2: bool) -> Result<tokio_rustls::TlsConnector, Error> {
+    type Config = OnceLock<Result<Arc<rustls::ClientConfig>, Error>>;
     static H1: Config = OnceLock::new();
     static H2: Config = OnceLock::new();
     let cfg = if h2 {
@@ -181,7 +202,7 @@ fn resolve(base: &Url, location: &str) -> Option<Url> {
 }
 
 /// GETs the URL, following redirects on the same host.
-pub async fn get(req: &Get<'_>) -> Result<Response, String> {
+pub async fn get(req: &Get<'_>) -> Result<Response, Error> {
     let first = Url {
         https: req.https,
         host: req.host.to_string(),
@@ -201,10 +222,9 @@ pub async fn get(req: &Get<'_>) -> Result<Response, String> {
             _ => return Ok(Response { status, body }),
         }
     }
-    Err(format!(
-        "Get {:?}: stopped after {MAX_REDIRECTS} redirects",
-        display(&first)
-    ))
+    Err(Error::Redirects {
+        url: display(&first),
+    })
 }
 
 fn display(u: &Url) -> String {
@@ -216,19 +236,28 @@ fn display(u: &Url) -> String {
     )
 }
 
-async fn once(req: &Get<'_>, url: &Url) -> Result<(u16, String, Option<String>), String> {
+async fn once(req: &Get<'_>, url: &Url) -> Result<(u16, String, Option<String>), Error> {
     let addr = join_host_port(&url.host, url.port);
     let shown = display(url);
     let tcp = tokio::net::TcpStream::connect(&addr)
         .await
-        .map_err(|e| format!("Get {shown:?}: dial tcp {addr}: {e}"))?;
+        .map_err(|e| Error::Dial {
+            url: shown.clone(),
+            addr: addr.clone(),
+            reason: e.to_string(),
+        })?;
     if url.https {
-        let name =
-            ServerName::try_from(url.host.clone()).map_err(|e| format!("Get {shown:?}: {e}"))?;
+        let name = ServerName::try_from(url.host.clone()).map_err(|e| Error::Get {
+            url: shown.clone(),
+            reason: e.to_string(),
+        })?;
         let tls = tls(false)?
             .connect(name, tcp)
             .await
-            .map_err(|e| format!("Get {shown:?}: TLS handshake: {e}"))?;
+            .map_err(|e| Error::Handshake {
+                url: shown.clone(),
+                reason: e.to_string(),
+            })?;
         exchange(tls, req, &addr, &url.path, &shown).await
     } else {
         exchange(tcp, req, &addr, &url.path, &shown).await
@@ -241,11 +270,14 @@ async fn exchange<S>(
     addr: &str,
     path: &str,
     shown: &str,
-) -> Result<(u16, String, Option<String>), String>
+) -> Result<(u16, String, Option<String>), Error>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let err = |e: &dyn std::fmt::Display| format!("Get {shown:?}: {e}");
+    let err = |e: &dyn std::fmt::Display| Error::Get {
+        url: shown.to_string(),
+        reason: e.to_string(),
+    };
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| err(&e))?;

@@ -114,25 +114,30 @@ fn fs_space(path: &Path) -> Option<(u64, u64)> {
     ))
 }
 
+/// Why a pass did not free what it had to.
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Cri(#[from] crate::runtime::CriError),
+    #[error("statvfs {}", .0.display())]
+    Statvfs(std::path::PathBuf),
+    #[error(
+        "Failed to garbage collect required amount of images. Attempted to free {amount} bytes, but only found {eligible} bytes eligible to free."
+    )]
+    NotEnough { amount: u64, eligible: u64 },
+}
+
 /// One pass: detect, then free space if the image filesystem is too full.
-pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), String> {
+pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
     let (policy, shared) = (m.policy, m);
     let now = Instant::now();
-    let images = shared.cri.list_images().await.map_err(|e| e.to_string())?;
-    let mut in_use = shared
-        .cri
-        .container_images()
-        .await
-        .map_err(|e| e.to_string())?;
+    let images = shared.cri.list_images().await?;
+    let mut in_use = shared.cri.container_images().await?;
     in_use.extend(shared.cri.sandbox_image().await);
     gc.detect(&images, &in_use, now);
-    let mount = shared
-        .cri
-        .image_fs_mountpoint()
-        .await
-        .map_err(|e| e.to_string())?;
+    let mount = shared.cri.image_fs_mountpoint().await?;
     let Some((capacity, available)) = fs_space(&mount) else {
-        return Err(format!("statvfs {}", mount.display()));
+        return Err(GcError::Statvfs(mount));
     };
     let Some(amount) = amount_to_free(capacity, available, policy) else {
         return Ok(());
@@ -151,9 +156,8 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), String> {
         }
     }
     if freed < amount {
-        let msg = format!(
-            "Failed to garbage collect required amount of images. Attempted to free {amount} bytes, but only found {eligible} bytes eligible to free."
-        );
+        let err = GcError::NotEnough { amount, eligible };
+        let msg = err.to_string();
         let node = Object {
             kind: "Node",
             name: shared.node_name.clone(),
@@ -163,7 +167,7 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), String> {
         shared
             .recorder
             .event(&node, warning, "FreeDiskSpaceFailed", &msg);
-        return Err(msg);
+        return Err(err);
     }
     Ok(())
 }

@@ -155,18 +155,39 @@ pub async fn rotate_all(cri: &Cri, policy: Policy) {
     }
 }
 
-async fn rotate(cri: &Cri, id: &str, log: &Path, policy: Policy) -> Result<(), String> {
+/// Why a log was not rotated.
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error(transparent)]
+    Cri(#[from] crate::runtime::CriError),
+    #[error("{}: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("tidy rotated logs: {0}")]
+    Tidy(std::io::Error),
+    #[error("rename to {}: {source}", path.display())]
+    Rename {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+async fn rotate(cri: &Cri, id: &str, log: &Path, policy: Policy) -> Result<(), RotateError> {
     let size = match tokio::fs::metadata(log).await {
         Ok(m) => m.len(),
         // Lost (a reopen that failed after a rename): have the runtime make
         // a new one, as kubelet does.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return cri
-                .reopen_container_log(id)
-                .await
-                .map_err(|e| e.to_string());
+            return Ok(cri.reopen_container_log(id).await?);
         }
-        Err(e) => return Err(e.to_string()),
+        Err(source) => {
+            return Err(RotateError::Stat {
+                path: log.to_path_buf(),
+                source,
+            });
+        }
     };
     if size < policy.max_bytes {
         return Ok(());
@@ -174,16 +195,19 @@ async fn rotate(cri: &Cri, id: &str, log: &Path, policy: Policy) -> Result<(), S
     let owned = log.to_path_buf();
     tokio::task::spawn_blocking(move || tidy(&owned, policy))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("tidy rotated logs: {e}"))?;
+        .map_err(|e| RotateError::Tidy(std::io::Error::other(e)))?
+        .map_err(RotateError::Tidy)?;
     let rotated = rotated_name(log, SystemTime::now());
     tokio::fs::rename(log, &rotated)
         .await
-        .map_err(|e| format!("rename to {}: {e}", rotated.display()))?;
+        .map_err(|source| RotateError::Rename {
+            path: rotated.clone(),
+            source,
+        })?;
     if let Err(e) = cri.reopen_container_log(id).await {
         // Put it back: the runtime still writes to it.
         let _ = tokio::fs::rename(&rotated, log).await;
-        return Err(e.to_string());
+        return Err(e.into());
     }
     tracing::info!(container = %id, to = %rotated.display(), bytes = size, "rotated the container log");
     Ok(())

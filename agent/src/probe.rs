@@ -8,17 +8,30 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+/// Why a probe or hook handler cannot be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    #[error("bad port {0}")]
+    Port(i32),
+    #[error("no container port named {0:?}")]
+    PortName(String),
+    #[error("unsupported HTTP scheme {0:?}")]
+    Scheme(String),
+    #[error("the probe has no handler")]
+    NoHandler,
+}
+
 /// Resolves a port by number or by the container's port name.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, HandlerError> {
     match port {
-        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| format!("bad port {n}")),
+        IntOrString::Int(n) => u16::try_from(*n).map_err(|_| HandlerError::Port(*n)),
         IntOrString::String(name) => c
             .ports
             .iter()
             .flatten()
             .find(|p| p.name.as_deref() == Some(name.as_str()))
             .and_then(|p| u16::try_from(p.container_port).ok())
-            .ok_or_else(|| format!("no container port named {name:?}")),
+            .ok_or_else(|| HandlerError::PortName(name.clone())),
     }
 }
 
@@ -144,7 +157,7 @@ pub enum Target {
 
 /// Resolves a probe's handler for container `c` of a pod with `pod_ip`
 /// (the node's address for host-network pods, as kubelet reports it).
-pub fn target(p: &Probe, c: &Container, pod_ip: &str) -> Result<Target, String> {
+pub fn target(p: &Probe, c: &Container, pod_ip: &str) -> Result<Target, HandlerError> {
     let default_host = |h: Option<&String>| {
         h.filter(|h| !h.is_empty())
             .cloned()
@@ -157,7 +170,7 @@ pub fn target(p: &Probe, c: &Container, pod_ip: &str) -> Result<Target, String> 
         let https = match g.scheme.as_deref() {
             None | Some("HTTP") | Some("http") => false,
             Some("HTTPS") | Some("https") => true,
-            Some(s) => return Err(format!("unsupported HTTP scheme {s:?}")),
+            Some(s) => return Err(HandlerError::Scheme(s.to_string())),
         };
         let path = g.path.clone().filter(|p| !p.is_empty()).unwrap_or_default();
         let path = if path.starts_with('/') {
@@ -187,12 +200,12 @@ pub fn target(p: &Probe, c: &Container, pod_ip: &str) -> Result<Target, String> 
     if let Some(g) = &p.grpc {
         return Ok(Target::Grpc {
             host: pod_ip.to_string(),
-            port: u16::try_from(g.port).map_err(|_| format!("bad port {}", g.port))?,
+            port: u16::try_from(g.port).map_err(|_| HandlerError::Port(g.port))?,
             service: g.service.clone(),
             tls: g.mode.as_deref() == Some("TLS"),
         });
     }
-    Err("the probe has no handler".into())
+    Err(HandlerError::NoHandler)
 }
 
 /// Consecutive results, as kubelet's worker counts them: a result is
@@ -382,7 +395,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            target(&p, &c, "10.0.0.5"),
+            target(&p, &c, "10.0.0.5").map_err(|e| e.to_string()),
             Err("no container port named \"nope\"".into())
         );
         let p = Probe {

@@ -123,7 +123,8 @@ impl FileSource {
                     self.unreadable.remove(path);
                     t
                 }
-                Err(mut msg) => {
+                Err(e) => {
+                    let mut msg = e.to_string();
                     if let Some(f) = self.files.get_mut(path) {
                         // What was read before is stale: its parse error
                         // would be listed beside this one, and the same text
@@ -194,23 +195,38 @@ impl FileSource {
     }
 }
 
-/// Reads a manifest file, at most [`MAX_MANIFEST_BYTES`] of it; the error
-/// names the file.
-fn read_manifest(path: &Path) -> Result<String, String> {
+/// Why a manifest file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {size} bytes: a manifest may be at most {MAX_MANIFEST_BYTES} bytes (1 MiB)", path.display())]
+    TooLarge { path: PathBuf, size: u64 },
+}
+
+/// Reads a manifest file, at most [`MAX_MANIFEST_BYTES`] of it.
+fn read_manifest(path: &Path) -> Result<String, ReadError> {
     use std::io::Read;
-    let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", path.display());
+    let cannot = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut text = String::new();
     std::fs::File::open(path)
         .map_err(cannot)?
         .take(MAX_MANIFEST_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(cannot)?;
-    if text.len() as u64 > MAX_MANIFEST_BYTES {
-        let size = std::fs::metadata(path).map_or(text.len() as u64, |m| m.len());
-        return Err(format!(
-            "{}: {size} bytes: a manifest may be at most {MAX_MANIFEST_BYTES} bytes (1 MiB)",
-            path.display()
-        ));
+    let read = u64::try_from(text.len()).unwrap_or(u64::MAX);
+    if read > MAX_MANIFEST_BYTES {
+        let size = std::fs::metadata(path).map_or(read, |m| m.len());
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+        });
     }
     Ok(text)
 }

@@ -12,30 +12,70 @@ use k8s_openapi::api::core::v1::Pod;
 use nix::mount::{MntFlags, MsFlags};
 
 /// The pod's directory, `<dataDir>/agent/pods/<uid>`.
+/// Why a volume could not be prepared or cleaned up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("hostPath type check failed: {} does not exist", path.display())]
+    Missing { path: PathBuf },
+    #[error("hostPath type check failed: {} is not a {what}", path.display())]
+    NotA { path: PathBuf, what: &'static str },
+    #[error("hostPath: cannot create {}: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("unknown hostPath type {0:?}")]
+    UnknownType(String),
+    #[error("volume {name:?}: {source}")]
+    HostPath { name: String, source: Box<Error> },
+    #[error("volume {name:?}: {}: {source}", path.display())]
+    EmptyDir {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("volume {name:?}: mount tmpfs on {}: {source}", path.display())]
+    Tmpfs {
+        name: String,
+        path: PathBuf,
+        source: nix::Error,
+    },
+    #[error("volume {0:?}: unsupported source")]
+    Unsupported(String),
+    #[error("umount {}: {source}", path.display())]
+    Umount { path: PathBuf, source: nix::Error },
+    #[error("remove {}: {source}", path.display())]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 pub fn pod_dir(data_dir: &Path, uid: &str) -> PathBuf {
     data_dir.join("agent").join("pods").join(uid)
 }
 
 /// Checks a hostPath against its `type`, creating it for the `*OrCreate`
 /// types. Pure but for the file system.
-pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
+pub fn check_host_path(path: &Path, ty: &str) -> Result<(), Error> {
     let meta = fs::metadata(path);
     let ft = meta.as_ref().map(|m| m.file_type());
-    let missing = || {
-        format!(
-            "hostPath type check failed: {} does not exist",
-            path.display()
-        )
+    let missing = || Error::Missing {
+        path: path.to_path_buf(),
     };
-    let is = |ok: bool, what: &str| {
+    let is = |ok: bool, what: &'static str| {
         if ok {
             Ok(())
         } else {
-            Err(format!(
-                "hostPath type check failed: {} is not a {what}",
-                path.display()
-            ))
+            Err(Error::NotA {
+                path: path.to_path_buf(),
+                what,
+            })
         }
+    };
+    let create = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Create { path, source }
     };
     match ty {
         "" => Ok(()),
@@ -45,22 +85,20 @@ pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
                 .recursive(true)
                 .mode(0o755)
                 .create(path)
-                .map_err(|e| format!("hostPath: cannot create {}: {e}", path.display())),
+                .map_err(create(path)),
         },
         "FileOrCreate" => match ft {
             Ok(t) => is(t.is_file(), "file"),
             Err(_) => {
                 if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent).map_err(|e| {
-                        format!("hostPath: cannot create {}: {e}", parent.display())
-                    })?;
+                    fs::create_dir_all(parent).map_err(create(parent))?;
                 }
                 fs::OpenOptions::new()
                     .create(true)
                     .append(true)
                     .open(path)
                     .and_then(|f| f.set_permissions(fs::Permissions::from_mode(0o644)))
-                    .map_err(|e| format!("hostPath: cannot create {}: {e}", path.display()))
+                    .map_err(create(path))
             }
         },
         "Directory" => ft
@@ -78,7 +116,7 @@ pub fn check_host_path(path: &Path, ty: &str) -> Result<(), String> {
         "BlockDevice" => ft
             .map_err(|_| missing())
             .and_then(|t| is(t.is_block_device(), "block device")),
-        other => Err(format!("unknown hostPath type {other:?}")),
+        other => Err(Error::UnknownType(other.to_string())),
     }
 }
 
@@ -92,7 +130,7 @@ fn is_mounted(path: &Path) -> bool {
 }
 
 /// Prepares every volume of the pod: volume name → host path.
-pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
+pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, Error> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let base = pod_dir(data_dir, uid).join("volumes");
     let mut out = BTreeMap::new();
@@ -100,8 +138,12 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
     for v in volumes.into_iter().flatten() {
         if let Some(hp) = &v.host_path {
             let path = PathBuf::from(&hp.path);
-            check_host_path(&path, hp.type_.as_deref().unwrap_or(""))
-                .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+            check_host_path(&path, hp.type_.as_deref().unwrap_or("")).map_err(|e| {
+                Error::HostPath {
+                    name: v.name.clone(),
+                    source: Box::new(e),
+                }
+            })?;
             out.insert(v.name.clone(), path);
         } else if let Some(ed) = &v.empty_dir {
             let dir = base.join("kubernetes.io~empty-dir").join(&v.name);
@@ -109,7 +151,11 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
                 .recursive(true)
                 .mode(0o777)
                 .create(&dir)
-                .map_err(|e| format!("volume {:?}: {}: {e}", v.name, dir.display()))?;
+                .map_err(|source| Error::EmptyDir {
+                    name: v.name.clone(),
+                    path: dir.clone(),
+                    source,
+                })?;
             // 0777 like kubelet, whatever the umask.
             let _ = fs::set_permissions(&dir, fs::Permissions::from_mode(0o777));
             if ed.medium.as_deref() == Some("Memory") && !is_mounted(&dir) {
@@ -124,35 +170,39 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
                     MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
                     Some(data.as_str()),
                 )
-                .map_err(|e| {
-                    format!("volume {:?}: mount tmpfs on {}: {e}", v.name, dir.display())
+                .map_err(|source| Error::Tmpfs {
+                    name: v.name.clone(),
+                    path: dir.clone(),
+                    source,
                 })?;
             }
             out.insert(v.name.clone(), dir);
         } else {
-            return Err(format!("volume {:?}: unsupported source", v.name));
+            return Err(Error::Unsupported(v.name.clone()));
         }
     }
     Ok(out)
 }
 
 /// Removes the pod's directory: unmounts memory emptyDirs, then deletes.
-pub fn cleanup(data_dir: &Path, uid: &str) -> Result<(), String> {
+pub fn cleanup(data_dir: &Path, uid: &str) -> Result<(), Error> {
     let dir = pod_dir(data_dir, uid);
     let ed = dir.join("volumes").join("kubernetes.io~empty-dir");
     if let Ok(rd) = fs::read_dir(&ed) {
         for entry in rd.flatten() {
             let p = entry.path();
             if is_mounted(&p) {
-                nix::mount::umount2(&p, MntFlags::MNT_DETACH)
-                    .map_err(|e| format!("umount {}: {e}", p.display()))?;
+                nix::mount::umount2(&p, MntFlags::MNT_DETACH).map_err(|source| Error::Umount {
+                    path: p.clone(),
+                    source,
+                })?;
             }
         }
     }
     match fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(format!("remove {}: {e}", dir.display())),
+        Err(source) => Err(Error::Remove { path: dir, source }),
     }
 }
 
@@ -170,12 +220,18 @@ mod tests {
         check_host_path(&f, "FileOrCreate").expect("created");
         assert!(f.is_file());
         check_host_path(&d, "Directory").expect("dir");
-        let e = check_host_path(&f, "Directory").expect_err("not a dir");
+        let e = check_host_path(&f, "Directory")
+            .expect_err("not a dir")
+            .to_string();
         assert!(e.ends_with("is not a directory"), "{e}");
-        let e = check_host_path(&tmp.path().join("nope"), "File").expect_err("missing");
+        let e = check_host_path(&tmp.path().join("nope"), "File")
+            .expect_err("missing")
+            .to_string();
         assert!(e.ends_with("does not exist"), "{e}");
         check_host_path(&tmp.path().join("nope"), "").expect("no check");
-        let e = check_host_path(&f, "Socket").expect_err("not a socket");
+        let e = check_host_path(&f, "Socket")
+            .expect_err("not a socket")
+            .to_string();
         assert!(e.ends_with("is not a socket"), "{e}");
     }
 }

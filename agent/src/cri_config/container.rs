@@ -89,7 +89,25 @@ pub fn expand(s: &str, vars: &HashMap<String, String>) -> String {
     out
 }
 
-fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, String> {
+/// Why a container's config cannot be built: kubelet's
+/// `CreateContainerConfigError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("unsupported fieldRef {0:?}")]
+    FieldRef(String),
+    #[error("bad resource {0:?}")]
+    Resource(String),
+    #[error("bad divisor {0:?}")]
+    Divisor(Option<String>),
+    #[error("env {env}: no container {container:?}")]
+    NoContainer { env: String, container: String },
+    #[error("env {0}: unsupported valueFrom")]
+    ValueFrom(String),
+    #[error("volume {0:?} is not prepared")]
+    VolumeNotPrepared(String),
+}
+
+fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, ConfigError> {
     let lookup = |map: &Option<BTreeMap<String, String>>, key: &str| {
         map.as_ref()
             .and_then(|m| m.get(key).cloned())
@@ -117,7 +135,7 @@ fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, St
             } else if let Some(k) = key_of("metadata.annotations['") {
                 lookup(&pod.metadata.annotations, &k)
             } else {
-                return Err(format!("unsupported fieldRef {p:?}"));
+                return Err(ConfigError::FieldRef(p.to_string()));
             }
         }
     })
@@ -128,10 +146,10 @@ fn resource_field_ref(
     resource: &str,
     divisor: Option<&str>,
     node: &NodeInfo,
-) -> Result<String, String> {
+) -> Result<String, ConfigError> {
     let (kind, res) = resource
         .split_once('.')
-        .ok_or_else(|| format!("bad resource {resource:?}"))?;
+        .ok_or_else(|| ConfigError::Resource(resource.to_string()))?;
     let cpu = res == "cpu";
     let value = quantity(c, kind, res).unwrap_or(match (kind, res) {
         ("limits", "cpu") => node.cpu_milli,
@@ -145,7 +163,7 @@ fn resource_field_ref(
         None => Some(1),
     }
     .filter(|d| *d > 0)
-    .ok_or_else(|| format!("bad divisor {divisor:?}"))?;
+    .ok_or_else(|| ConfigError::Divisor(divisor.map(String::from)))?;
     Ok(value.div_ceil(div).to_string())
 }
 
@@ -157,7 +175,7 @@ pub fn container_config(
     restart_count: u32,
     image_ref: &str,
     env: &ContainerEnv<'_>,
-) -> Result<ContainerConfig, String> {
+) -> Result<ContainerConfig, ConfigError> {
     let (name, ns, uid) = labels(pod);
     let default_spec = PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&default_spec);
@@ -173,7 +191,10 @@ pub fn container_config(
                     let target = match r.container_name.as_deref() {
                         Some(n) if !n.is_empty() => all_containers(spec)
                             .find(|x| x.name == n)
-                            .ok_or_else(|| format!("env {}: no container {n:?}", e.name))?,
+                            .ok_or_else(|| ConfigError::NoContainer {
+                                env: e.name.clone(),
+                                container: n.to_string(),
+                            })?,
                         _ => c,
                     };
                     resource_field_ref(
@@ -183,7 +204,7 @@ pub fn container_config(
                         env.node,
                     )?
                 }
-                _ => return Err(format!("env {}: unsupported valueFrom", e.name)),
+                _ => return Err(ConfigError::ValueFrom(e.name.clone())),
             },
         };
         vars.insert(e.name.clone(), value.clone());
@@ -204,7 +225,7 @@ pub fn container_config(
         let base = env
             .volumes
             .get(&m.name)
-            .ok_or_else(|| format!("volume {:?} is not prepared", m.name))?;
+            .ok_or_else(|| ConfigError::VolumeNotPrepared(m.name.clone()))?;
         let host = match m.sub_path.as_deref() {
             Some(sp) if !sp.is_empty() => base.join(expand(sp, &vars)),
             _ => base.clone(),

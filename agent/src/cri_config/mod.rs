@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 mod container;
 mod dns;
 
-pub use container::{ContainerEnv, container_config, expand};
+pub use container::{ConfigError, ContainerEnv, container_config, expand};
 use dns::dns_config;
 pub use dns::parse_resolv_conf;
 

@@ -24,6 +24,20 @@ use crate::{clock, prober, status};
 
 pub use worker::Handle;
 
+/// Why a sync or a termination stopped short; the worker retries.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Cri(#[from] crate::runtime::CriError),
+    #[error(transparent)]
+    Volume(#[from] crate::volumes::Error),
+    #[error("pod cgroup {path}: {source}")]
+    PodCgroup {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
 /// What the workers need, handed in by the sync loop.
 #[derive(Debug)]
 pub struct Ctx {

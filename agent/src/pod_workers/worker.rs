@@ -20,7 +20,7 @@ use crate::qos::{self, Qos};
 use crate::status::{self, Waiting};
 use crate::volumes;
 
-use super::Shared;
+use super::{Shared, SyncError};
 
 mod start;
 mod stop;
@@ -209,12 +209,12 @@ impl Worker {
     }
 
     /// One sync; returns when to sync again at the latest.
-    async fn sync(&mut self) -> Result<Duration, String> {
+    async fn sync(&mut self) -> Result<Duration, SyncError> {
         let Some(pod) = self.pod.clone() else {
             return Ok(Duration::from_secs(3600));
         };
         let cri = self.shared.cri.clone();
-        let observed = cri.observe(&self.uid).await.map_err(|e| e.to_string())?;
+        let observed = cri.observe(&self.uid).await?;
         if let Some(oldest) = observed.sandboxes.last() {
             self.start_time = self.start_time.min(oldest.created_at);
         }
@@ -256,7 +256,7 @@ impl Worker {
                 acted = true;
                 self.kill_pod_containers(&live).await;
                 for id in ready {
-                    cri.stop_pod_sandbox(&id).await.map_err(|e| e.to_string())?;
+                    cri.stop_pod_sandbox(&id).await?;
                 }
             }
         }
@@ -359,7 +359,7 @@ impl Worker {
             next = next.min(w.remaining + Duration::from_millis(50));
         }
         let observed = if acted {
-            cri.observe(&self.uid).await.map_err(|e| e.to_string())?
+            cri.observe(&self.uid).await?
         } else {
             observed
         };
@@ -456,28 +456,22 @@ impl Worker {
 
     /// Stops and removes everything the runtime has for this pod, then the
     /// pod's cgroup, volumes and logs.
-    async fn terminate(&mut self) -> Result<(), String> {
+    async fn terminate(&mut self) -> Result<(), SyncError> {
         self.probes.clear();
         let cri = self.shared.cri.clone();
-        let observed = cri.observe(&self.uid).await.map_err(|e| e.to_string())?;
+        let observed = cri.observe(&self.uid).await?;
         let live: Vec<&ObservedContainer> = observed.live().collect();
         if !live.is_empty() {
             self.kill_pod_containers(&live).await;
         }
         for s in &observed.sandboxes {
-            cri.stop_pod_sandbox(&s.id)
-                .await
-                .map_err(|e| e.to_string())?;
+            cri.stop_pod_sandbox(&s.id).await?;
         }
         for c in &observed.containers {
-            cri.remove_container(&c.id)
-                .await
-                .map_err(|e| e.to_string())?;
+            cri.remove_container(&c.id).await?;
         }
         for s in &observed.sandboxes {
-            cri.remove_pod_sandbox(&s.id)
-                .await
-                .map_err(|e| e.to_string())?;
+            cri.remove_pod_sandbox(&s.id).await?;
         }
         let cfg = &self.shared.config;
         if let Some(h) = self.shared.cgroups.as_ref()

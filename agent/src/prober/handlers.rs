@@ -42,7 +42,7 @@ pub async fn run(cri: &Cri, id: &str, target: &Target, timeout: Duration) -> Out
                     if *https { "https" } else { "http" },
                     join_host_port(host, *port)
                 )),
-                Ok(Err(e)) => Outcome::Failure(e),
+                Ok(Err(e)) => Outcome::Failure(e.to_string()),
                 Ok(Ok(r)) if (200..300).contains(&r.status) => Outcome::Success,
                 Ok(Ok(r)) if (300..400).contains(&r.status) => Outcome::Warning(format!(
                     "Probe terminated redirects, Response body: {}",
@@ -90,7 +90,7 @@ async fn grpc(host: &str, port: u16, service: &str, tls: bool, timeout: Duration
             .map_err(|e| Outcome::Failure(e.to_string()))?
             .connect_timeout(timeout);
         let ch = if tls {
-            let connector = httpc::tls(true).map_err(Outcome::Failure)?;
+            let connector = httpc::tls(true).map_err(|e| Outcome::Failure(e.to_string()))?;
             let (host, dial) = (host.to_string(), addr.clone());
             ep.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
                 let (connector, host, dial) = (connector.clone(), host.clone(), dial.clone());

@@ -8,13 +8,14 @@ use crate::cri_config::{self, ContainerEnv};
 use crate::events::EventType;
 use crate::mutex::lock;
 use crate::plan::{Observed, State};
-use crate::qos::{self};
+use crate::pod_workers::SyncError;
+use crate::qos;
 use crate::status::Waiting;
 use crate::{hooks, volumes};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 impl Worker {
-    pub(super) fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), String> {
+    pub(super) fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), SyncError> {
         let cfg = &self.shared.config;
         let Some(h) = self.shared.cgroups.as_ref() else {
             return Ok(());
@@ -33,7 +34,7 @@ impl Worker {
         };
         let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
         h.ensure_pod(&path, &limits)
-            .map_err(|e| format!("pod cgroup {path}: {e}"))
+            .map_err(|source| SyncError::PodCgroup { path, source })
     }
 
     /// Pulls (per imagePullPolicy) and returns the image ref, or the
@@ -125,12 +126,17 @@ impl Worker {
         let vols = match volumes::prepare(pod, &self.shared.config.data_dir) {
             Ok(v) => v,
             Err(e) => {
-                self.event(Some(&c.name), EventType::Warning, "FailedMount", &e);
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "FailedMount",
+                    &e.to_string(),
+                );
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
                         reason: "ContainerCreating".into(),
-                        message: e,
+                        message: e.to_string(),
                     },
                 );
                 return;
@@ -155,7 +161,7 @@ impl Worker {
                     c.name.clone(),
                     Waiting {
                         reason: "CreateContainerConfigError".into(),
-                        message: e,
+                        message: e.to_string(),
                     },
                 );
                 return;
@@ -211,7 +217,12 @@ impl Worker {
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let timeout = self.grace().max(MIN_GRACE);
             if let Err(e) = hooks::run(&cri, h, c, &id, pod_ip, timeout).await {
-                self.event(Some(&c.name), EventType::Warning, "FailedPostStartHook", &e);
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    &e.to_string(),
+                );
                 self.event(
                     Some(&c.name),
                     EventType::Normal,

@@ -81,7 +81,7 @@ impl Worker {
                 {
                     let mut o = obj.clone();
                     o.field_path = format!("spec.containers{{{}}}", sc.name);
-                    shared.event(&o, EventType::Warning, "FailedPreStopHook", &e);
+                    shared.event(&o, EventType::Warning, "FailedPreStopHook", &e.to_string());
                 }
                 let left = grace.saturating_sub(started.elapsed());
                 let left = if left < MIN_GRACE && !grace.is_zero() {
