@@ -20,8 +20,37 @@ pub enum Error {
     DeadlineExceeded(String),
     #[error("{0} is not implemented by picolet yet")]
     Unimplemented(&'static str),
+    /// A file-system call on `path` failed: the path and the I/O error
+    /// (its kind included) stay apart for callers and logs.
+    #[error("internal error: {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// A system call on `path` failed (mount, umount).
+    #[error("internal error: {op} {}: {source}", path.display())]
+    Sys {
+        op: &'static str,
+        path: std::path::PathBuf,
+        source: nix::Error,
+    },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl Error {
+    /// `.map_err(Error::io("create", &dir))`.
+    pub fn io(op: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    }
+
+    /// `.map_err(Error::sys("mount rootfs at", &dir))`.
+    pub fn sys(op: &'static str, path: &std::path::Path) -> impl FnOnce(nix::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::Sys { op, path, source }
+    }
 }
 
 impl From<Error> for Status {
@@ -49,7 +78,7 @@ impl From<Error> for Status {
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Unimplemented(_) => Code::Unimplemented,
-            Error::Internal(_) => Code::Internal,
+            Error::Io { .. } | Error::Sys { .. } | Error::Internal(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
     }

@@ -80,8 +80,7 @@ fn create_on_this_thread(dir: &Path, want: &PodNamespaces) -> Result<Pinned, Err
             continue;
         }
         let target = dir.join(kind);
-        fs::File::create(&target)
-            .map_err(|e| Error::Internal(format!("create {}: {e}", target.display())))?;
+        fs::File::create(&target).map_err(Error::io("create", &target))?;
         let source = format!("/proc/thread-self/ns/{kind}");
         mount(
             Some(source.as_str()),
@@ -159,12 +158,12 @@ fn loopback_up() -> std::io::Result<()> {
 pub fn release(path: &Path) -> Result<(), Error> {
     match umount2(path, MntFlags::MNT_DETACH) {
         Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => return Err(Error::Internal(format!("unmount {}: {e}", path.display()))),
+        Err(e) => return Err(Error::sys("unmount", path)(e)),
     }
     match fs::metadata(path) {
         Ok(m) if m.is_dir() => fs::remove_dir(path),
         Ok(_) => fs::remove_file(path),
         Err(_) => Ok(()),
     }
-    .map_err(|e| Error::Internal(format!("remove {}: {e}", path.display())))
+    .map_err(Error::io("remove", path))
 }

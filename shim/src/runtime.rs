@@ -53,8 +53,7 @@ impl Runtime {
             paths.run_dir.join("containers"),
             paths.run_dir.join("libcontainer"),
         ] {
-            std::fs::create_dir_all(&d)
-                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+            std::fs::create_dir_all(&d).map_err(Error::io("create", &d))?;
         }
         let (events, _) = broadcast::channel(1024);
         Ok(Self {
@@ -171,8 +170,7 @@ impl Runtime {
 
 fn load_all<T: serde::de::DeserializeOwned>(dir: &std::path::Path) -> Result<Vec<T>, Error> {
     let mut out = Vec::new();
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| Error::Internal(format!("list {}: {e}", dir.display())))?;
+    let entries = std::fs::read_dir(dir).map_err(Error::io("list", dir))?;
     for e in entries.flatten() {
         if e.file_name().to_string_lossy().starts_with('.') {
             // A tombstone a crash left mid-removal.

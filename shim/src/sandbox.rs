@@ -113,8 +113,7 @@ impl Runtime {
             complete: false,
         };
         for d in [&rec.dir, &rec.run_dir] {
-            fs::create_dir_all(d)
-                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+            fs::create_dir_all(d).map_err(Error::io("create", d))?;
         }
         state::save(&rec.dir, META, &rec)?;
         match self.setup_sandbox(&mut rec).await {
@@ -191,8 +190,7 @@ impl Runtime {
 
         if !host_ipc {
             let shm = rec.run_dir.join("shm");
-            fs::create_dir_all(&shm)
-                .map_err(|e| Error::Internal(format!("create {}: {e}", shm.display())))?;
+            fs::create_dir_all(&shm).map_err(Error::io("create", &shm))?;
             mount(
                 Some("shm"),
                 &shm,
@@ -200,9 +198,7 @@ impl Runtime {
                 MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
                 Some(format!("mode=1777,{SHM_SIZE}").as_str()),
             )
-            .map_err(|e| {
-                Error::Internal(format!("mount pod /dev/shm at {}: {e}", shm.display()))
-            })?;
+            .map_err(Error::sys("mount pod /dev/shm at", &shm))?;
             rec.shm = Some(shm);
         }
         Ok(())

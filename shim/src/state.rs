@@ -111,7 +111,7 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, Error> {
             .map(Some)
             .map_err(|e| Error::Internal(format!("corrupt state file {}: {e}", path.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::Internal(format!("read {}: {e}", path.display()))),
+        Err(e) => Err(Error::io("read", path)(e)),
     }
 }
 
@@ -126,7 +126,7 @@ pub fn remove_record_dir(dir: &Path) -> Result<(), Error> {
     match std::fs::rename(dir, &tomb) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::Internal(format!("remove {}: {e}", dir.display()))),
+        Err(e) => return Err(Error::io("remove", dir)(e)),
     }
     images::fsutil::remove_dir_all_if_exists(&tomb).map_err(Error::from)
 }

@@ -134,8 +134,7 @@ impl Runtime {
             rootfs: rootfs.clone(),
             complete: false,
         };
-        fs::create_dir_all(&dir)
-            .map_err(|e| Error::Internal(format!("create {}: {e}", dir.display())))?;
+        fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
         state::save(&dir, META, &rec)?;
         match self
             .setup_container(&mut rec, &sandbox, &image, &image_config)
@@ -167,8 +166,7 @@ impl Runtime {
         let upper = rec.dir.join("upper");
         let work = rec.dir.join("work");
         for d in [&upper, &work, &rec.rootfs] {
-            fs::create_dir_all(d)
-                .map_err(|e| Error::Internal(format!("create {}: {e}", d.display())))?;
+            fs::create_dir_all(d).map_err(Error::io("create", d))?;
         }
         let opts = images::overlay_options(&self.store.layer_dirs(image), &upper, &work);
         mount(
@@ -178,7 +176,7 @@ impl Runtime {
             MsFlags::empty(),
             Some(opts.as_str()),
         )
-        .map_err(|e| Error::Internal(format!("mount rootfs at {}: {e}", rec.rootfs.display())))?;
+        .map_err(Error::sys("mount rootfs at", &rec.rootfs))?;
 
         let devices = crate::host_inputs::resolve_devices(&rec.config)?;
         for (i, m) in rec.config.mounts.iter().enumerate() {
@@ -231,8 +229,7 @@ impl Runtime {
             hugetlb: crate::host_inputs::hugetlb_available(),
         })?;
         let bundle = rec.dir.join("bundle");
-        fs::create_dir_all(&bundle)
-            .map_err(|e| Error::Internal(format!("create {}: {e}", bundle.display())))?;
+        fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
         let raw = serde_json::to_vec_pretty(&spec)
             .map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
         images::fsutil::write_atomic(&bundle.join("config.json"), &raw)?;
