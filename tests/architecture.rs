@@ -165,8 +165,8 @@ const SHIM: &[(&str, &[&str])] = &[
         &["error", "host", "namespaces", "runtime", "state"],
     ),
     ("cri_metrics", &["cgroupfs", "runtime", "state", "stats"]),
-    ("stats", &["cgroupfs", "error", "runtime", "state"]),
-    ("runtime", &["error", "pidfd", "state"]),
+    ("stats", &["mutex", "cgroupfs", "error", "runtime", "state"]),
+    ("runtime", &["mutex", "error", "pidfd", "state"]),
     ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
     ("spec", &["error", "seccomp", "users"]),
     (
@@ -184,6 +184,7 @@ const SHIM: &[(&str, &[&str])] = &[
     ("users", &[]),
     ("mountinfo", &[]),
     ("host", &[]),
+    ("mutex", &[]),
     ("error", &[]),
 ];
 

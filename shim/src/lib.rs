@@ -19,6 +19,7 @@ mod image_service;
 mod import_service;
 pub mod monitor;
 mod mountinfo;
+mod mutex;
 mod namespaces;
 pub mod nsexec;
 mod pidfd;

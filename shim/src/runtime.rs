@@ -15,6 +15,7 @@ use images::ImageStore;
 use tokio::sync::broadcast;
 
 use crate::error::Error;
+use crate::mutex::lock;
 use crate::state::{self, ContainerRecord, META, SandboxRecord};
 
 /// The container runtime behind CRI RuntimeService.
@@ -91,10 +92,7 @@ impl Runtime {
     pub async fn recover(&self) -> Result<(), Error> {
         for sb in load_all::<SandboxRecord>(&self.paths.shim_dir().join("sandboxes"))? {
             if sb.complete {
-                self.sandboxes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(sb.id.clone(), sb);
+                lock(&self.sandboxes).insert(sb.id.clone(), sb);
             } else {
                 tracing::warn!(sandbox = %sb.id, "cleaning up half-created sandbox");
                 self.destroy_sandbox_resources(&sb)?;
@@ -114,10 +112,7 @@ impl Runtime {
                         move || exits.send_modify(|n| *n += 1),
                     ));
                 }
-                self.containers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(c.id.clone(), c);
+                lock(&self.containers).insert(c.id.clone(), c);
             } else {
                 tracing::warn!(container = %c.id, "cleaning up half-created container");
                 self.destroy_container_resources(&c).await?;
@@ -127,19 +122,10 @@ impl Runtime {
     }
 
     pub(crate) fn emit(&self, container_id: &str, kind: ContainerEventType) {
-        let c = self
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(container_id)
-            .cloned();
-        let sandbox = c.as_ref().and_then(|c| {
-            self.sandboxes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&c.sandbox_id)
-                .cloned()
-        });
+        let c = lock(&self.containers).get(container_id).cloned();
+        let sandbox = c
+            .as_ref()
+            .and_then(|c| lock(&self.sandboxes).get(&c.sandbox_id).cloned());
         let _ = self.events.send(ContainerEventResponse {
             container_id: container_id.to_string(),
             container_event_type: kind as i32,
@@ -153,12 +139,7 @@ impl Runtime {
 
     /// Sends the STOPPED event of a container once.
     pub(crate) fn emit_stopped_once(&self, container_id: &str) {
-        if self
-            .stopped_sent
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(container_id.to_string())
-        {
+        if lock(&self.stopped_sent).insert(container_id.to_string()) {
             self.emit(container_id, ContainerEventType::ContainerStoppedEvent);
         }
     }

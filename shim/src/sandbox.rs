@@ -12,6 +12,7 @@ use cri_proto::v1::{
 use nix::mount::{MsFlags, mount};
 
 use crate::error::Error;
+use crate::mutex::lock;
 use crate::namespaces::{self, PodNamespaces};
 use crate::runtime::Runtime;
 use crate::state::{self, META, SandboxRecord};
@@ -72,19 +73,14 @@ impl Runtime {
             ));
         }
         let _guard = self.create_lock.lock().await;
-        let clash = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .any(|s| {
-                s.config.metadata.as_ref().is_some_and(|m| {
-                    m.name == meta.name
-                        && m.namespace == meta.namespace
-                        && m.uid == meta.uid
-                        && m.attempt == meta.attempt
-                })
-            });
+        let clash = lock(&self.sandboxes).values().any(|s| {
+            s.config.metadata.as_ref().is_some_and(|m| {
+                m.name == meta.name
+                    && m.namespace == meta.namespace
+                    && m.uid == meta.uid
+                    && m.attempt == meta.attempt
+            })
+        });
         if clash {
             return Err(Error::AlreadyExists(format!(
                 "sandbox {}/{} (uid {}, attempt {}) exists",
@@ -121,10 +117,7 @@ impl Runtime {
                 rec.complete = true;
                 rec.ready = true;
                 state::save(&rec.dir, META, &rec)?;
-                self.sandboxes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id.clone(), rec);
+                lock(&self.sandboxes).insert(id.clone(), rec);
                 Ok(id)
             }
             Err(e) => {
@@ -262,18 +255,14 @@ impl Runtime {
     }
 
     pub(crate) fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {
-        self.sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.sandboxes)
             .get(id)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))
     }
 
     pub(crate) fn containers_of(&self, sandbox_id: &str) -> Vec<String> {
-        self.containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.containers)
             .values()
             .filter(|c| c.sandbox_id == sandbox_id)
             .map(|c| c.id.clone())
@@ -291,10 +280,7 @@ impl Runtime {
         if rec.ready {
             rec.ready = false;
             state::save(&rec.dir, META, &rec)?;
-            self.sandboxes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id.to_string(), rec);
+            lock(&self.sandboxes).insert(id.to_string(), rec);
         }
         Ok(())
     }
@@ -308,10 +294,7 @@ impl Runtime {
             self.remove_container(&c).await?;
         }
         self.destroy_sandbox_resources(&rec)?;
-        self.sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        lock(&self.sandboxes).remove(id);
         Ok(())
     }
 
@@ -343,10 +326,7 @@ impl Runtime {
 
     pub fn list_pod_sandbox(&self, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
         let f = filter.unwrap_or_default();
-        let mut out: Vec<PodSandbox> = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut out: Vec<PodSandbox> = lock(&self.sandboxes)
             .values()
             .filter(|s| f.id.is_empty() || s.id.starts_with(&f.id))
             .filter(|s| {

@@ -14,6 +14,7 @@ use cri_proto::v1::{
 };
 
 use crate::error::Error;
+use crate::mutex::lock;
 use crate::runtime::Runtime;
 use crate::state::{self, ContainerRecord, SandboxRecord};
 
@@ -144,7 +145,7 @@ impl Runtime {
 
     pub fn container_stats(&self, id: &str) -> Result<ContainerStats, Error> {
         let rec = self.container(id)?;
-        let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.cpu_samples);
         Ok(self.stats_of(&rec, &mut last))
     }
 
@@ -158,7 +159,7 @@ impl Runtime {
             .into_iter()
             .filter(|c| c.matches(&f.id, &f.pod_sandbox_id, &f.label_selector))
             .collect();
-        let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.cpu_samples);
         recs.iter()
             .filter(|r| self.state_of(r).0 == cri_proto::v1::ContainerState::ContainerRunning)
             .map(|r| self.stats_of(r, &mut last))
@@ -167,9 +168,7 @@ impl Runtime {
 
     /// Ready sandboxes, copied out of the lock.
     pub(crate) fn ready_sandboxes(&self) -> Vec<SandboxRecord> {
-        self.sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.sandboxes)
             .values()
             .filter(|s| s.ready)
             .cloned()
@@ -247,7 +246,7 @@ impl Runtime {
     pub fn pod_sandbox_stats(&self, id: &str) -> Result<PodSandboxStats, Error> {
         let sb = self.sandbox(id)?;
         let containers = self.all_containers();
-        let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.cpu_samples);
         Ok(self.sandbox_stats_of(&sb, &containers, &mut last))
     }
 
@@ -257,7 +256,7 @@ impl Runtime {
     ) -> Vec<PodSandboxStats> {
         let f = filter.unwrap_or_default();
         let containers = self.all_containers();
-        let mut last = self.cpu_samples.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.cpu_samples);
         self.ready_sandboxes()
             .iter()
             .filter(|s| s.id.starts_with(&f.id))

@@ -15,6 +15,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::error::Error;
 use crate::host::proc_start_time;
 use crate::monitor::Handshake;
+use crate::mutex::lock;
 use crate::runtime::Runtime;
 use crate::spec::{self, SandboxView, SpecInput};
 use crate::state::{self, ContainerRecord, EXIT, META, SandboxRecord};
@@ -46,10 +47,7 @@ impl Runtime {
             ));
         }
         let _guard = self.create_lock.lock().await;
-        let sandbox = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let sandbox = lock(&self.sandboxes)
             .get(sandbox_id)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("pod sandbox {sandbox_id:?} not found")))?;
@@ -58,18 +56,13 @@ impl Runtime {
                 "pod sandbox {sandbox_id} is not ready"
             )));
         }
-        let clash = self
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .any(|c| {
-                c.sandbox_id == sandbox_id
-                    && c.config
-                        .metadata
-                        .as_ref()
-                        .is_some_and(|m| m.name == meta.name && m.attempt == meta.attempt)
-            });
+        let clash = lock(&self.containers).values().any(|c| {
+            c.sandbox_id == sandbox_id
+                && c.config
+                    .metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name == meta.name && m.attempt == meta.attempt)
+        });
         if clash {
             return Err(Error::AlreadyExists(format!(
                 "container {:?} attempt {} exists in sandbox {sandbox_id}",

@@ -6,6 +6,7 @@ use nix::sys::signal::Signal;
 
 use crate::error::Error;
 use crate::host::proc_start_time;
+use crate::mutex::lock;
 use crate::runtime::Runtime;
 use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META};
 
@@ -18,18 +19,11 @@ mod update;
 impl Runtime {
     /// A snapshot of every container record.
     pub(crate) fn all_containers(&self) -> Vec<ContainerRecord> {
-        self.containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        lock(&self.containers).values().cloned().collect()
     }
 
     pub(crate) fn container(&self, id: &str) -> Result<ContainerRecord, Error> {
-        self.containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.containers)
             .get(id)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("container {id:?} not found")))
@@ -37,21 +31,13 @@ impl Runtime {
 
     fn put(&self, rec: ContainerRecord) -> Result<(), Error> {
         state::save(&rec.dir, META, &rec)?;
-        self.containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(rec.id.clone(), rec);
+        lock(&self.containers).insert(rec.id.clone(), rec);
         Ok(())
     }
 
     /// The exit record, if the container has exited.
     fn exit_of(&self, rec: &ContainerRecord) -> Option<ExitRecord> {
-        let cached = self
-            .exits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&rec.id)
-            .cloned();
+        let cached = lock(&self.exits).get(&rec.id).cloned();
         if cached.is_some() {
             return cached;
         }
@@ -63,10 +49,7 @@ impl Runtime {
     }
 
     fn remember_exit(&self, id: &str, exit: &ExitRecord) {
-        self.exits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string(), exit.clone());
+        lock(&self.exits).insert(id.to_string(), exit.clone());
     }
 
     /// Current state; repairs the record when the monitor died unseen.

@@ -3,6 +3,7 @@
 use cri_proto::v1::{ContainerEventType, ContainerState};
 
 use crate::error::Error;
+use crate::mutex::lock;
 use crate::runtime::Runtime;
 
 impl Runtime {
@@ -20,10 +21,7 @@ impl Runtime {
             self.store.unpin(&d);
         }
         self.emit(id, ContainerEventType::ContainerDeletedEvent);
-        self.containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        lock(&self.containers).remove(id);
         Ok(())
     }
 }

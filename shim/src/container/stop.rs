@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 
 use super::parse_signal;
 use crate::error::Error;
+use crate::mutex::lock;
 use crate::runtime::Runtime;
 use crate::state::ContainerRecord;
 
@@ -88,14 +89,8 @@ impl Runtime {
             exits.mark_unchanged();
             let recs = self.all_containers();
             let known = |id: &String| recs.iter().any(|r| &r.id == id);
-            self.stopped_sent
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(known);
-            self.exits
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|id, _| known(id));
+            lock(&self.stopped_sent).retain(known);
+            lock(&self.exits).retain(|id, _| known(id));
             for r in recs {
                 if self.state_of(&r).0 == ContainerState::ContainerExited {
                     self.emit_stopped_once(&r.id);
