@@ -153,6 +153,7 @@ const SHIM: &[(&str, &[&str])] = &[
             "host",
             "host_inputs",
             "monitor",
+            "mutex",
             "namespaces",
             "runtime",
             "spec",
@@ -162,11 +163,11 @@ const SHIM: &[(&str, &[&str])] = &[
     ("container_exec", &["error", "nsexec", "runtime"]),
     (
         "sandbox",
-        &["error", "host", "namespaces", "runtime", "state"],
+        &["error", "host", "mutex", "namespaces", "runtime", "state"],
     ),
     ("cri_metrics", &["cgroupfs", "runtime", "state", "stats"]),
-    ("stats", &["mutex", "cgroupfs", "error", "runtime", "state"]),
-    ("runtime", &["mutex", "error", "pidfd", "state"]),
+    ("stats", &["cgroupfs", "error", "mutex", "runtime", "state"]),
+    ("runtime", &["error", "mutex", "pidfd", "state"]),
     ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
     ("spec", &["error", "seccomp", "users"]),
     (
