@@ -12,7 +12,7 @@
 //!
 //! Pure modules (no tokio, nix, tonic or hyper; tested without root):
 //! [`backoff`], [`clock`], [`cri_config`], [`kmsg`], [`manifest`],
-//! [`metrics`], [`plan`], [`probe`], [`qos`], [`status::generate`],
+//! [`metrics`], [`plan`], [`probe`], [`qos`], [`reason`], [`status::generate`],
 //! [`validate`]. `tests/architecture.rs` holds every arrow between modules.
 
 pub mod backoff;
@@ -37,6 +37,7 @@ pub mod pod_workers;
 pub mod probe;
 pub mod prober;
 pub mod qos;
+pub mod reason;
 pub mod runtime;
 pub mod server;
 pub mod source;

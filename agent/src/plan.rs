@@ -194,24 +194,36 @@ fn replace(
     })
 }
 
-fn restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
+/// A pod's `restartPolicy` (validation admits only these three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+impl RestartPolicy {
+    /// The pod's policy; `Always` when unset, as the API server defaults it.
+    pub fn of(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> Self {
+        match spec.and_then(|s| s.restart_policy.as_deref()) {
+            Some("Never") => RestartPolicy::Never,
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            _ => RestartPolicy::Always,
+        }
+    }
 }
 
 /// kubelet's `ShouldContainerBeRestarted` for a container that is not
 /// running.
-fn should_restart(policy: &str, last: Option<&ObservedContainer>) -> bool {
+fn should_restart(policy: RestartPolicy, last: Option<&ObservedContainer>) -> bool {
     let Some(last) = last else { return true };
     match last.state {
         State::Running => false,
         State::Created | State::Unknown => true,
         State::Exited => match policy {
-            "Never" => false,
-            "OnFailure" => last.exit_code != 0,
-            _ => true,
+            RestartPolicy::Never => false,
+            RestartPolicy::OnFailure => last.exit_code != 0,
+            RestartPolicy::Always => true,
         },
     }
 }
@@ -232,7 +244,7 @@ fn start_or_wait(
     let last = last.filter(|l| l.state == State::Exited)?;
     backoff(&c.name, last.finished_at).map(|remaining| Wait {
         name: c.name.clone(),
-        reason: "CrashLoopBackOff",
+        reason: crate::reason::CRASH_LOOP_BACK_OFF,
         remaining,
     })
 }
@@ -249,14 +261,14 @@ pub fn plan(
     let Some(spec) = pod.spec.as_ref() else {
         return a;
     };
-    let policy = restart_policy(pod);
+    let policy = RestartPolicy::of(pod.spec.as_ref());
     let inits = spec.init_containers.as_deref().unwrap_or(&[]);
     let newest = observed.sandboxes.first();
     let sandbox_ok = newest.is_some_and(|s| s.ready);
 
     if !sandbox_ok {
         a.kill_pod = observed.live().next().is_some() || newest.is_some();
-        if policy == "Never" && newest.is_some() && !observed.containers.is_empty() {
+        if policy == RestartPolicy::Never && newest.is_some() && !observed.containers.is_empty() {
             // The pod ran once and must not run again.
             return a;
         }
@@ -264,7 +276,9 @@ pub fn plan(
             .containers
             .iter()
             .enumerate()
-            .filter(|(_, c)| !(policy == "OnFailure" && succeeded(observed.latest(&c.name))))
+            .filter(|(_, c)| {
+                !(policy == RestartPolicy::OnFailure && succeeded(observed.latest(&c.name)))
+            })
             .map(|(i, _)| i)
             .collect();
         if to_start.is_empty() && newest.is_some() {
@@ -338,7 +352,7 @@ pub fn plan(
                 }
                 Some(State::Exited) if succeeded(last) => continue,
                 Some(State::Exited) => {
-                    if policy == "Never" {
+                    if policy == RestartPolicy::Never {
                         a.kill_pod = true;
                         return a;
                     }
@@ -362,7 +376,7 @@ pub fn plan(
                 // startup probe kills the container; it starts again unless
                 // restartPolicy is Never (a changed one always does).
                 let changed = l.hash != container_hash(c);
-                let restart = changed || policy != "Never";
+                let restart = changed || policy != RestartPolicy::Never;
                 match replace(c, l, restart, unhealthy) {
                     Some(k) => {
                         a.kill.push(k);

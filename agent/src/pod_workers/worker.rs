@@ -17,6 +17,7 @@ use crate::mutex::lock;
 use crate::plan::{self, Observed, ObservedContainer, State};
 use crate::prober::{self, PodProbes};
 use crate::qos::{self, Qos};
+use crate::reason;
 use crate::status::{self, Waiting};
 use crate::volumes;
 
@@ -241,8 +242,12 @@ impl Worker {
         };
         let mut acted = false;
         // Waiting reasons that no longer hold go away.
-        self.waiting
-            .retain(|_, w| !matches!(w.reason.as_str(), "CrashLoopBackOff" | "ContainerCreating"));
+        self.waiting.retain(|_, w| {
+            !matches!(
+                w.reason.as_str(),
+                reason::CRASH_LOOP_BACK_OFF | reason::CONTAINER_CREATING
+            )
+        });
 
         if actions.kill_pod {
             let live: Vec<&ObservedContainer> = observed.live().collect();
@@ -382,8 +387,8 @@ impl Worker {
         // showing ErrImagePull at each retry.
         for w in self.waiting.values() {
             match w.reason.as_str() {
-                "CrashLoopBackOff" => {}
-                "ErrImagePull" => next = next.min(Duration::from_secs(1)),
+                reason::CRASH_LOOP_BACK_OFF => {}
+                reason::ERR_IMAGE_PULL => next = next.min(Duration::from_secs(1)),
                 _ => next = next.min(Duration::from_secs(5)),
             }
         }

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::plan::{Observed, ObservedContainer, State};
+use crate::plan::{Observed, ObservedContainer, RestartPolicy, State};
+use crate::reason;
 
 /// A reason a container is waiting, set by the worker (pull errors,
 /// back-off, config errors).
@@ -163,7 +164,7 @@ fn condition(kind: &str, ok: bool, reason: Option<&str>) -> PodCondition {
 pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatus {
     let default_spec = Default::default();
     let spec = pod.spec.as_ref().unwrap_or(&default_spec);
-    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let policy = RestartPolicy::of(Some(spec));
     let inits = spec.init_containers.as_deref().unwrap_or(&[]);
     let app_started = spec
         .containers
@@ -171,7 +172,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
         .any(|c| observed.latest(&c.name).is_some());
     let init_statuses: Vec<ContainerStatus> = inits
         .iter()
-        .map(|c| container_status(c, observed, ctx, "PodInitializing"))
+        .map(|c| container_status(c, observed, ctx, reason::POD_INITIALIZING))
         .collect();
     // Regular init containers must have succeeded; sidecars (restartable
     // init containers) must have started.
@@ -187,7 +188,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
             }
         });
     let init_failed = !app_started
-        && policy == "Never"
+        && policy == RestartPolicy::Never
         && inits.iter().zip(&init_statuses).any(|(c, s)| {
             !crate::plan::is_sidecar(c)
                 && s.state
@@ -196,9 +197,9 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
                     .is_some_and(|t| t.exit_code != 0)
         });
     let app_wait = if initialized {
-        "ContainerCreating"
+        reason::CONTAINER_CREATING
     } else {
-        "PodInitializing"
+        reason::POD_INITIALIZING
     };
     let statuses: Vec<ContainerStatus> = spec
         .containers
@@ -234,11 +235,11 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
     } else if running > 0 {
         "Running"
     } else if stopped > 0 {
-        if policy == "Always" {
+        if policy == RestartPolicy::Always {
             "Running"
         } else if stopped == succeeded {
             "Succeeded"
-        } else if policy == "Never" {
+        } else if policy == RestartPolicy::Never {
             "Failed"
         } else {
             "Running"

@@ -10,6 +10,7 @@ use crate::mutex::lock;
 use crate::plan::{Observed, State};
 use crate::pod_workers::SyncError;
 use crate::qos;
+use crate::reason;
 use crate::status::Waiting;
 use crate::{hooks, volumes};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -51,7 +52,7 @@ impl Worker {
                     format!("Container image {image:?} is not present with pull policy of Never");
                 self.event(Some(&c.name), EventType::Warning, "ErrImageNeverPull", &msg);
                 return Err(Waiting {
-                    reason: "ErrImageNeverPull".into(),
+                    reason: reason::ERR_IMAGE_NEVER_PULL.into(),
                     message: msg,
                 });
             }
@@ -65,7 +66,7 @@ impl Worker {
                 let msg = format!("Back-off pulling image {image:?}");
                 self.event(Some(&c.name), EventType::Normal, "BackOff", &msg);
                 return Err(Waiting {
-                    reason: "ImagePullBackOff".into(),
+                    reason: reason::IMAGE_PULL_BACK_OFF.into(),
                     message: msg,
                 });
             }
@@ -96,7 +97,7 @@ impl Worker {
                 let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
                 self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
                 Err(Waiting {
-                    reason: "ErrImagePull".into(),
+                    reason: reason::ERR_IMAGE_PULL.into(),
                     message: msg,
                 })
             }
@@ -135,7 +136,7 @@ impl Worker {
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
-                        reason: "ContainerCreating".into(),
+                        reason: reason::CONTAINER_CREATING.into(),
                         message: e.to_string(),
                     },
                 );
@@ -160,7 +161,7 @@ impl Worker {
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
-                        reason: "CreateContainerConfigError".into(),
+                        reason: reason::CREATE_CONTAINER_CONFIG_ERROR.into(),
                         message: e.to_string(),
                     },
                 );
@@ -181,7 +182,7 @@ impl Worker {
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
-                        reason: "CreateContainerError".into(),
+                        reason: reason::CREATE_CONTAINER_ERROR.into(),
                         message: e.status.message().into(),
                     },
                 );
@@ -200,7 +201,7 @@ impl Worker {
             self.waiting.insert(
                 c.name.clone(),
                 Waiting {
-                    reason: "RunContainerError".into(),
+                    reason: reason::RUN_CONTAINER_ERROR.into(),
                     message: e.status.message().into(),
                 },
             );
