@@ -1,19 +1,21 @@
-//! HTTP endpoints: `/healthz` on healthzBindAddress:healthzPort (failing
-//! when PLEG or the source loop stalls; nothing else there, as kubelet), and
-//! on the API port `/pods` (a v1 `PodList` with status), `/events` (a v1
-//! `EventList`), the metrics and `/stats/summary`.
+//! The kubelet HTTP API on axum: `/healthz` on healthzBindAddress:healthzPort
+//! (failing when PLEG or the sync loop stalls; nothing else there, as
+//! kubelet), and on the API port `/pods` (a v1 `PodList` with status),
+//! `/events` (a v1 `EventList`), the metrics and `/stats/summary`.
+//! Endpoints that read cgroupfs, /proc or walk directories run on the
+//! blocking pool, so a scrape never stalls the pod workers' threads.
+//! `axum::serve` waits a second after an accept error such as EMFILE
+//! instead of spinning.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use serde_json::json;
 
 use crate::events::Recorder;
@@ -75,162 +77,153 @@ impl Server {
     }
 }
 
+type Shared = State<Arc<Server>>;
+
 /// Binds both listeners (so a port clash is an error at start) and serves
-/// them in the background.
+/// them in the background. When both are one port, it serves everything.
 pub async fn serve(
-    shared: Arc<Server>,
+    server: Arc<Server>,
     healthz: SocketAddr,
     api: SocketAddr,
 ) -> std::io::Result<()> {
-    // The healthz port serves /healthz only (it may be bound wider than the
-    // API port); when both are one port, that port serves everything.
-    let mut listeners = vec![(
-        tokio::net::TcpListener::bind(healthz).await?,
-        api != healthz,
-    )];
-    if api != healthz {
-        listeners.push((tokio::net::TcpListener::bind(api).await?, false));
+    let healthz_listener = tokio::net::TcpListener::bind(healthz).await?;
+    if api == healthz {
+        spawn(healthz_listener, api_router(server), false);
+        return Ok(());
     }
-    for (l, healthz_only) in listeners {
-        tracing::info!(addr = %l.local_addr()?, healthz_only, "serving HTTP");
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            loop {
-                let stream = match l.accept().await {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Out of file descriptors (EMFILE) fails every accept
-                        // at once: wait instead of spinning a core on it.
-                        tracing::debug!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let shared = shared.clone();
-                        async move {
-                            if healthz_only && req.uri().path() != "/healthz" {
-                                return Ok::<_, Infallible>(reply(
-                                    StatusCode::NOT_FOUND,
-                                    "text/plain",
-                                    "the healthz port serves /healthz only\n",
-                                ));
-                            }
-                            // Endpoints read cgroupfs, /proc and walk directories
-                            // (10 ms per 100 containers): on the blocking pool, so
-                            // a scrape never stalls the pod workers' runtime threads.
-                            let summary = req.method() == Method::GET
-                                && matches!(req.uri().path(), "/stats/summary" | "/stats/summary/");
-                            // The summary first asks the runtime (writable layers).
-                            let rootfs = if summary {
-                                shared.cri.writable_layers().await.unwrap_or_default()
-                            } else {
-                                Default::default()
-                            };
-                            let answer = tokio::task::spawn_blocking(move || {
-                                if summary {
-                                    json_reply(&shared.stats.summary(rootfs))
-                                } else {
-                                    route(&shared, req)
-                                }
-                            })
-                            .await;
-                            Ok::<_, Infallible>(answer.unwrap_or_else(|e| {
-                                reply(
-                                    StatusCode::INTERNAL_SERVER_ERROR,
-                                    "text/plain",
-                                    format!("{e}\n"),
-                                )
-                            }))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-    }
+    let api_listener = tokio::net::TcpListener::bind(api).await?;
+    spawn(healthz_listener, healthz_router(server.clone()), true);
+    spawn(api_listener, api_router(server), false);
     Ok(())
 }
 
-fn reply(code: StatusCode, ctype: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(body.into()));
-    *r.status_mut() = code;
-    if let Ok(v) = ctype.parse() {
-        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+fn spawn(listener: tokio::net::TcpListener, router: Router, healthz_only: bool) {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, healthz_only, "serving HTTP");
     }
-    r
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::warn!(error = %e, "HTTP server stopped");
+        }
+    });
 }
 
-fn json_reply(v: &serde_json::Value) -> Response<Full<Bytes>> {
-    reply(
-        StatusCode::OK,
-        "application/json",
+/// The healthz port: `/healthz` only (it may be bound wider than the API).
+fn healthz_router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "the healthz port serves /healthz only\n",
+            )
+        })
+        .with_state(server)
+}
+
+/// The API port. Authentication and authorization (kubelet's
+/// `InstallAuthFilter`) go in as a `.layer(...)` before `with_state`.
+fn api_router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/pods", get(pods))
+        .route("/pods/", get(pods))
+        .route("/events", get(events))
+        .route("/metrics", get(agent_metrics))
+        .route("/metrics/cadvisor", get(cadvisor))
+        .route("/metrics/resource", get(resource))
+        .route("/metrics/probes", get(probes))
+        .route("/manifests", get(manifests))
+        .route("/stats/summary", get(summary))
+        .route("/stats/summary/", get(summary))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "404 page not found\n") })
+        .with_state(server)
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking(f: impl FnOnce() -> Response + Send + 'static) -> Response {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response())
+}
+
+fn json_reply(v: &serde_json::Value) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
         serde_json::to_vec(v).unwrap_or_default(),
     )
+        .into_response()
 }
 
 /// Prometheus text, or OpenMetrics when the scraper asks for it.
-fn metrics_reply(req: &Request<Incoming>, text: String) -> Response<Full<Bytes>> {
-    let accept = req
-        .headers()
-        .get(hyper::header::ACCEPT)
-        .and_then(|v| v.to_str().ok());
+fn metrics_reply(headers: &HeaderMap, text: String) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     if metrics::wants_openmetrics(accept) {
-        reply(
-            StatusCode::OK,
-            metrics::OPENMETRICS_CONTENT_TYPE,
+        (
+            [(header::CONTENT_TYPE, metrics::OPENMETRICS_CONTENT_TYPE)],
             metrics::to_openmetrics(&text),
         )
+            .into_response()
     } else {
-        reply(StatusCode::OK, metrics::TEXT_CONTENT_TYPE, text)
+        ([(header::CONTENT_TYPE, metrics::TEXT_CONTENT_TYPE)], text).into_response()
     }
 }
 
-fn route(shared: &Server, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != Method::GET && req.method() != Method::HEAD {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n");
+async fn healthz(State(s): Shared) -> Response {
+    match s.health.check() {
+        Ok(()) => "ok".into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
-    match req.uri().path() {
-        "/healthz" => match shared.health.check() {
-            Ok(()) => reply(StatusCode::OK, "text/plain", "ok"),
-            Err(e) => reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain",
-                format!("{e}\n"),
-            ),
-        },
-        "/pods" | "/pods/" => {
-            let items = shared.statuses.pods();
-            json_reply(&json!({
-                "kind": "PodList",
-                "apiVersion": "v1",
-                "metadata": {},
-                "items": items,
-            }))
-        }
-        "/events" => json_reply(&json!({
-            "kind": "EventList",
-            "apiVersion": "v1",
-            "metadata": {},
-            "items": shared.recorder.list(),
-        })),
-        "/metrics" => metrics_reply(&req, shared.agent_metrics()),
-        "/metrics/cadvisor" => metrics_reply(
-            &req,
-            crate::stats::cadvisor::render(&shared.stats.collect()),
-        ),
-        "/metrics/resource" => metrics_reply(
-            &req,
-            crate::stats::resource::render(&shared.stats.collect()),
-        ),
-        "/metrics/probes" => metrics_reply(&req, shared.probe_metrics.render()),
-        "/manifests" => json_reply(&json!({
-            "errors": shared.manifest_errors.get(),
-        })),
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "404 page not found\n"),
-    }
+}
+
+async fn pods(State(s): Shared) -> Response {
+    json_reply(&json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": s.statuses.pods(),
+    }))
+}
+
+async fn events(State(s): Shared) -> Response {
+    json_reply(&json!({
+        "kind": "EventList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": s.recorder.list(),
+    }))
+}
+
+async fn agent_metrics(State(s): Shared, headers: HeaderMap) -> Response {
+    metrics_reply(&headers, s.agent_metrics())
+}
+
+async fn cadvisor(State(s): Shared, headers: HeaderMap) -> Response {
+    blocking(move || {
+        let text = crate::stats::cadvisor::render(&s.stats.collect());
+        metrics_reply(&headers, text)
+    })
+    .await
+}
+
+async fn resource(State(s): Shared, headers: HeaderMap) -> Response {
+    blocking(move || {
+        let text = crate::stats::resource::render(&s.stats.collect());
+        metrics_reply(&headers, text)
+    })
+    .await
+}
+
+async fn probes(State(s): Shared, headers: HeaderMap) -> Response {
+    metrics_reply(&headers, s.probe_metrics.render())
+}
+
+async fn manifests(State(s): Shared) -> Response {
+    json_reply(&json!({ "errors": s.manifest_errors.get() }))
+}
+
+/// The summary first asks the runtime for the writable layers.
+async fn summary(State(s): Shared) -> Response {
+    let rootfs = s.cri.writable_layers().await.unwrap_or_default();
+    blocking(move || json_reply(&s.stats.summary(rootfs))).await
 }
