@@ -60,7 +60,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
     tracing::info!(runtime = %runtime_name, socket = %socket.display(), node = %config.node_name, "agent connected to the CRI runtime");
-    let cgroups = || match cgroup::Hierarchy::detect() {
+    let cgroups = match cgroup::Hierarchy::detect() {
         Ok(h) => Some(h),
         Err(e) => {
             tracing::warn!("no pod cgroups: {e}");
@@ -93,7 +93,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         stats: Stats::new(
             config.clone(),
             node.clone(),
-            cgroups(),
+            cgroups.clone(),
             statuses.clone(),
             ooms.clone(),
         ),
@@ -148,7 +148,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         config: config.clone(),
         node,
         runtime_name,
-        cgroups: cgroups(),
+        cgroups,
         recorder: recorder.clone(),
         statuses,
         probe_metrics,
