@@ -1,0 +1,248 @@
+//! Pod workers and PLEG against an in-memory CRI runtime ([`fake_cri`]):
+//! no root, no containers, the real gRPC client and server. What the
+//! privileged end-to-end tests show with real containers, these show for
+//! the sync logic alone, in seconds, on any machine.
+
+mod fake_cri;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent::cri_config::NodeInfo;
+use agent::events::Recorder;
+use agent::pod_workers::{Ctx, PodWorkers};
+use agent::runtime::Cri;
+use agent::{metrics, pleg, prober, status};
+use fake_cri::FakeCri;
+use k8s_openapi::api::core::v1::Pod;
+
+struct Setup {
+    workers: PodWorkers,
+    statuses: status::Manager,
+    recorder: Recorder,
+    _dir: tempfile::TempDir,
+}
+
+async fn cri(fake: &FakeCri) -> Cri {
+    let metrics = Arc::new(metrics::AgentMetrics::default());
+    Cri::connect(fake.socket(), Duration::from_secs(5), metrics)
+        .await
+        .expect("connect to the fake")
+}
+
+async fn setup(fake: &FakeCri) -> Setup {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = edge_config::Config::default();
+    config.cri_socket = fake.socket().to_path_buf();
+    config.cgroups_per_qos = false;
+    config.data_dir = dir.path().join("data");
+    config.pod_logs_dir = dir.path().join("logs");
+    config.resolv_conf = dir.path().join("resolv.conf");
+    config.restart_backoff_initial = Duration::from_millis(300);
+    config.restart_backoff_max = Duration::from_millis(600);
+    std::fs::write(&config.resolv_conf, "nameserver 10.0.0.1\n").expect("resolv.conf");
+    let statuses = status::Manager::default();
+    let recorder = Recorder::new(100, "node");
+    let workers = PodWorkers::new(Ctx {
+        cri: cri(fake).await,
+        config: Arc::new(config),
+        node: Arc::new(NodeInfo {
+            name: "node".into(),
+            host_ip: "10.0.0.5".into(),
+            cpu_milli: 2000,
+            memory_bytes: 1 << 30,
+        }),
+        runtime_name: "fake".into(),
+        cgroups: None,
+        recorder: recorder.clone(),
+        statuses: statuses.clone(),
+        probe_metrics: prober::Metrics::default(),
+        metrics: Arc::new(metrics::AgentMetrics::default()),
+        started: Instant::now(),
+    });
+    // PLEG wakes the workers, wired as the sync loop wires it.
+    let (changed, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+    tokio::spawn(pleg::run(pleg::Pleg {
+        cri: cri(fake).await,
+        metrics: Arc::new(metrics::AgentMetrics::default()),
+        health: agent::health::Health::default(),
+        changed,
+    }));
+    let w = workers.clone();
+    tokio::spawn(async move {
+        while let Some(uid) = rx.recv().await {
+            w.notify(&uid);
+        }
+    });
+    Setup {
+        workers,
+        statuses,
+        recorder,
+        _dir: dir,
+    }
+}
+
+/// A static pod as the file source makes it (defaults, UID, node name).
+fn pod(name: &str, restart: &str, command: &str) -> Pod {
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart}\n  \
+         containers:\n  - {{name: main, image: busybox, command: [{command}]}}\n"
+    );
+    let mut pods = agent::manifest::parse(
+        Path::new(&format!("/pods/{name}.yaml")),
+        &text,
+        "node",
+        "2026-01-01T00:00:00Z",
+    )
+    .expect("valid pod");
+    pods.remove(0)
+}
+
+fn desired(pods: &[&Pod]) -> BTreeMap<String, Arc<Pod>> {
+    pods.iter()
+        .map(|p| (p.metadata.uid.clone().expect("uid"), Arc::new((*p).clone())))
+        .collect()
+}
+
+/// Polls `f` every 20 ms for up to 10 s.
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn phase(s: &status::Manager, uid: &str) -> String {
+    s.get(uid).and_then(|p| p.status?.phase).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_pod_gets_a_sandbox_and_its_container_and_runs() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let p = pod("web", "Always", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    let st = fake.state();
+    assert_eq!(st.sandboxes.len(), 1, "{:?}", st.sandboxes);
+    let c: Vec<_> = st.containers.values().collect();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].config.command, ["sleep"]);
+    // kubelet's labels: how a restarted agent finds its containers.
+    assert_eq!(c[0].config.labels["io.kubernetes.pod.uid"], uid);
+    assert_eq!(c[0].config.labels["io.kubernetes.container.name"], "main");
+    let order: Vec<&str> = st
+        .calls
+        .iter()
+        .copied()
+        .filter(|c| matches!(*c, "RunPodSandbox" | "CreateContainer" | "StartContainer"))
+        .collect();
+    assert_eq!(
+        order,
+        ["RunPodSandbox", "CreateContainer", "StartContainer"]
+    );
+    drop(st);
+    let reasons: Vec<String> = s
+        .recorder
+        .list()
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(reasons.contains(&"Started".to_string()), "{reasons:?}");
+}
+
+#[tokio::test]
+async fn a_failing_container_is_restarted_after_its_back_off() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let p = pod("crash", "Always", "'false'");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    let starts = || -> Vec<i64> {
+        let st = fake.state();
+        st.starts
+            .iter()
+            .filter(|(n, _)| n == "main")
+            .map(|(_, t)| *t)
+            .collect()
+    };
+    eventually("four attempts", || starts().len() >= 4).await;
+    let starts = starts();
+    // As kubelet: the first restart as soon as the exit is seen (PLEG), with
+    // no back-off; then 300 ms, then 600 ms (the maximum) after each exit.
+    let gaps: Vec<i64> = starts
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / 1_000_000)
+        .collect();
+    assert!(gaps[1] >= 300, "first back-off: {gaps:?} ms");
+    assert!(gaps[2] >= 600, "second back-off: {gaps:?} ms");
+    let pod = s.statuses.get(&uid).expect("status");
+    let cs = &pod
+        .status
+        .expect("status")
+        .container_statuses
+        .expect("containers")[0];
+    assert!(cs.restart_count >= 1, "{cs:?}");
+    // Exited instances do not pile up: the workers remove old ones.
+    let kept = fake.containers_named("main").len();
+    assert!(kept < starts.len(), "{kept} of {} kept", starts.len());
+}
+
+#[tokio::test]
+async fn a_pod_gone_from_its_source_is_stopped_and_removed() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let p = pod("gone", "Always", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    s.workers.update(&BTreeMap::new());
+    eventually("everything removed", || {
+        let st = fake.state();
+        st.sandboxes.is_empty() && st.containers.is_empty()
+    })
+    .await;
+    eventually("its status forgotten", || s.statuses.get(&uid).is_none()).await;
+    let calls = fake.state().calls.clone();
+    let stop = calls.iter().position(|c| *c == "StopContainer");
+    let remove = calls.iter().position(|c| *c == "RemovePodSandbox");
+    assert!(stop < remove && stop.is_some(), "{calls:?}");
+}
+
+#[tokio::test]
+async fn pleg_reports_the_pod_of_a_container_that_exited() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let p = pod("watched", "Never", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+
+    let (changed, mut rx) = tokio::sync::mpsc::channel(16);
+    let health = agent::health::Health::default();
+    tokio::spawn(pleg::run(pleg::Pleg {
+        cri: cri(&fake).await,
+        metrics: Arc::new(metrics::AgentMetrics::default()),
+        health: health.clone(),
+        changed,
+    }));
+    // The first relist sees everything as new.
+    let first = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("first relist");
+    assert_eq!(first.as_deref(), Some(uid.as_str()));
+    let id = fake.containers_named("main")[0].id.clone();
+    fake.exit(&id, 3);
+    let next = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a relist after the exit");
+    assert_eq!(next.as_deref(), Some(uid.as_str()));
+    assert!(health.check().is_ok());
+    // The setup's PLEG woke the worker for the same change: the pod failed
+    // (restartPolicy Never).
+    eventually("phase Failed", || phase(&s.statuses, &uid) == "Failed").await;
+}
