@@ -34,14 +34,16 @@ async fn cri(fake: &FakeCri) -> Cri {
 
 async fn setup(fake: &FakeCri) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut config = edge_config::Config::default();
-    config.cri_socket = fake.socket().to_path_buf();
-    config.cgroups_per_qos = false;
-    config.data_dir = dir.path().join("data");
-    config.pod_logs_dir = dir.path().join("logs");
-    config.resolv_conf = dir.path().join("resolv.conf");
-    config.restart_backoff_initial = Duration::from_millis(300);
-    config.restart_backoff_max = Duration::from_millis(600);
+    let config = edge_config::Config {
+        cri_socket: fake.socket().to_path_buf(),
+        cgroups_per_qos: false,
+        data_dir: dir.path().join("data"),
+        pod_logs_dir: dir.path().join("logs"),
+        resolv_conf: dir.path().join("resolv.conf"),
+        restart_backoff_initial: Duration::from_millis(300),
+        restart_backoff_max: Duration::from_millis(600),
+        ..Default::default()
+    };
     std::fs::write(&config.resolv_conf, "nameserver 10.0.0.1\n").expect("resolv.conf");
     let statuses = status::Manager::default();
     let recorder = Recorder::new(100, "node");
