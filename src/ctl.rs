@@ -313,7 +313,7 @@ async fn rmi(channel: cri_proto::Channel, refs: Vec<String>) -> Result<()> {
 fn age(created_ns: i64) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0);
     let s = (now - created_ns).max(0) / 1_000_000_000;
     match s {

@@ -76,7 +76,8 @@ pub fn rotated_name(log: &Path, now: SystemTime) -> PathBuf {
     let secs = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (y, mo, d) = cri_proto::log::civil_from_days((secs / 86_400) as i64);
+    let (y, mo, d) =
+        cri_proto::log::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(i64::MAX));
     let s = secs % 86_400;
     let mut name = log.as_os_str().to_owned();
     name.push(format!(

@@ -46,8 +46,8 @@ pub fn cpu_spec_v1(shares: &str, quota: &str, period: &str) -> CpuSpec {
             .trim()
             .parse::<i64>()
             .ok()
-            .filter(|q| *q > 0)
-            .map(|q| q as u64),
+            .and_then(|q| u64::try_from(q).ok())
+            .filter(|q| *q > 0),
         period: num(period),
     }
 }

@@ -347,17 +347,18 @@ fn encode_literal(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
 /// A string length: an integer with a 7-bit prefix, H bit clear (§5.1).
 fn encode_length(mut n: usize, out: &mut Vec<u8>) {
     const PREFIX_MAX: usize = 0x7f;
+    let low7 = |n: usize| u8::try_from(n & 0x7f).unwrap_or(0x7f);
     if n < PREFIX_MAX {
-        out.push(n as u8); // < 0x7f: fits the prefix
+        out.push(low7(n)); // < 0x7f: fits the prefix
         return;
     }
-    out.push(PREFIX_MAX as u8);
+    out.push(low7(PREFIX_MAX));
     n -= PREFIX_MAX;
     while n >= 0x80 {
-        out.push((n & 0x7f) as u8 | 0x80);
+        out.push(low7(n) | 0x80);
         n >>= 7;
     }
-    out.push(n as u8); // < 0x80 after the loop
+    out.push(low7(n)); // < 0x80 after the loop
 }
 
 /// What h2 accepts: a URI authority (`host[:port]`, no path, no `%`).
@@ -472,4 +473,9 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "hand-encoded HTTP/2 frames: lengths and random bytes truncated on purpose"
+)]
 mod tests;

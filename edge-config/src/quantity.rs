@@ -57,7 +57,7 @@ fn parse_scaled(s: &str, factor: u128) -> Option<u128> {
     {
         return None;
     }
-    let scale = 10u128.checked_pow(frac.len() as u32)?;
+    let scale = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
     let digits: u128 =
         format!("{int}{frac}")
             .parse()

@@ -173,7 +173,8 @@ impl<'a> Unpacker<'a> {
         let mode = header.mode().map_err(self.io_err(&raw, "mode"))? & 0o7777;
         let uid = header.uid().map_err(self.io_err(&raw, "uid"))?;
         let gid = header.gid().map_err(self.io_err(&raw, "gid"))?;
-        let mtime = header.mtime().map_err(self.io_err(&raw, "mtime"))? as i64;
+        let mtime = header.mtime().map_err(self.io_err(&raw, "mtime"))?;
+        let mtime = i64::try_from(mtime).unwrap_or(i64::MAX);
 
         match kind {
             EntryType::Directory => {
@@ -260,11 +261,14 @@ impl<'a> Unpacker<'a> {
 
         self.set_xattrs(entry, &path, &raw)?;
         if self.opts.privileged {
+            let id = |v: u64, what: &str| {
+                u32::try_from(v).map_err(|_| self.err(&raw, format!("{what} {v} is out of range")))
+            };
             fchownat(
                 None,
                 &path,
-                Some(Uid::from_raw(uid as u32)),
-                Some(Gid::from_raw(gid as u32)),
+                Some(Uid::from_raw(id(uid, "uid")?)),
+                Some(Gid::from_raw(id(gid, "gid")?)),
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             )
             .map_err(|e| self.err(&raw, format!("chown: {e}")))?;

@@ -81,10 +81,9 @@ impl Runtime {
             Ok::<_, Error>((o, e, status.code().unwrap_or(255)))
         };
         // The helper enforces the timeout; this is the backstop.
-        let backstop = Duration::from_secs(if timeout > 0 {
-            timeout as u64 + 10
-        } else {
-            24 * 3600
+        let backstop = Duration::from_secs(match u64::try_from(timeout) {
+            Ok(t) if t > 0 => t + 10,
+            _ => 24 * 3600,
         });
         let (o, e, code) = tokio::time::timeout(backstop, run)
             .await

@@ -130,8 +130,9 @@ pub(crate) fn resolve_devices(config: &ContainerConfig) -> Result<Vec<ResolvedDe
                 d.container_path.clone()
             },
             kind,
-            major: nix::sys::stat::major(rdev) as i64,
-            minor: nix::sys::stat::minor(rdev) as i64,
+            // 12 and 20 bits wide in the kernel's dev_t.
+            major: i64::try_from(nix::sys::stat::major(rdev)).unwrap_or(i64::MAX),
+            minor: i64::try_from(nix::sys::stat::minor(rdev)).unwrap_or(i64::MAX),
             file_mode: m.mode() & 0o777,
             permissions: perms,
         });

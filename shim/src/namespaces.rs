@@ -137,15 +137,16 @@ fn loopback_up() -> std::io::Result<()> {
     // SAFETY: ifreq is a plain C struct for which all-zero bytes are valid.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
+        *dst = libc::c_char::from_ne_bytes([*src]);
     }
     // SAFETY: SIOCGIFFLAGS reads the name and writes ifru_flags of `req`,
     // which lives for the whole call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    let up = libc::c_short::try_from(libc::IFF_UP).expect("IFF_UP is 1");
     // SAFETY: the union member ifru_flags was just filled by the kernel.
-    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    unsafe { req.ifr_ifru.ifru_flags |= up };
     // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
     if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &req) } < 0 {
         return Err(std::io::Error::last_os_error());

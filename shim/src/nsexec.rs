@@ -483,7 +483,11 @@ fn capset(caps: &Caps) -> Result<(), String> {
         version: VERSION_3,
         pid: 0,
     };
-    let word = |m: u64, hi: bool| if hi { (m >> 32) as u32 } else { m as u32 };
+    // The kernel's capability sets are two 32-bit words: split the mask.
+    let word = |m: u64, hi: bool| {
+        let w = if hi { m >> 32 } else { m & 0xffff_ffff };
+        u32::try_from(w).unwrap_or(u32::MAX)
+    };
     let data: [Data; 2] = [false, true].map(|hi| Data {
         effective: word(caps.effective, hi),
         permitted: word(caps.permitted, hi),

@@ -15,8 +15,9 @@ pub(crate) fn open(pid: i32) -> io::Result<OwnedFd> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("pidfd_open: fd out of range"))?;
     // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Calls `exited` when process `pid` — the one that started at
@@ -60,7 +61,7 @@ mod tests {
             .arg("0.3")
             .spawn()
             .expect("sleep");
-        let pid = child.id() as i32;
+        let pid = i32::try_from(child.id()).expect("pid");
         let start = crate::host::proc_start_time(pid);
         let notify = Arc::new(tokio::sync::Notify::new());
         let t0 = std::time::Instant::now();
@@ -77,7 +78,7 @@ mod tests {
         let _ = child.wait();
         // A pid whose start time is not the recorded one: woken at once.
         let other = Arc::new(tokio::sync::Notify::new());
-        let me = std::process::id() as i32;
+        let me = i32::try_from(std::process::id()).expect("pid");
         let o = other.clone();
         tokio::spawn(notify_on_exit(me, Some(1), move || o.notify_one()));
         tokio::time::timeout(Duration::from_secs(5), other.notified())

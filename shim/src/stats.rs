@@ -43,8 +43,11 @@ fn cpu_memory(
     let usage = s.cpu.usage_ns;
     // usage_nano_cores needs two samples: rate since the last one.
     let nano_cores = last.get(key).and_then(|(t, c)| {
-        let dt = now.checked_sub(*t).filter(|d| *d > 0)? as u128;
-        Some((u128::from(usage.saturating_sub(*c)) * 1_000_000_000 / dt) as u64)
+        let dt = u128::try_from(now.checked_sub(*t)?)
+            .ok()
+            .filter(|d| *d > 0)?;
+        let rate = u128::from(usage.saturating_sub(*c)) * 1_000_000_000 / dt;
+        Some(u64::try_from(rate).unwrap_or(u64::MAX))
     });
     last.insert(key.to_string(), (now, usage));
     let m = &s.memory;

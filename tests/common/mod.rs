@@ -379,7 +379,7 @@ impl Shim {
 /// SIGKILL if it is still there after 5 s.
 pub fn terminate(mut c: Child) {
     let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::unistd::Pid::from_raw(i32::try_from(c.id()).expect("pid")),
         nix::sys::signal::Signal::SIGTERM,
     );
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -97,13 +97,14 @@ impl Stats {
                 }
             }
         }
+        // The first number of a /proc file, whole seconds or units.
         let read_num = |p: &str| {
             std::fs::read_to_string(p)
                 .ok()
-                .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
-                .unwrap_or(0.0)
+                .and_then(|t| t.split(['.', ' ', '\n']).next()?.parse::<u64>().ok())
+                .unwrap_or(0)
         };
-        let now_s = now.as_secs_f64();
+        let now_secs = now.as_secs();
         let processes = std::fs::read_dir("/proc")
             .map(|d| {
                 d.flatten()
@@ -157,12 +158,14 @@ impl Stats {
         }
         let x = summary::Extras {
             node_name: self.node.name.clone(),
-            now: summary::rfc3339(now.as_secs() as i64),
-            boot_time: summary::rfc3339((now_s - read_num("/proc/uptime")) as i64),
+            now: summary::rfc3339(summary::secs(now_secs)),
+            boot_time: summary::rfc3339(summary::secs(
+                now_secs.saturating_sub(read_num("/proc/uptime")),
+            )),
             nano_cores,
             node_fs: summary::Fs::of(&self.config.data_dir),
             image_fs: summary::Fs::of(&self.config.images_dir),
-            pid_max: read_num("/proc/sys/kernel/pid_max") as u64,
+            pid_max: read_num("/proc/sys/kernel/pid_max"),
             processes,
             pods,
             logs,

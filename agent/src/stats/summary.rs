@@ -74,6 +74,11 @@ pub struct Extras {
     pub volumes: HashMap<String, Vec<(String, u64, u64, bool)>>,
 }
 
+/// Unix seconds as [`rfc3339`] takes them (saturating).
+pub fn secs(s: u64) -> i64 {
+    i64::try_from(s).unwrap_or(i64::MAX)
+}
+
 /// Unix seconds → RFC 3339, as the Kubernetes API writes times.
 pub fn rfc3339(secs: i64) -> String {
     k8s_openapi::jiff::Timestamp::from_second(secs)
@@ -184,7 +189,10 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
         for e in &mine {
             let mut c = json!({
                 "name": e.labels.container,
-                "startTime": rfc3339(e.start_time as i64),
+                "startTime": rfc3339(
+                    std::time::Duration::try_from_secs_f64(e.start_time)
+                        .map_or(0, |d| secs(d.as_secs()))
+                ),
                 "cpu": cpu(e, x),
                 "memory": memory(e, x, None),
             });

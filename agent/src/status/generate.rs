@@ -142,7 +142,9 @@ fn container_status(
             .unwrap_or_default(),
         image_id: latest.map(|l| l.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|l| format!("{runtime}://{}", l.id)),
-        restart_count: latest.map(|l| l.restart_count as i32).unwrap_or(0),
+        restart_count: latest
+            .map(|l| i32::try_from(l.restart_count).unwrap_or(i32::MAX))
+            .unwrap_or(0),
         ready,
         started: Some(started),
         state: Some(state),

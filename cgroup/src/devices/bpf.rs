@@ -49,7 +49,7 @@ fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
             libc::SYS_bpf,
             cmd,
             attr as *mut T,
-            std::mem::size_of::<T>() as libc::c_uint,
+            libc::c_uint::try_from(std::mem::size_of::<T>()).unwrap_or(libc::c_uint::MAX),
         )
     };
     if r < 0 {
@@ -63,20 +63,21 @@ fn load(insns: &[Insn], log: Option<&mut Vec<u8>>) -> io::Result<OwnedFd> {
     let license = b"Apache-2.0\0";
     let mut attr = ProgLoad {
         prog_type: BPF_PROG_TYPE_CGROUP_DEVICE,
-        insn_cnt: insns.len() as u32,
+        insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
         ..Default::default()
     };
     if let Some(buf) = log {
         attr.log_level = 1;
-        attr.log_size = buf.len() as u32;
+        attr.log_size = u32::try_from(buf.len()).unwrap_or(u32::MAX);
         attr.log_buf = buf.as_mut_ptr() as u64;
     }
     let fd = sys_bpf(BPF_PROG_LOAD, &mut attr)?;
+    let fd = i32::try_from(fd).map_err(|_| io::Error::other("bpf: fd out of range"))?;
     // SAFETY: BPF_PROG_LOAD returned a new file descriptor that nothing else
     // owns (close-on-exec, as every bpf fd).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Loads a `BPF_PROG_TYPE_CGROUP_DEVICE` program. Kernels before 5.11
@@ -129,9 +130,10 @@ fn raise_memlock() -> bool {
 
 /// Attaches `prog` to the cgroup directory `cgroup` with `BPF_F_ALLOW_MULTI`.
 pub(super) fn attach_device_program(cgroup: &File, prog: &OwnedFd) -> io::Result<()> {
+    let fd = |raw: i32| u32::try_from(raw).map_err(|_| io::Error::other("bad fd"));
     let mut attr = ProgAttach {
-        target_fd: cgroup.as_raw_fd() as u32,
-        attach_bpf_fd: prog.as_raw_fd() as u32,
+        target_fd: fd(cgroup.as_raw_fd())?,
+        attach_bpf_fd: fd(prog.as_raw_fd())?,
         attach_type: BPF_CGROUP_DEVICE,
         attach_flags: BPF_F_ALLOW_MULTI,
     };

@@ -243,4 +243,10 @@ pub fn attach(cgroup: &Path, policy: &Policy) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    reason = "a BPF interpreter: the casts are the instruction set's register semantics"
+)]
 mod tests;

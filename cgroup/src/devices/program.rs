@@ -141,7 +141,8 @@ pub fn program(policy: &Policy) -> Vec<Insn> {
             let mut insn = s.insn;
             if s.skip {
                 // Relative to the next instruction; blocks are a handful long.
-                insn.off = (len - i - 1) as i16;
+                insn.off =
+                    i16::try_from(len - i - 1).expect("a block is a handful of instructions");
             }
             out.push(insn);
         }

@@ -131,7 +131,7 @@ fn run(prog: &[Insn], ctx: [u32; 3]) -> u64 {
         let i = prog[pc];
         let (d, s) = regs(&i);
         pc += 1;
-        let imm = i.imm as i64 as u64;
+        let imm = i64::from(i.imm) as u64;
         let jump = |cond: bool, pc: &mut usize| {
             if cond {
                 *pc = (*pc as isize + i.off as isize) as usize;

@@ -257,7 +257,7 @@ impl Runtime {
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::Internal(format!("start monitor: {e}")))?;
-        rec.monitor_pid = child.id().map(|p| p as i32);
+        rec.monitor_pid = child.id().and_then(|p| i32::try_from(p).ok());
         rec.monitor_start_time = rec.monitor_pid.and_then(proc_start_time);
         let stdout = child
             .stdout

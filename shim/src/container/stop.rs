@@ -61,7 +61,10 @@ impl Runtime {
                 tracing::debug!(container = %id, error = %e, "stop signal");
             }
             if self
-                .wait_exit(&rec, Duration::from_secs(timeout as u64))
+                .wait_exit(
+                    &rec,
+                    Duration::from_secs(u64::try_from(timeout).unwrap_or(0)),
+                )
                 .await
             {
                 return Ok(());
