@@ -87,7 +87,9 @@ pub async fn serve(
     api: SocketAddr,
 ) -> std::io::Result<()> {
     let healthz_listener = tokio::net::TcpListener::bind(healthz).await?;
-    if api == healthz {
+    // One port for both, unless the ports are left to the kernel (0): then
+    // each gets its own, as configured.
+    if api == healthz && api.port() != 0 {
         spawn(healthz_listener, api_router(server), false);
         return Ok(());
     }

@@ -53,8 +53,9 @@ impl Agent {
         let a = Self {
             shim,
             child: None,
-            healthz_port: free_port(),
-            port: free_port(),
+            // Bound by the agent (port 0) and read from its log at spawn.
+            healthz_port: 0,
+            port: 0,
             extra_config: extra_config.into(),
             picolet_extra: String::new(),
             cri_socket: None,
@@ -113,6 +114,15 @@ impl Agent {
     }
 
     pub fn spawn(&mut self) {
+        // `up` restarts a killed agent itself, and that one would bind new
+        // ports; with no log there is nothing to read them from: pick them.
+        let fixed = self.stderr_unread || self.command == "up";
+        if fixed {
+            (self.healthz_port, self.port) = (free_port(), free_port());
+        } else {
+            (self.healthz_port, self.port) = (0, 0);
+        }
+        let log_start = self.log().len();
         self.write_config();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -138,6 +148,19 @@ impl Agent {
         // No reader: every write to that stderr fails with EPIPE.
         drop(child.stderr.take());
         self.child = Some(child);
+        if !fixed {
+            let mut ports = None;
+            super::eventually(
+                "the agent's HTTP ports in its log",
+                Duration::from_secs(20),
+                || {
+                    ports = http_ports(self.log().get(log_start..).unwrap_or(""));
+                    ports.is_some()
+                },
+                || format!("agent log:\n{}", self.log()),
+            );
+            (self.healthz_port, self.port) = ports.expect("ports");
+        }
         super::eventually(
             "the agent's /healthz",
             Duration::from_secs(20),
@@ -294,6 +317,25 @@ impl Agent {
             format!("agent log:\n{}", self.log())
         });
     }
+}
+
+/// (healthz port, API port) from the agent's `serving HTTP` log lines.
+fn http_ports(log: &str) -> Option<(u16, u16)> {
+    let (mut healthz, mut api) = (None, None);
+    for line in log.lines().filter(|l| l.contains("serving HTTP")) {
+        let port = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("addr="))
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            .map(|a| a.port());
+        if line.contains("healthz_only=true") {
+            healthz = port;
+        } else {
+            api = port;
+        }
+    }
+    let api = api?;
+    Some((healthz.unwrap_or(api), api))
 }
 
 fn find_pod(pods: Vec<Value>, name: &str) -> Option<Value> {
