@@ -46,14 +46,31 @@ impl Runtime {
         Ok(())
     }
 
-    /// Updates the live cgroup (cgroup v1 or v2 files) and the stored config.
+    /// Updates the live cgroup and the stored config. libcgroups writes
+    /// the files, as libcontainer's create did: one owner per container
+    /// cgroup directory (the shim only reads them, for stats).
     pub fn update_container_resources(
         &self,
         id: &str,
         r: LinuxContainerResources,
     ) -> Result<(), Error> {
         let mut rec = self.container(id)?;
-        crate::cgroupfs::apply(&rec.cgroup, &r)?;
+        let hugetlb = crate::host_inputs::hugetlb_available();
+        let resources = crate::spec::linux_resources(&r, hugetlb, id)?;
+        let manager = libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
+            cgroup_path: std::path::PathBuf::from(&rec.cgroup),
+            systemd_cgroup: false,
+            container_name: id.to_string(),
+        })
+        .map_err(|e| Error::Internal(format!("cgroup of container {id}: {e}")))?;
+        let opt = libcgroups::common::ControllerOpt {
+            resources: &resources,
+            freezer_state: None,
+            oom_score_adj: None,
+            disable_oom_killer: false,
+        };
+        libcgroups::common::CgroupManager::apply(&manager, &opt)
+            .map_err(|e| Error::Internal(format!("update the cgroup of container {id}: {e}")))?;
         if let Some(l) = rec.config.linux.as_mut() {
             l.resources = Some(r);
         }

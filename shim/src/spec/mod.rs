@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cri_proto::v1::{ContainerConfig, MountPropagation, NamespaceMode};
+use cri_proto::v1::{ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode};
 use oci_spec::image::ImageConfiguration;
 use oci_spec::runtime::Spec;
 use serde_json::{Value, json};
@@ -306,56 +306,8 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
         device_rules = vec![json!({"allow": true, "access": "rwm"})];
     }
 
-    let mut resources = json!({"devices": device_rules});
-    let mut memory = serde_json::Map::new();
-    if res.memory_limit_in_bytes > 0 {
-        memory.insert("limit".into(), json!(res.memory_limit_in_bytes));
-    }
-    if res.memory_swap_limit_in_bytes > 0 {
-        memory.insert("swap".into(), json!(res.memory_swap_limit_in_bytes));
-    }
-    if !memory.is_empty() {
-        resources["memory"] = Value::Object(memory);
-    }
-    let mut cpu = serde_json::Map::new();
-    if res.cpu_shares > 0 {
-        cpu.insert("shares".into(), json!(res.cpu_shares));
-    }
-    if res.cpu_quota != 0 {
-        cpu.insert("quota".into(), json!(res.cpu_quota));
-    }
-    if res.cpu_period > 0 {
-        cpu.insert("period".into(), json!(res.cpu_period));
-    }
-    if !res.cpuset_cpus.is_empty() {
-        cpu.insert("cpus".into(), json!(res.cpuset_cpus));
-    }
-    if !res.cpuset_mems.is_empty() {
-        cpu.insert("mems".into(), json!(res.cpuset_mems));
-    }
-    if !cpu.is_empty() {
-        resources["cpu"] = Value::Object(cpu);
-    }
-    // The kubelet sends a limit for every page size the kernel offers. Where
-    // the hugetlb controller is missing, drop them as containerd does
-    // (libcontainer refuses the container: "cgroup hugetlb is required").
-    if !res.hugepage_limits.is_empty() {
-        if input.hugetlb {
-            resources["hugepageLimits"] = res
-                .hugepage_limits
-                .iter()
-                .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
-                .collect();
-        } else {
-            tracing::debug!(
-                container = input.id,
-                "no hugetlb cgroup controller: hugepage limits dropped"
-            );
-        }
-    }
-    if !res.unified.is_empty() {
-        resources["unified"] = json!(res.unified.iter().collect::<BTreeMap<_, _>>());
-    }
+    let mut resources = resources_json(&res, input.hugetlb, input.id);
+    resources["devices"] = json!(device_rules);
 
     let (masked, readonly): (Vec<String>, Vec<String>) = if sc.privileged {
         (vec![], vec![])
@@ -414,6 +366,73 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     });
     serde_json::from_value(spec)
         .map_err(|e| Error::Internal(format!("generated spec does not parse: {e}")))
+}
+
+/// The OCI `linux.resources` for CRI resources, without devices: memory,
+/// CPU, cpuset, hugepages (only with a `hugetlb` controller) and unified.
+fn resources_json(res: &LinuxContainerResources, hugetlb: bool, id: &str) -> Value {
+    let mut resources = json!({});
+    let mut memory = serde_json::Map::new();
+    if res.memory_limit_in_bytes > 0 {
+        memory.insert("limit".into(), json!(res.memory_limit_in_bytes));
+    }
+    if res.memory_swap_limit_in_bytes > 0 {
+        memory.insert("swap".into(), json!(res.memory_swap_limit_in_bytes));
+    }
+    if !memory.is_empty() {
+        resources["memory"] = Value::Object(memory);
+    }
+    let mut cpu = serde_json::Map::new();
+    if res.cpu_shares > 0 {
+        cpu.insert("shares".into(), json!(res.cpu_shares));
+    }
+    if res.cpu_quota != 0 {
+        cpu.insert("quota".into(), json!(res.cpu_quota));
+    }
+    if res.cpu_period > 0 {
+        cpu.insert("period".into(), json!(res.cpu_period));
+    }
+    if !res.cpuset_cpus.is_empty() {
+        cpu.insert("cpus".into(), json!(res.cpuset_cpus));
+    }
+    if !res.cpuset_mems.is_empty() {
+        cpu.insert("mems".into(), json!(res.cpuset_mems));
+    }
+    if !cpu.is_empty() {
+        resources["cpu"] = Value::Object(cpu);
+    }
+    // The kubelet sends a limit for every page size the kernel offers. Where
+    // the hugetlb controller is missing, drop them as containerd does
+    // (libcontainer refuses the container: "cgroup hugetlb is required").
+    if !res.hugepage_limits.is_empty() {
+        if hugetlb {
+            resources["hugepageLimits"] = res
+                .hugepage_limits
+                .iter()
+                .map(|h| json!({"pageSize": h.page_size, "limit": h.limit}))
+                .collect();
+        } else {
+            tracing::debug!(
+                container = id,
+                "no hugetlb cgroup controller: hugepage limits dropped"
+            );
+        }
+    }
+    if !res.unified.is_empty() {
+        resources["unified"] = json!(res.unified.iter().collect::<BTreeMap<_, _>>());
+    }
+    resources
+}
+
+/// CRI resources as OCI `LinuxResources` for a live update through
+/// libcgroups, the one owner of container cgroup directories.
+pub fn linux_resources(
+    res: &LinuxContainerResources,
+    hugetlb: bool,
+    id: &str,
+) -> Result<oci_spec::runtime::LinuxResources, Error> {
+    serde_json::from_value(resources_json(res, hugetlb, id))
+        .map_err(|e| invalid("linux.resources", e))
 }
 
 /// The propagation of the container's mount namespace, as containerd sets
