@@ -249,6 +249,31 @@ fn start_or_wait(
     })
 }
 
+/// When to sync again at the latest after a sync that left `waits` and
+/// containers waiting for `waiting` reasons: right after a back-off ends;
+/// within a second after a failed pull (so the status moves on to
+/// ImagePullBackOff, kubelet's sequence, instead of only showing
+/// ErrImagePull at each retry); within 5 s for other errors; else at
+/// `syncFrequency`.
+pub fn next_sync<'a>(
+    sync_frequency: Duration,
+    waits: &[Wait],
+    waiting: impl Iterator<Item = &'a str>,
+) -> Duration {
+    let mut next = sync_frequency;
+    for w in waits {
+        next = next.min(w.remaining + Duration::from_millis(50));
+    }
+    for reason in waiting {
+        match reason {
+            crate::reason::CRASH_LOOP_BACK_OFF => {}
+            crate::reason::ERR_IMAGE_PULL => next = next.min(Duration::from_secs(1)),
+            _ => next = next.min(Duration::from_secs(5)),
+        }
+    }
+    next
+}
+
 /// Computes the actions for one sync of `pod`.
 pub fn plan(
     pod: &Pod,

@@ -446,3 +446,34 @@ fn a_failed_liveness_probe_kills_and_restarts_unless_never() {
         assert!(!a.kill_pod);
     }
 }
+
+#[test]
+fn next_sync_is_the_earliest_retry() {
+    let freq = Duration::from_secs(60);
+    let wait = |ms| Wait {
+        name: "a".into(),
+        reason: crate::reason::CRASH_LOOP_BACK_OFF,
+        remaining: Duration::from_millis(ms),
+    };
+    let none: [&str; 0] = [];
+    assert_eq!(next_sync(freq, &[], none.into_iter()), freq);
+    // Right after the shortest back-off ends.
+    assert_eq!(
+        next_sync(freq, &[wait(9_000), wait(2_000)], none.into_iter()),
+        Duration::from_millis(2_050)
+    );
+    // A failed pull looks again within a second, other errors within 5 s;
+    // a back-off's own reason adds nothing.
+    let reasons = [crate::reason::ERR_IMAGE_PULL];
+    assert_eq!(
+        next_sync(freq, &[], reasons.into_iter()),
+        Duration::from_secs(1)
+    );
+    let reasons = [crate::reason::CREATE_CONTAINER_ERROR];
+    assert_eq!(
+        next_sync(freq, &[], reasons.into_iter()),
+        Duration::from_secs(5)
+    );
+    let reasons = [crate::reason::CRASH_LOOP_BACK_OFF];
+    assert_eq!(next_sync(freq, &[], reasons.into_iter()), freq);
+}

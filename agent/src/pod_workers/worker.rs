@@ -27,6 +27,14 @@ mod start;
 mod stop;
 use stop::Stop;
 
+/// What applying a plan did.
+enum Applied {
+    Nothing,
+    Acted,
+    /// RunPodSandbox failed: retry in a few seconds.
+    SandboxFailed,
+}
+
 /// kubelet's minimum grace after a preStop hook used up the period.
 const MIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -209,7 +217,9 @@ impl Worker {
         format!("{}/{}/{}", self.uid, c.name, cri_config::container_hash(c))
     }
 
-    /// One sync; returns when to sync again at the latest.
+    /// One sync: observe, plan (pure), apply, publish. Returns when to
+    /// sync again at the latest (kube-runtime's `Action::requeue`), which
+    /// [`plan::next_sync`] decides.
     async fn sync(&mut self) -> Result<Duration, SyncError> {
         let Some(pod) = self.pod.clone() else {
             return Ok(Duration::from_secs(3600));
@@ -219,28 +229,7 @@ impl Worker {
         if let Some(oldest) = observed.sandboxes.last() {
             self.start_time = self.start_time.min(oldest.created_at);
         }
-        let now_t = now();
-        let actions = {
-            let backoff = lock(&self.shared.backoff);
-            let spec = pod.spec.as_ref();
-            let lookup = |name: &str, finished_at: i64| {
-                let c = spec?
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .chain(spec?.containers.iter())
-                    .find(|c| c.name == name)?;
-                let since = Duration::from_nanos(u64::try_from(finished_at).unwrap_or(0));
-                backoff.remaining(&self.backoff_key(c), since, now_t)
-            };
-            let unhealthy = |id: &str| {
-                let c = observed.containers.iter().find(|c| c.id == id)?;
-                self.probes.unhealthy(&pod, &c.name, id)
-            };
-            let started = |id: &str| self.probes.state(id).started == Some(true);
-            plan::plan(&pod, &observed, &lookup, &unhealthy, &started)
-        };
-        let mut acted = false;
+        let actions = self.plan(&pod, &observed);
         // Waiting reasons that no longer hold go away.
         self.waiting.retain(|_, w| {
             !matches!(
@@ -248,7 +237,70 @@ impl Worker {
                 reason::CRASH_LOOP_BACK_OFF | reason::CONTAINER_CREATING
             )
         });
+        let acted = match self.apply(&pod, &observed, &actions).await? {
+            Applied::SandboxFailed => return Ok(Duration::from_secs(5)),
+            Applied::Acted => true,
+            Applied::Nothing => false,
+        };
+        self.record_waits(&pod, &actions.waits);
+        let observed = if acted {
+            cri.observe(&self.uid).await?
+        } else {
+            observed
+        };
+        self.gc(&observed).await;
+        let pod_ip = prober::address(&self.shared.node.host_ip, &pod, &observed);
+        let env = prober::Env {
+            cri: &self.shared.cri,
+            recorder: &self.shared.recorder,
+            metrics: &self.shared.probe_metrics,
+            agent_started: self.shared.started,
+            wake: &self.wake,
+            pod: &self.obj,
+            pod_ip: &pod_ip,
+        };
+        self.probes.sync(&env, &pod, &observed);
+        self.publish(&pod, &observed);
+        Ok(plan::next_sync(
+            self.shared.config.sync_frequency,
+            &actions.waits,
+            self.waiting.values().map(|w| w.reason.as_str()),
+        ))
+    }
 
+    /// The pure plan for this sync, given restart back-off and probe results.
+    fn plan(&self, pod: &Pod, observed: &Observed) -> plan::Actions {
+        let now_t = now();
+        let backoff = lock(&self.shared.backoff);
+        let spec = pod.spec.as_ref();
+        let lookup = |name: &str, finished_at: i64| {
+            let c = spec?
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(spec?.containers.iter())
+                .find(|c| c.name == name)?;
+            let since = Duration::from_nanos(u64::try_from(finished_at).unwrap_or(0));
+            backoff.remaining(&self.backoff_key(c), since, now_t)
+        };
+        let unhealthy = |id: &str| {
+            let c = observed.containers.iter().find(|c| c.id == id)?;
+            self.probes.unhealthy(pod, &c.name, id)
+        };
+        let started = |id: &str| self.probes.state(id).started == Some(true);
+        plan::plan(pod, observed, &lookup, &unhealthy, &started)
+    }
+
+    /// Applies the plan through CRI: stop the pod, (re)create its sandbox,
+    /// kill containers, start containers.
+    async fn apply(
+        &mut self,
+        pod: &Pod,
+        observed: &Observed,
+        actions: &plan::Actions,
+    ) -> Result<Applied, SyncError> {
+        let cri = self.shared.cri.clone();
+        let mut acted = false;
         if actions.kill_pod {
             let live: Vec<&ObservedContainer> = observed.live().collect();
             let ready: Vec<String> = observed
@@ -274,8 +326,8 @@ impl Worker {
             .unwrap_or_default();
         if let Some(attempt) = actions.create_sandbox {
             acted = true;
-            self.prepare_pod_cgroup(&pod)?;
-            let cfg = cri_config::sandbox_config(&pod, attempt, &self.sandbox_env());
+            self.prepare_pod_cgroup(pod)?;
+            let cfg = cri_config::sandbox_config(pod, attempt, &self.sandbox_env());
             if attempt > 0 {
                 self.event(
                     None,
@@ -296,7 +348,7 @@ impl Worker {
                         "FailedCreatePodSandBox",
                         &format!("Failed to create pod sandbox: {e}"),
                     );
-                    return Ok(Duration::from_secs(5));
+                    return Ok(Applied::SandboxFailed);
                 }
             }
         }
@@ -313,7 +365,7 @@ impl Worker {
             acted = true;
             self.kill_containers(&kills).await;
         }
-        if let Some(sb) = sandbox_id.clone() {
+        if let Some(sb) = sandbox_id {
             let mut starts: Vec<&Container> = Vec::new();
             let inits = spec.init_containers.as_deref().unwrap_or(&[]);
             starts.extend(actions.start_init.and_then(|i| inits.get(i)));
@@ -326,11 +378,21 @@ impl Worker {
             starts.extend(actions.start.iter().filter_map(|i| spec.containers.get(*i)));
             for c in starts {
                 acted = true;
-                self.start_container(&pod, c, &observed, &sb, &pod_ip).await;
+                self.start_container(pod, c, observed, &sb, &pod_ip).await;
             }
         }
-        let mut next = self.shared.config.sync_frequency;
-        for w in &actions.waits {
+        Ok(if acted {
+            Applied::Acted
+        } else {
+            Applied::Nothing
+        })
+    }
+
+    /// CrashLoopBackOff for each container the plan holds back: an event
+    /// and the waiting reason with kubelet's message.
+    fn record_waits(&mut self, pod: &Pod, waits: &[plan::Wait]) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        for w in waits {
             let delay = {
                 let backoff = lock(&self.shared.backoff);
                 spec.containers
@@ -361,38 +423,7 @@ impl Worker {
                     message: msg,
                 },
             );
-            next = next.min(w.remaining + Duration::from_millis(50));
         }
-        let observed = if acted {
-            cri.observe(&self.uid).await?
-        } else {
-            observed
-        };
-        self.gc(&observed).await;
-        let pod_ip = prober::address(&self.shared.node.host_ip, &pod, &observed);
-        let env = prober::Env {
-            cri: &self.shared.cri,
-            recorder: &self.shared.recorder,
-            metrics: &self.shared.probe_metrics,
-            agent_started: self.shared.started,
-            wake: &self.wake,
-            pod: &self.obj,
-            pod_ip: &pod_ip,
-        };
-        self.probes.sync(&env, &pod, &observed);
-        self.publish(&pod, &observed);
-        // Anything still waiting on images or errors: retry soon. Right
-        // after a failed pull, look again within a second so the status
-        // moves on to ImagePullBackOff (kubelet's sequence) instead of only
-        // showing ErrImagePull at each retry.
-        for w in self.waiting.values() {
-            match w.reason.as_str() {
-                reason::CRASH_LOOP_BACK_OFF => {}
-                reason::ERR_IMAGE_PULL => next = next.min(Duration::from_secs(1)),
-                _ => next = next.min(Duration::from_secs(5)),
-            }
-        }
-        Ok(next)
     }
 
     fn publish(&mut self, pod: &Pod, observed: &Observed) {
