@@ -261,7 +261,7 @@ pub fn start_jitter(agent_uptime: Duration, period: Duration, seed: &str) -> Dur
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use k8s_openapi::api::core::v1::{
         ContainerPort, ExecAction, GRPCAction, HTTPGetAction, HTTPHeader, TCPSocketAction,
     };
@@ -269,7 +269,8 @@ mod tests {
 
     use super::*;
 
-    fn params(delay: u64, period: u64, success: u32, failure: u32) -> Params {
+    /// Probe parameters in whole seconds, a one-second timeout.
+    pub(crate) fn params(delay: u64, period: u64, success: u32, failure: u32) -> Params {
         Params {
             initial_delay: Duration::from_secs(delay),
             period: Duration::from_secs(period),

@@ -73,17 +73,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-
-    fn params(delay: u64, period: u64, success: u32, failure: u32) -> Params {
-        Params {
-            initial_delay: Duration::from_secs(delay),
-            period: Duration::from_secs(period),
-            timeout: Duration::from_secs(1),
-            success_threshold: success,
-            failure_threshold: failure,
-            grace: None,
-        }
-    }
+    use crate::probe::tests::params;
 
     /// Runs the loop with scripted outcomes; returns (seconds since start
     /// of each probe, the results set with their times).
