@@ -38,10 +38,19 @@ fn group_entries(group: &str) -> impl Iterator<Item = (&str, u32, Vec<&str>)> {
     })
 }
 
+/// A user or group name the image does not define.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    #[error("user {0:?} not found in the image's /etc/passwd")]
+    User(String),
+    #[error("group {0:?} not found in the image's /etc/group")]
+    Group(String),
+}
+
 /// Resolves `spec` (`""`, `name`, `uid`, `uid:gid`, `name:group`, ...).
 /// Empty means root. A numeric uid not in /etc/passwd is fine (gid 0); an
 /// unknown name is an error.
-pub fn lookup(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
+pub fn lookup(spec: &str, passwd: &str, group: &str) -> Result<User, LookupError> {
     let (u, g) = match spec.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (spec, None),
@@ -58,7 +67,7 @@ pub fn lookup(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
         } else {
             let e = passwd_entries(passwd)
                 .find(|e| e.name == u)
-                .ok_or_else(|| format!("user {u:?} not found in the image's /etc/passwd"))?;
+                .ok_or_else(|| LookupError::User(u.to_string()))?;
             user.uid = e.uid;
             user.gid = e.gid;
             name = Some(u.to_string());
@@ -70,7 +79,7 @@ pub fn lookup(spec: &str, passwd: &str, group: &str) -> Result<User, String> {
             Err(_) => group_entries(group)
                 .find(|(n, _, _)| *n == g)
                 .map(|(_, gid, _)| gid)
-                .ok_or_else(|| format!("group {g:?} not found in the image's /etc/group"))?,
+                .ok_or_else(|| LookupError::Group(g.to_string()))?,
         };
     }
     if let Some(name) = name {

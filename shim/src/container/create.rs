@@ -336,11 +336,8 @@ impl Runtime {
         let lc_dir = self.libcontainer_root().join(&rec.id);
         if lc_dir.exists() {
             let dir = lc_dir.clone();
-            let res = tokio::task::spawn_blocking(move || -> Result<(), String> {
-                let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
-                c.delete(true).map_err(|e| e.to_string())
-            })
-            .await?;
+            let res =
+                tokio::task::spawn_blocking(move || LcContainer::load(dir)?.delete(true)).await?;
             if let Err(e) = res {
                 tracing::warn!(container = %rec.id, error = %e, "libcontainer delete");
                 let _ = images::fsutil::remove_dir_all_if_exists(&lc_dir);

@@ -21,12 +21,9 @@ impl Runtime {
         let dir = self.libcontainer_root().join(id);
         // Taken before the start: a quick process may finish before start returns.
         let started_at = state::now_nanos();
-        tokio::task::spawn_blocking(move || -> Result<(), String> {
-            let mut c = LcContainer::load(dir).map_err(|e| e.to_string())?;
-            c.start().map_err(|e| e.to_string())
-        })
-        .await?
-        .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
+        tokio::task::spawn_blocking(move || LcContainer::load(dir)?.start())
+            .await?
+            .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
         rec.started_at = Some(started_at);
         self.put(rec)?;
         self.emit(id, ContainerEventType::ContainerStartedEvent);
