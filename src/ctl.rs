@@ -10,8 +10,8 @@ use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
     ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest, ExecSyncRequest,
-    ImageSpec, ListContainersRequest, ListImagesRequest, ListPodSandboxRequest, PodSandboxState,
-    RemoveImageRequest,
+    ImageSpec, LinuxContainerResources, ListContainersRequest, ListImagesRequest,
+    ListPodSandboxRequest, PodSandboxState, RemoveImageRequest, UpdateContainerResourcesRequest,
 };
 use edge_config::DEFAULT_SOCKET;
 
@@ -67,6 +67,25 @@ enum CtlCommand {
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
     },
+    /// Change a running container's resources (UpdateContainerResources),
+    /// as `crictl update` does: the request carries exactly these values (0:
+    /// unset), as kubelet's does.
+    Update {
+        /// Memory limit in bytes.
+        #[arg(long, default_value_t = 0)]
+        memory: i64,
+        /// CPU shares (relative weight).
+        #[arg(long, default_value_t = 0)]
+        cpu_shares: i64,
+        /// CPU CFS quota in microseconds per period.
+        #[arg(long, default_value_t = 0)]
+        cpu_quota: i64,
+        /// CPU CFS period in microseconds.
+        #[arg(long, default_value_t = 0)]
+        cpu_period: i64,
+        /// Container ID or a unique prefix of it.
+        container: String,
+    },
 }
 
 /// Exit status a command wants (`ctl exec` passes the container's on).
@@ -120,6 +139,31 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
             container,
             cmd,
         } => exec(channel, &container, cmd, timeout).await,
+        CtlCommand::Update {
+            memory,
+            cpu_shares,
+            cpu_quota,
+            cpu_period,
+            container,
+        } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            let id = resolve(&mut client, &container).await?;
+            client
+                .update_container_resources(UpdateContainerResourcesRequest {
+                    container_id: id.clone(),
+                    linux: Some(LinuxContainerResources {
+                        memory_limit_in_bytes: memory,
+                        cpu_shares,
+                        cpu_quota,
+                        cpu_period,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await?;
+            println!("{id}");
+            Ok(())
+        }
     }
 }
 

@@ -88,10 +88,11 @@ pub fn parse_mountinfo(text: &str) -> Option<Hierarchy> {
     }
 }
 
-/// cpu.shares (2..262144) → cpu.weight (1..10000), as runc and kubelet
-/// (`CpuSharesToCpuWeight`) convert; 0 (unset) stays 0, other values are
-/// clamped into range first. The one copy: pod cgroups here, container
-/// updates in the shim.
+/// cpu.shares (2..262144) → cpu.weight (1..10000), as kubelet's
+/// `CpuSharesToCpuWeight` converts for pod cgroups; 0 (unset) stays 0,
+/// other values are clamped into range first. Container cgroups are
+/// libcgroups', which uses runc 1.3's non-linear conversion (512 shares:
+/// weight 59 there, 20 here).
 pub fn shares_to_weight(shares: u64) -> u64 {
     if shares == 0 {
         return 0;

@@ -140,6 +140,12 @@ id=$(picolet ctl ps 2>/dev/null | grep 'Running.*httpd' | { read -r c _; echo "$
 cg=$(ls -d /sys/fs/cgroup/kubepods/burstable/pod*/"$id"* 2>/dev/null | head -1)
 [ "$(cat "$cg/memory.max" 2>/dev/null)" = 33554432 ] && ok memory.max || fail memory.max "$cg: $(cat "$cg/memory.max" 2>&1)"
 [ "$(cat "$cg/cpu.max" 2>/dev/null)" = "20000 100000" ] && ok cpu.max || fail cpu.max "$(cat "$cg/cpu.max" 2>&1)"
+# UpdateContainerResources through libcgroups on v2: memory.max, cpu.weight, cpu.max.
+# 512 shares are weight 59 by runc 1.3's conversion, which libcgroups applies at
+# create and at update alike (the linear one would say 20).
+picolet ctl update --memory 50331648 --cpu-shares 512 --cpu-quota 30000 --cpu-period 100000 "$id" >/dev/null 2>&1
+got="$(cat "$cg/memory.max" 2>/dev/null) $(cat "$cg/cpu.weight" 2>/dev/null) $(cat "$cg/cpu.max" 2>/dev/null)"
+[ "$got" = "50331648 59 30000 100000" ] && ok update-v2 || fail update-v2 "memory.max cpu.weight cpu.max: $got"
 m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep '^container_memory_working_set_bytes{container="httpd"')
 [ -n "$m" ] && ok cadvisor-v2 || fail cadvisor-v2 "no httpd working set"
 # PSI (v2 only): cAdvisor's pressure counters for the container.
