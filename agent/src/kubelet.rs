@@ -155,6 +155,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics,
         started: Instant::now(),
     });
+    // PLEG's wake-ups go straight to the workers, never queued behind the
+    // source rescans and housekeeping of the loop below.
+    let pleg_workers = workers.clone();
+    tokio::spawn(async move {
+        while let Some(uid) = pleg_rx.recv().await {
+            pleg_workers.notify(&uid);
+        }
+    });
     let sources = Sources {
         config: config.clone(),
         recorder,
@@ -186,7 +194,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 while rx.try_recv().is_ok() {}
                 desired = sources.sync(&mut src);
             }
-            Some(uid) = pleg_rx.recv() => workers.notify(&uid),
             _ = housekeeping.tick() => {
                 health.synced();
                 workers.cleanup_orphans(&desired).await;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use tokio::sync::{Notify, watch};
 
 use crate::clock::{now, now_ns};
@@ -317,7 +317,8 @@ impl Worker {
                 }
             }
         }
-        let spec = pod.spec.clone().unwrap_or_default();
+        let no_spec = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&no_spec);
         let mut sandbox_id = actions.sandbox_id.clone();
         let mut pod_ip = observed
             .sandboxes
@@ -391,13 +392,17 @@ impl Worker {
     /// CrashLoopBackOff for each container the plan holds back: an event
     /// and the waiting reason with kubelet's message.
     fn record_waits(&mut self, pod: &Pod, waits: &[plan::Wait]) {
-        let spec = pod.spec.clone().unwrap_or_default();
+        let containers = || {
+            pod.spec.iter().flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+        };
         for w in waits {
             let delay = {
                 let backoff = lock(&self.shared.backoff);
-                spec.containers
-                    .iter()
-                    .chain(spec.init_containers.iter().flatten())
+                containers()
                     .find(|c| c.name == w.name)
                     .and_then(|c| backoff.delay(&self.backoff_key(c)))
                     .unwrap_or_default()
