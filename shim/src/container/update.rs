@@ -34,6 +34,9 @@ impl Runtime {
         // The monitor reopens as soon as poll(2) returns on its signalfd;
         // 5 s is for a loaded device.
         let deadline = Instant::now() + Duration::from_secs(5);
+        // Each look reads the monitor's fd table: start at 1 ms (it is
+        // usually done by then), back off to 20 ms.
+        let mut pause = Duration::from_millis(1);
         while !holds_open(pid, log) {
             if Instant::now() > deadline {
                 return Err(Error::Internal(format!(
@@ -41,7 +44,8 @@ impl Runtime {
                     log.display()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
         }
         Ok(())
     }
