@@ -110,6 +110,22 @@ pub(crate) struct ShimArgs {
     /// Preload folder: every image archive here is imported (`picolet.imagesDir`).
     #[arg(long)]
     images_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cni: CniArgs,
+}
+
+/// Where the shim finds CNI configs and plugins.
+#[derive(clap::Args, Clone, Default)]
+pub(crate) struct CniArgs {
+    /// CNI network configs: the first `*.conflist`/`*.conf`/`*.json` in
+    /// lexical order is used; none: pods get loopback only
+    /// (`picolet.cniConfDir`, default /etc/cni/net.d).
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
+    /// CNI plugin folders, comma-separated (`picolet.cniBinDir`, default
+    /// /opt/cni/bin,/usr/lib/cni).
+    #[arg(long)]
+    cni_bin_dir: Option<String>,
 }
 
 #[derive(clap::Args, Clone, Default)]
@@ -158,6 +174,8 @@ pub(crate) struct UpArgs {
     /// Image preload folder (`picolet.imagesDir`).
     #[arg(long)]
     images_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cni: CniArgs,
 }
 
 /// Loads the config file and applies the flags; exit code 2 on error.
@@ -351,6 +369,12 @@ fn run_shim(args: ShimArgs) -> ExitCode {
         run_dir: args.run_dir.unwrap_or(config.run_dir),
         socket: args.socket.unwrap_or(config.cri_socket),
         images_dir: args.images_dir.unwrap_or(config.images_dir),
+        cni_conf_dir: args.cni.cni_conf_dir.unwrap_or(config.cni_conf_dir),
+        cni_bin_dirs: args
+            .cni
+            .cni_bin_dir
+            .map(|l| edge_config::split_dirs(&l))
+            .unwrap_or(config.cni_bin_dirs),
     };
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -263,7 +263,11 @@ async fn preload_folder_imports_at_start_and_on_arrival_and_survives_corrupt_fil
         .prefix("picolet-preload-")
         .tempdir()
         .expect("tempdir");
-    let mut shim = Shim { dir, child: None };
+    let mut shim = Shim {
+        dir,
+        child: None,
+        netns_holder: None,
+    };
     std::fs::create_dir_all(shim.images_dir()).expect("mkdir");
     std::fs::copy(&t.docker_multi, shim.images_dir().join("multi.tar")).expect("copy");
     std::fs::write(

@@ -94,6 +94,10 @@ struct RawPicolet {
     data_dir: Option<String>,
     images_dir: Option<String>,
     run_dir: Option<String>,
+    /// CNI network configs (containerd's `conf_dir`): the first in lexical order is used.
+    cni_conf_dir: Option<String>,
+    /// Where CNI plugins are searched, comma-separated (containerd's `bin_dir`).
+    cni_bin_dir: Option<String>,
     /// First restart back-off (kubelet: 10s); tests shorten it.
     restart_backoff_initial: Option<String>,
     /// Back-off cap (kubelet: 300s).
@@ -153,6 +157,10 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub images_dir: PathBuf,
     pub run_dir: PathBuf,
+    /// `picolet.cniConfDir`: the shim's CNI network configs.
+    pub cni_conf_dir: PathBuf,
+    /// `picolet.cniBinDir` (comma-separated): where CNI plugins are searched.
+    pub cni_bin_dirs: Vec<PathBuf>,
     pub restart_backoff_initial: Duration,
     pub restart_backoff_max: Duration,
     /// How often unused images are garbage collected (kubelet: 5m).
@@ -422,6 +430,15 @@ impl Config {
                     .unwrap_or_else(|| crate::DEFAULT_IMAGES_DIR.into()),
             ),
             run_dir: PathBuf::from(p.run_dir.unwrap_or_else(|| crate::DEFAULT_RUN_DIR.into())),
+            cni_conf_dir: PathBuf::from(
+                p.cni_conf_dir
+                    .unwrap_or_else(|| crate::DEFAULT_CNI_CONF_DIR.into()),
+            ),
+            cni_bin_dirs: crate::split_dirs(
+                p.cni_bin_dir
+                    .as_deref()
+                    .unwrap_or(crate::DEFAULT_CNI_BIN_DIR),
+            ),
             restart_backoff_initial: backoff_initial,
             restart_backoff_max: backoff_max,
             image_gc_period,

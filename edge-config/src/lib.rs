@@ -22,6 +22,21 @@ pub const DEFAULT_SOCKET: &str = "/run/picolet/picolet.sock";
 /// Default image preload folder (`--images-dir`).
 pub const DEFAULT_IMAGES_DIR: &str = "/var/lib/picolet/images";
 
+/// Default CNI config folder (`--cni-conf-dir`), containerd's.
+pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
+/// Default CNI plugin folders (`--cni-bin-dir`, comma-separated): the
+/// upstream install path, then Debian's `containernetworking-plugins`.
+pub const DEFAULT_CNI_BIN_DIR: &str = "/opt/cni/bin,/usr/lib/cni";
+
+/// A comma-separated folder list (`--cni-bin-dir`); empty entries are dropped.
+pub fn split_dirs(list: &str) -> Vec<PathBuf> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
 /// Where the shim keeps its state, derived from `--root`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShimPaths {
@@ -33,6 +48,10 @@ pub struct ShimPaths {
     pub socket: PathBuf,
     /// Preload folder: every archive here is imported.
     pub images_dir: PathBuf,
+    /// CNI network configs; none there: pods get loopback only.
+    pub cni_conf_dir: PathBuf,
+    /// Where CNI plugins are searched, in order.
+    pub cni_bin_dirs: Vec<PathBuf>,
 }
 
 impl Default for ShimPaths {
@@ -42,6 +61,8 @@ impl Default for ShimPaths {
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             socket: PathBuf::from(DEFAULT_SOCKET),
             images_dir: PathBuf::from(DEFAULT_IMAGES_DIR),
+            cni_conf_dir: PathBuf::from(DEFAULT_CNI_CONF_DIR),
+            cni_bin_dirs: split_dirs(DEFAULT_CNI_BIN_DIR),
         }
     }
 }

@@ -35,6 +35,9 @@ pub enum Error {
         path: std::path::PathBuf,
         source: nix::Error,
     },
+    /// Pod networking: a bad CNI config, a plugin that failed.
+    #[error("pod network: {0}")]
+    Cni(#[from] crate::cni::CniError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -78,6 +81,9 @@ impl From<Error> for Status {
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Cni(crate::cni::CniError::Config(_)) => Code::FailedPrecondition,
+            // containerd's code for a plugin's failure.
+            Error::Cni(_) => Code::Unknown,
             Error::Io { .. } | Error::Sys { .. } | Error::Internal(_) => Code::Internal,
         };
         Status::new(code, e.to_string())

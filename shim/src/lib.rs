@@ -8,6 +8,7 @@
 //! container from its records, and starts the preload-folder watcher.
 
 mod cgroupfs;
+mod cni;
 mod container;
 mod container_exec;
 mod cri_metrics;

@@ -41,6 +41,8 @@ pub struct Runtime {
     /// restart): `watch_exits` and StopContainer look at once instead of
     /// polling. A watch, so every waiter sees each exit.
     pub(crate) monitor_exits: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Pod networking.
+    pub(crate) cni: crate::cni::Cni,
 }
 
 impl Runtime {
@@ -57,7 +59,9 @@ impl Runtime {
             std::fs::create_dir_all(&d).map_err(Error::io("create", &d))?;
         }
         let (events, _) = broadcast::channel(1024);
+        let cni = crate::cni::Cni::new(paths.cni_conf_dir.clone(), paths.cni_bin_dirs.clone());
         Ok(Self {
+            cni,
             paths,
             store,
             sandboxes: Mutex::new(HashMap::new()),
@@ -95,7 +99,10 @@ impl Runtime {
                 lock(&self.sandboxes).insert(sb.id.clone(), sb);
             } else {
                 tracing::warn!(sandbox = %sb.id, "cleaning up half-created sandbox");
-                self.destroy_sandbox_resources(&sb)?;
+                if let Err(e) = self.destroy_sandbox_resources(&sb).await {
+                    // Its record stays: the next start tries again.
+                    tracing::error!(sandbox = %sb.id, error = %e, "cannot clean up half-created sandbox");
+                }
             }
         }
         for c in load_all::<ContainerRecord>(&self.paths.shim_dir().join("containers"))? {

@@ -90,14 +90,10 @@ impl RuntimeService for RuntimeSvc {
         &self,
         _req: Request<StatusRequest>,
     ) -> Result<Response<StatusResponse>, Status> {
+        let (net_ready, reason, message) = self.rt.cni.ready();
         let conditions = vec![
             condition("RuntimeReady", true, "", ""),
-            condition(
-                "NetworkReady",
-                false,
-                "NetworkPluginNotReady",
-                "CNI is not implemented yet: pods get loopback only (host-network pods work)",
-            ),
+            condition("NetworkReady", net_ready, reason, &message),
         ];
         Ok(Response::new(StatusResponse {
             status: Some(RuntimeStatus { conditions }),

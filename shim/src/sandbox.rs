@@ -6,8 +6,8 @@ use std::fs;
 use std::path::Path;
 
 use cri_proto::v1::{
-    LinuxPodSandboxStatus, Namespace, NamespaceMode, NamespaceOption, PodSandbox, PodSandboxConfig,
-    PodSandboxFilter, PodSandboxNetworkStatus, PodSandboxState, PodSandboxStatus,
+    LinuxPodSandboxStatus, Namespace, NamespaceMode, NamespaceOption, PodIp, PodSandbox,
+    PodSandboxConfig, PodSandboxFilter, PodSandboxNetworkStatus, PodSandboxState, PodSandboxStatus,
 };
 use nix::mount::{MsFlags, mount};
 
@@ -106,6 +106,7 @@ impl Runtime {
             dir: self.sandbox_dir(&id),
             run_dir: self.sandbox_run_dir(&id),
             pod_init: None,
+            ips: Vec::new(),
             complete: false,
         };
         for d in [&rec.dir, &rec.run_dir] {
@@ -121,7 +122,7 @@ impl Runtime {
                 Ok(id)
             }
             Err(e) => {
-                if let Err(cleanup) = self.destroy_sandbox_resources(&rec) {
+                if let Err(cleanup) = self.destroy_sandbox_resources(&rec).await {
                     tracing::error!(sandbox = %id, error = %cleanup, "cleanup after failed RunPodSandbox");
                 }
                 Err(e)
@@ -160,6 +161,19 @@ impl Runtime {
         rec.utsns = pinned.uts;
         // Persist the pins at once so a crash from here on can release them.
         state::save(&rec.dir, META, &*rec)?;
+
+        // The network before anything else runs in it, as containerd; no
+        // config: loopback only. The attachment record CNI keeps in the
+        // sandbox dir lets a crash from here on DEL what ADD did.
+        if let Some(netns) = rec.netns.clone()
+            && let Some(network) = self.cni.network().map_err(crate::cni::CniError::from)?
+        {
+            rec.ips = self
+                .cni
+                .setup(&rec.dir, network, &rec.id, &netns, &rec.config)
+                .await?;
+            state::save(&rec.dir, META, &*rec)?;
+        }
 
         let hostname = if host_net {
             nix::unistd::gethostname()
@@ -228,7 +242,10 @@ impl Runtime {
     }
 
     /// Unmounts and removes everything a sandbox record points at.
-    pub(crate) fn destroy_sandbox_resources(&self, rec: &SandboxRecord) -> Result<(), Error> {
+    pub(crate) async fn destroy_sandbox_resources(&self, rec: &SandboxRecord) -> Result<(), Error> {
+        // DEL while the netns is still there; an error keeps everything for
+        // the next try (the attachment record says what to delete).
+        self.cni.teardown(&rec.dir).await?;
         if let Some((pid, start)) = rec.pod_init
             && crate::host::proc_start_time(pid) == Some(start)
         {
@@ -277,6 +294,9 @@ impl Runtime {
         for c in self.containers_of(id) {
             self.stop_container(&c, 0).await?;
         }
+        // As containerd: the network goes at stop; the netns stays pinned
+        // until RemovePodSandbox, which deletes again if this failed.
+        self.cni.teardown(&rec.dir).await?;
         if rec.ready {
             rec.ready = false;
             state::save(&rec.dir, META, &rec)?;
@@ -293,7 +313,7 @@ impl Runtime {
         for c in self.containers_of(id) {
             self.remove_container(&c).await?;
         }
-        self.destroy_sandbox_resources(&rec)?;
+        self.destroy_sandbox_resources(&rec).await?;
         lock(&self.sandboxes).remove(id);
         Ok(())
     }
@@ -309,8 +329,15 @@ impl Runtime {
                 PodSandboxState::SandboxNotready
             } as i32,
             created_at: rec.created_at,
-            // Loopback only until CNI lands: no pod IP to report.
-            network: Some(PodSandboxNetworkStatus::default()),
+            network: Some(PodSandboxNetworkStatus {
+                ip: rec.ips.first().map(|ip| ip.to_string()).unwrap_or_default(),
+                additional_ips: rec
+                    .ips
+                    .iter()
+                    .skip(1)
+                    .map(|ip| PodIp { ip: ip.to_string() })
+                    .collect(),
+            }),
             linux: Some(LinuxPodSandboxStatus {
                 namespaces: Some(Namespace { options: Some(ns) }),
             }),

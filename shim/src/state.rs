@@ -34,6 +34,10 @@ pub struct SandboxRecord {
     /// time, against pid reuse.
     #[serde(default)]
     pub pod_init: Option<(i32, u64)>,
+    /// The pod's IPs from CNI, IPv4 first; empty for loopback-only and
+    /// host-network pods.
+    #[serde(default)]
+    pub ips: Vec<std::net::IpAddr>,
     /// False until every resource is in place: a record left false by a
     /// crash marks a half-created sandbox to clean up.
     pub complete: bool,

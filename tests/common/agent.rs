@@ -94,7 +94,7 @@ impl Agent {
              healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
              picolet:\n  nodeName: e2e\n  nodeIP: 127.0.0.1\n  dataDir: {}\n  criSocket: {}\n\
              \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n\
-             \x20 runDir: {}\n  imagesDir: {}\n{}",
+             \x20 runDir: {}\n  imagesDir: {}\n  cniConfDir: {}\n  cniBinDir: {}/cni/bin,/usr/lib/cni\n{}",
             self.manifests().display(),
             self.healthz_port,
             self.port,
@@ -108,6 +108,8 @@ impl Agent {
                 .display(),
             self.dir().join("run").display(),
             self.shim.images_dir().display(),
+            self.shim.cni_conf_dir().display(),
+            self.dir().display(),
             self.picolet_extra,
         );
         std::fs::write(self.config_path(), text).expect("config");

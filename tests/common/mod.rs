@@ -52,21 +52,62 @@ pub fn test_images() -> &'static xtask::TestImages {
 }
 
 /// A running `picolet shim` on private paths; killed (by PID) and cleaned up on drop.
+///
+/// Its CNI config folder is `<dir>/cni/net.d` (empty: pods get loopback
+/// only) and its plugins are searched in `<dir>/cni/bin`, then Debian's
+/// `/usr/lib/cni`.
 pub struct Shim {
     pub dir: tempfile::TempDir,
     pub child: Option<Child>,
+    /// A process holding the network namespace the shim runs in (its
+    /// "host" network), for tests whose bridges, routes and iptables rules
+    /// must stay off the real host; killed by PID on drop.
+    pub netns_holder: Option<Child>,
 }
 
 impl Shim {
     pub fn start() -> Self {
+        let mut s = Self::prepare();
+        s.spawn();
+        s
+    }
+
+    /// Starts the shim in a network namespace of its own (kept across
+    /// restarts of the shim).
+    pub fn start_in_own_netns() -> Self {
+        let mut s = Self::prepare();
+        s.netns_holder = Some(netns_holder());
+        s.spawn();
+        s
+    }
+
+    fn prepare() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("picolet-e2e-")
             .tempdir()
             .expect("tempdir");
-        std::fs::create_dir_all(dir.path().join("images")).expect("mkdir");
-        let mut s = Self { dir, child: None };
-        s.spawn();
-        s
+        for d in ["images", "cni/net.d", "cni/bin"] {
+            std::fs::create_dir_all(dir.path().join(d)).expect("mkdir");
+        }
+        Self {
+            dir,
+            child: None,
+            netns_holder: None,
+        }
+    }
+
+    /// The shim's network namespace (`/proc/<holder>/ns/net`), when it has its own.
+    pub fn netns(&self) -> Option<PathBuf> {
+        self.netns_holder
+            .as_ref()
+            .map(|h| PathBuf::from(format!("/proc/{}/ns/net", h.id())))
+    }
+
+    pub fn cni_conf_dir(&self) -> PathBuf {
+        self.dir.path().join("cni/net.d")
+    }
+    pub fn cni_bin_dir(&self) -> PathBuf {
+        self.dir.path().join("cni/bin")
     }
 
     pub fn root(&self) -> PathBuf {
@@ -93,9 +134,22 @@ impl Shim {
             .append(true)
             .open(self.dir.path().join("shim.log"))
             .expect("log");
-        let child = Command::new(picolet())
+        // nsenter execs the shim: the child's pid is the shim's.
+        let mut cmd = match self.netns() {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display())).arg(picolet());
+                c
+            }
+            None => Command::new(picolet()),
+        };
+        let child = cmd
             .args(["shim", "--config", "/dev/null", "--root"])
             .arg(self.root())
+            .arg("--cni-conf-dir")
+            .arg(self.cni_conf_dir())
+            .arg("--cni-bin-dir")
+            .arg(format!("{},/usr/lib/cni", self.cni_bin_dir().display()))
             .arg("--run-dir")
             .arg(self.dir.path().join("run"))
             .arg("--socket")
@@ -363,6 +417,10 @@ impl Drop for Shim {
     fn drop(&mut self) {
         self.stop();
         self.cleanup_host();
+        if let Some(mut h) = self.netns_holder.take() {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
     }
 }
 
@@ -373,6 +431,27 @@ impl Shim {
             terminate(c);
         }
     }
+}
+
+/// A process in a network namespace of its own (`unshare --net busybox
+/// sleep`, one pid): holds the namespace while it lives.
+pub fn netns_holder() -> Child {
+    let child = Command::new("unshare")
+        .args(["--net", "/bin/busybox", "sleep", "100000"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn a netns holder (unshare)");
+    let pid = child.id();
+    eventually(
+        "the holder's own netns",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+                != std::fs::read_link("/proc/self/ns/net").ok()
+        },
+        String::new,
+    );
+    child
 }
 
 /// Ends a child we started: SIGTERM (so it shuts down cleanly), then
