@@ -19,6 +19,7 @@ pub const BUSYBOX_REF: &str = "docker.io/library/busybox:latest";
 pub const LAYERED_REF: &str = "localhost/picolet-test/layered:v1";
 pub const MULTIARCH_REF: &str = "localhost/picolet-test/multiarch:v1";
 pub const BIG_REF: &str = "localhost/picolet-bench/big:v1";
+pub const WEB_REF: &str = "localhost/picolet/web:v1";
 
 pub fn sha256(data: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(data)))
@@ -267,6 +268,20 @@ pub fn host_arch() -> &'static str {
 
 pub fn busybox_image(base: &Layer) -> ImageDef {
     image(BUSYBOX_REF, host_arch(), vec![base.clone()])
+}
+
+/// A web server: busybox and a page, `httpd` in the foreground on :80 as
+/// its command (critest's `webServerTestImage`, the pod network tests).
+pub fn web_image(base: &Layer) -> ImageDef {
+    let page = LayerBuilder::new()
+        .dir("www", 0o755)
+        .file("www/index.html", 0o644, b"<h1>Welcome to picolet</h1>\n")
+        .finish(Compression::Gzip);
+    let mut img = image(WEB_REF, host_arch(), vec![base.clone(), page]);
+    img.cmd = ["httpd", "-f", "-p", "80", "-h", "/www"]
+        .map(String::from)
+        .to_vec();
+    img
 }
 
 /// Three layers: busybox (gzip, shared with [`busybox_image`]), a zstd layer

@@ -48,6 +48,14 @@ fn main() -> Result<()> {
             )?;
             println!("wrote {out} (localhost/picolet-bench/pause:v1)");
         }
+        ["web-image", out] => {
+            let base = xtask::busybox_layer(&busybox)?;
+            xtask::write_docker_archive(
+                Path::new(out),
+                &[(xtask::web_image(&base), vec![xtask::WEB_REF.into()])],
+            )?;
+            println!("wrote {out} ({})", xtask::WEB_REF);
+        }
         ["busybox-docker", out] => {
             let base = xtask::busybox_layer(&busybox)?;
             xtask::write_docker_archive(
@@ -69,7 +77,7 @@ fn main() -> Result<()> {
             println!("wrote {out} ({}, {mb} MiB layer)", xtask::BIG_REF);
         }
         _ => bail!(
-            "usage: cargo xtask test-images OUT | demo-image OUT.tar [ARCH] | bench-image OUT.tar [MB]"
+            "usage: cargo xtask test-images OUT | demo-image OUT.tar [ARCH] | web-image OUT.tar | bench-image OUT.tar [MB]"
         ),
     }
     Ok(())
