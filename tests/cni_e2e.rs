@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::agent::Agent;
 use common::{Shim, cri, eventually, netns_holder, test_images};
 use cri_proto::v1::{
     PodSandboxConfig, PodSandboxStatusRequest, PortMapping, Protocol, StatusRequest,
@@ -129,7 +130,6 @@ impl LanPeer {
             ],
         );
         must(&ns, &["ip", "link", "set", "eth0", "up"]);
-        must(&ns, &["ip", "link", "set", "lo", "up"]);
         let www = shim.dir.path().join("www-lan");
         std::fs::create_dir_all(&www).expect("mkdir");
         std::fs::write(www.join("index.html"), "hello-from-lan\n").expect("write");
@@ -515,4 +515,76 @@ async fn a_bad_config_or_a_failing_plugin_fails_run_pod_sandbox_and_leaks_nothin
     // DEL skips the plugin that is not there and undoes bridge and portmap.
     assert_eq!(leftovers(&shim, &[]), Vec::<String>::new());
     shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agent_reports_pod_ips_probes_them_and_writes_kubelets_etc_hosts() {
+    require_root!();
+    let shim = Shim::start_in_own_netns();
+    write_conflist(&shim, "");
+    let agent = Agent::start_on(shim, "");
+    agent.write_manifest(
+        "web.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  hostAliases: [{ip: 10.1.2.3, hostnames: [foo.local, bar.local]}]\n  \
+         containers:\n  - name: httpd\n    image: busybox:latest\n    \
+         command: [sh, -c, 'mkdir -p /www && echo ok > /www/index.html && exec httpd -f -p 80 -h /www']\n    \
+         ports: [{containerPort: 80, hostPort: 8086}]\n    \
+         readinessProbe: {periodSeconds: 1, httpGet: {path: /, port: 80}}\n",
+    );
+    // Ready means the agent's httpGet probe reached the pod IP.
+    let pod = agent.wait_pod("web", "Ready", Duration::from_secs(60), |p| {
+        p["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    });
+    let ip = pod["status"]["podIP"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(ip.starts_with("10.99.0."), "podIP {ip:?}: {pod}");
+    assert_eq!(pod["status"]["podIPs"][0]["ip"], ip.as_str(), "{pod}");
+    let host = agent.shim.netns().expect("own netns");
+    assert_eq!(
+        wget(&host, &format!("http://{GATEWAY}:8086/")).as_deref(),
+        Ok("ok\n"),
+        "the hostPort from the container's ports"
+    );
+    // kubelet's managed /etc/hosts: the pod's IP and name, the aliases.
+    let mut c = cri::client(&agent.shim.socket()).await;
+    let id = c
+        .list_containers(cri_proto::v1::ListContainersRequest::default())
+        .await
+        .expect("ListContainers")
+        .into_inner()
+        .containers
+        .into_iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == "httpd"))
+        .expect("the httpd container")
+        .id;
+    let hosts = c
+        .exec_sync(cri_proto::v1::ExecSyncRequest {
+            container_id: id,
+            cmd: vec!["cat".into(), "/etc/hosts".into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    let hosts = String::from_utf8_lossy(&hosts.stdout).into_owned();
+    assert!(
+        hosts.starts_with("# Kubernetes-managed hosts file.\n"),
+        "{hosts}"
+    );
+    assert!(hosts.contains(&format!("\n{ip}\tweb-e2e\n")), "{hosts}");
+    assert!(
+        hosts.ends_with("# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar.local\n"),
+        "{hosts}"
+    );
+    agent.remove_manifest("web.yaml");
+    agent.wait("the pod gone", Duration::from_secs(30), || {
+        agent.pod("web").is_none()
+    });
+    assert_eq!(leftovers(&agent.shim, &[]), Vec::<String>::new());
 }

@@ -42,6 +42,11 @@ pub enum Error {
     },
     #[error("volume {0:?}: unsupported source")]
     Unsupported(String),
+    #[error("etc-hosts {}: {source}", path.display())]
+    EtcHosts {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("umount {}: {source}", path.display())]
     Umount { path: PathBuf, source: nix::Error },
     #[error("remove {}: {source}", path.display())]
@@ -130,6 +135,24 @@ fn is_mounted(path: &Path) -> bool {
 }
 
 /// Prepares every volume of the pod: volume name → host path.
+/// Writes the pod's managed hosts file, `<pod dir>/etc-hosts` (temp file,
+/// rename: a container never sees half of it); returns its path.
+pub fn write_etc_hosts(data_dir: &Path, uid: &str, content: &str) -> Result<PathBuf, Error> {
+    let dir = pod_dir(data_dir, uid);
+    let path = dir.join("etc-hosts");
+    let tmp = dir.join(".etc-hosts.tmp");
+    let err = |source| Error::EtcHosts {
+        path: path.clone(),
+        source,
+    };
+    fs::create_dir_all(&dir).map_err(err)?;
+    fs::write(&tmp, content).map_err(err)?;
+    // 0644 whatever the umask: every container user reads it.
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).map_err(err)?;
+    fs::rename(&tmp, &path).map_err(err)?;
+    Ok(path)
+}
+
 pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, Error> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let base = pod_dir(data_dir, uid).join("volumes");

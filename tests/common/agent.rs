@@ -48,7 +48,18 @@ impl Agent {
     /// A shim and the agent's paths, config not written, agent not started:
     /// for tests that point the agent at another runtime.
     pub fn prepare(extra_config: &str) -> Self {
-        let shim = Shim::start();
+        Self::prepare_on(Shim::start(), extra_config)
+    }
+
+    /// As [`Agent::start`], on `shim`; in its network namespace when it has
+    /// one (as kubelet shares the node's network with the runtime).
+    pub fn start_on(shim: Shim, extra_config: &str) -> Self {
+        let mut a = Self::prepare_on(shim, extra_config);
+        a.spawn();
+        a
+    }
+
+    fn prepare_on(shim: Shim, extra_config: &str) -> Self {
         shim.import(&super::test_images().busybox_oci_archive);
         let a = Self {
             shim,
@@ -131,7 +142,16 @@ impl Agent {
             .append(true)
             .open(self.dir().join("agent.log"))
             .expect("log");
-        let mut child = Command::new(picolet())
+        // nsenter execs the agent: the child's pid is the agent's.
+        let mut cmd = match self.shim.netns() {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display())).arg(picolet());
+                c
+            }
+            None => Command::new(picolet()),
+        };
+        let mut child = cmd
             .arg(self.command)
             .arg("--config")
             .arg(self.config_path())
@@ -224,8 +244,21 @@ impl Agent {
         } else {
             self.port
         };
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))
-            .map_err(|e| format!("connect to port {port}: {e}"))?;
+        let mut s = match self.shim.netns() {
+            // The agent's loopback is its namespace's: connect from a
+            // thread that has joined it.
+            Some(ns) => std::thread::spawn(move || {
+                let f = std::fs::File::open(&ns).map_err(|e| e.to_string())?;
+                nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| format!("setns {}: {e}", ns.display()))?;
+                std::net::TcpStream::connect(("127.0.0.1", port))
+                    .map_err(|e| format!("connect to port {port}: {e}"))
+            })
+            .join()
+            .map_err(|_| "connect thread panicked".to_string())??,
+            None => std::net::TcpStream::connect(("127.0.0.1", port))
+                .map_err(|e| format!("connect to port {port}: {e}"))?,
+        };
         s.set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
         write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;

@@ -451,6 +451,12 @@ pub fn netns_holder() -> Child {
         },
         String::new,
     );
+    let lo = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["ip", "link", "set", "lo", "up"])
+        .status()
+        .expect("nsenter ip");
+    assert!(lo.success(), "lo up in the new netns");
     child
 }
 

@@ -54,6 +54,8 @@ pub struct ContainerEnv<'a> {
     pub pod_ip: &'a str,
     /// Volume name → host path, prepared by the agent.
     pub volumes: &'a BTreeMap<String, PathBuf>,
+    /// The pod's managed /etc/hosts ([`super::hosts`]), when it has one.
+    pub etc_hosts: Option<&'a std::path::Path>,
     pub qos: Qos,
 }
 
@@ -237,6 +239,16 @@ pub fn container_config(
             ..Default::default()
         });
     }
+    if let Some(h) = env.etc_hosts
+        && super::hosts::mounted(c, env.pod_ip)
+    {
+        mounts.push(Mount {
+            container_path: super::hosts::ETC_HOSTS.into(),
+            host_path: h.to_string_lossy().into_owned(),
+            readonly: false,
+            ..Default::default()
+        });
+    }
     let mut labels = HashMap::from([
         (LABEL_POD_NAME.to_string(), name),
         (LABEL_POD_NAMESPACE.to_string(), ns),
@@ -370,6 +382,7 @@ mod tests {
         let env = ContainerEnv {
             node: &n,
             pod_ip: "10.1.0.2",
+            etc_hosts: None,
             volumes: &volumes,
             qos: Qos::Guaranteed,
         };

@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 mod container;
 mod dns;
+pub mod hosts;
 
 pub use container::{ConfigError, ContainerEnv, container_config, expand};
 use dns::dns_config;

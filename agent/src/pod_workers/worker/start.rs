@@ -143,9 +143,54 @@ impl Worker {
                 return;
             }
         };
+        // kubelet's etc-hosts, rewritten at each start (the pod IP is
+        // known by now; a host-network pod's IP is the node's). No IP (a
+        // pod network without CNI): the runtime's file stays.
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let hosts_ip = if host_network {
+            self.shared.node.host_ip.as_str()
+        } else {
+            pod_ip
+        };
+        let etc_hosts = if hosts_ip.is_empty() {
+            None
+        } else {
+            let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+            let text = cri_config::hosts::content(
+                pod,
+                &[hosts_ip],
+                &self.shared.config.cluster_domain,
+                &node_hosts,
+            );
+            let uid = pod.metadata.uid.as_deref().unwrap_or("");
+            match volumes::write_etc_hosts(&self.shared.config.data_dir, uid, &text) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    self.event(
+                        Some(&c.name),
+                        EventType::Warning,
+                        "FailedMount",
+                        &e.to_string(),
+                    );
+                    self.waiting.insert(
+                        c.name.clone(),
+                        Waiting {
+                            reason: reason::CONTAINER_CREATING.into(),
+                            message: e.to_string(),
+                        },
+                    );
+                    return;
+                }
+            }
+        };
         let env = ContainerEnv {
             node: &self.shared.node,
-            pod_ip,
+            pod_ip: hosts_ip,
+            etc_hosts: etc_hosts.as_deref(),
             volumes: &vols,
             qos: self.qos,
         };
