@@ -1,9 +1,11 @@
 # Sourced by the benchmarks: Debian's containerd 1.6 + runc with its CRI
 # plugin on private paths under $1, the sandbox ("pause") image being the
 # project's busybox-made localhost/picolet-bench/pause:v1 (nothing is
-# pulled). Sets CTRD (its pid) and returns once $1/c.sock answers.
+# pulled). With $2, its CNI configs come from that folder and its plugins
+# from Debian's /usr/lib/cni, and with $3 it runs in that network namespace
+# (a path). Sets CTRD (its pid) and returns once $1/c.sock answers.
 containerd_cri_start() {
-  local d="$1"
+  local d="$1" cni_conf="${2:-}" netns="${3:-}"
   mkdir -p "$d"
   cat > "$d/config.toml" <<TOML
 version = 2
@@ -21,7 +23,17 @@ state = "$d/state"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
 TOML
-  containerd --config "$d/config.toml" 2>"$d/containerd.log" & CTRD=$!
+  if [ -n "$cni_conf" ]; then
+    cat >> "$d/config.toml" <<TOML
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$cni_conf"
+TOML
+  fi
+  local enter=()
+  [ -n "$netns" ] && enter=(nsenter "--net=$netns")
+  # nsenter execs containerd: $! is containerd's pid.
+  "${enter[@]}" containerd --config "$d/config.toml" 2>"$d/containerd.log" & CTRD=$!
   for _ in $(seq 200); do [ -S "$d/c.sock" ] && return 0; sleep 0.05; done
   echo "bench: containerd did not serve $d/c.sock" >&2
   exit 1

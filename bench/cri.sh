@@ -7,10 +7,14 @@
 #
 # containerd gets a private root/state/socket and a sandbox ("pause") image
 # built from busybox, since nothing may be pulled. containerd's CRI insists on
-# an IP from CNI for a pod network, which would need a bridge on the host, so
-# the side-by-side runs host-network pods on both (each still gets its own IPC,
-# UTS (picolet: host's, as containerd) and pid namespaces); picolet is also
-# measured with its own pod network namespace (loopback), its default.
+# an IP from CNI for a pod network, so the first side-by-side runs
+# host-network pods on both (each still gets its own IPC, UTS (picolet:
+# host's, as containerd) and pid namespaces); picolet is also measured with
+# its own pod network namespace and no CNI config (loopback only). The second
+# side-by-side gives both the same CNI network (Debian's bridge + host-local
+# + portmap, a hostPort per pod), each runtime started inside a network
+# namespace of the bench's own, so the bridge and the rules never reach the
+# host's network: the plugins' exec time is in both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/containerd.sh
@@ -24,6 +28,7 @@ W=$(mktemp -d /var/tmp/picolet-cri-bench.XXXXXX)
 cleanup() {
   [ -n "${SHIM:-}" ] && kill "$SHIM" 2>/dev/null || true
   [ -n "${CTRD:-}" ] && kill "$CTRD" 2>/dev/null || true
+  for h in ${NETNS_HOLDERS:-}; do kill "$h" 2>/dev/null || true; done
   wait 2>/dev/null || true
   # Containers a failed run left behind: everything in our bench cgroups.
   cat /sys/fs/cgroup/*/picolet-bench/*/*/cgroup.procs 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
@@ -34,6 +39,28 @@ cleanup() {
 }
 trap cleanup EXIT
 wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1" >&2; exit 1; }
+# A network namespace of the bench's own, held by a sleep; prints its path.
+NETNS_HOLDERS=
+new_netns() {
+  unshare --net sleep 100000 & NETNS_HOLDERS="$NETNS_HOLDERS $!"
+  local pid=$!
+  for _ in $(seq 100); do
+    [ "$(readlink /proc/$pid/ns/net)" != "$(readlink /proc/self/ns/net)" ] && break
+    sleep 0.02
+  done
+  NETNS="/proc/$pid/ns/net"
+}
+# The one CNI network both runtimes get: $1 its folder, $2 the leases' dir.
+cni_conf() {
+  mkdir -p "$1"
+  cat > "$1/10-bench.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "bench", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+   "ipam": {"type": "host-local", "dataDir": "$2", "ranges": [[{"subnet": "10.98.0.0/16"}]]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}
+]}
+JSON
+}
 
 "$T/xtask" busybox-docker "$W/busybox.tar" >/dev/null
 "$T/xtask" pause-image "$W/pause.tar" >/dev/null
@@ -46,17 +73,33 @@ wait_sock "$W/p/p.sock"
 "$T/cri-bench" "$W/p/p.sock" busybox "$N" pod > "$W/picolet-pod.json"
 "$T/cri-bench" "$W/p/p.sock" busybox "$N" host > "$W/picolet.json"
 kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
+# picolet with the CNI bridge, in its own network namespace.
+new_netns
+cni_conf "$W/p/cni" "$W/p/ipam"
+nsenter --net="$NETNS" "$T/picolet" shim --root "$W/p/root" --run-dir "$W/p/run" --socket "$W/p/p.sock" \
+  --images-dir "$W/p/images" --cni-conf-dir "$W/p/cni" --cni-bin-dir /usr/lib/cni 2>>"$W/p/shim.log" & SHIM=$!
+wait_sock "$W/p/p.sock"
+"$T/cri-bench" "$W/p/p.sock" busybox "$N" cni > "$W/picolet-cni.json"
+kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 
 # containerd + runc
 containerd_cri_start "$W/c"
 for a in busybox pause; do ctr --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
 "$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" host > "$W/containerd.json"
+kill "$CTRD"; wait "$CTRD" 2>/dev/null || true; CTRD=
+# containerd with the same CNI bridge, in its own network namespace.
+new_netns
+cni_conf "$W/c/cni" "$W/c/ipam"
+rm -f "$W/c/c.sock"
+containerd_cri_start "$W/c" "$W/c/cni" "$NETNS"
+"$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" cni > "$W/containerd-cni.json"
 
 python3 - "$W/picolet.json" "$W/containerd.json" "$W/picolet-pod.json" "$N" \
-  "$(containerd --version | awk '{print $3}')" "$(runc --version | head -1 | awk '{print $3}')" <<'PY'
+  "$(containerd --version | awk '{print $3}')" "$(runc --version | head -1 | awk '{print $3}')" \
+  "$W/picolet-cni.json" "$W/containerd-cni.json" <<'PY'
 import json, sys, platform, os, datetime
-p_file, c_file, pp_file, n, cver, rver = sys.argv[1:7]
-p, c, pp = (json.load(open(f)) for f in (p_file, c_file, pp_file))
+p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file = sys.argv[1:9]
+p, c, pp, pc, cc = (json.load(open(f)) for f in (p_file, c_file, pp_file, pc_file, cc_file))
 def q(v, f):
     v = sorted(v); return v[min(len(v) - 1, int(round(f * (len(v) - 1))))]
 print(f"\nCRI latency, {n} iterations, same in-process client ({os.cpu_count()} cores, kernel {platform.release()}, {datetime.date.today()})\n")
@@ -64,4 +107,9 @@ print(f"| RPC (host-network pods) | picolet p50 | picolet p95 | containerd {cver
 print("|---|---:|---:|---:|---:|---:|---:|")
 for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "ExecSync", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]:
     print(f"| {k} | {q(p[k], .5):.1f} ms | {q(p[k], .95):.1f} ms | {q(c[k], .5):.1f} ms | {q(c[k], .95):.1f} ms | {q(pp[k], .5):.1f} ms | {q(pp[k], .95):.1f} ms |")
+print(f"\n| RPC (pod network: the same CNI bridge + portmap, a hostPort each) | picolet p50 | picolet p95 | containerd {cver} p50 | p95 | containerd/picolet p50 |")
+print("|---|---:|---:|---:|---:|---:|")
+for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox", "RemovePodSandbox"]:
+    a, b = q(pc[k], .5), q(cc[k], .5)
+    print(f"| {k} | {a:.1f} ms | {q(pc[k], .95):.1f} ms | {b:.1f} ms | {q(cc[k], .95):.1f} ms | {b / a:.1f}x |")
 PY

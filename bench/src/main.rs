@@ -1,4 +1,4 @@
-//! `cri-bench SOCKET IMAGE ITERATIONS [pod|host]`: drives one CRI runtime the way kubelet
+//! `cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni]`: drives one CRI runtime the way kubelet
 //! does — RunPodSandbox, CreateContainer, StartContainer, ExecSync (`true`,
 //! as an exec probe), StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
@@ -17,10 +17,13 @@ use cri_proto::v1::*;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let (socket, image, n, host_network) = match args.as_slice() {
-        [_, s, i, n] => (s, i, n, false),
-        [_, s, i, n, net] if net == "pod" || net == "host" => (s, i, n, net == "host"),
-        _ => bail!("usage: cri-bench SOCKET IMAGE ITERATIONS [pod|host]"),
+    // cni: a pod network with a hostPort per pod (the portmap plugin's work).
+    let (socket, image, n, net) = match args.as_slice() {
+        [_, s, i, n] => (s, i, n, "pod"),
+        [_, s, i, n, net] if ["pod", "host", "cni"].contains(&net.as_str()) => {
+            (s, i, n, net.as_str())
+        }
+        _ => bail!("usage: cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni]"),
     };
     let n: usize = n.parse().context("ITERATIONS")?;
     let mut c = RuntimeServiceClient::new(cri_proto::connect(socket).await?);
@@ -32,7 +35,15 @@ async fn main() -> Result<()> {
             .push(t.elapsed().as_secs_f64() * 1000.0)
     };
     for i in 0..n {
-        let config = pod(i, host_network);
+        let mut config = pod(i, net == "host");
+        if net == "cni" {
+            config.port_mappings = vec![PortMapping {
+                protocol: Protocol::Tcp as i32,
+                container_port: 80,
+                host_port: 30000 + i32::try_from(i % 1000).unwrap_or(0),
+                host_ip: String::new(),
+            }];
+        }
         let t = Instant::now();
         let pod_id = c
             .run_pod_sandbox(RunPodSandboxRequest {
