@@ -14,6 +14,7 @@ use crate::reason;
 use crate::status::Waiting;
 use crate::{hooks, volumes};
 use k8s_openapi::api::core::v1::{Container, Pod};
+use std::path::PathBuf;
 
 impl Worker {
     pub(super) fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), SyncError> {
@@ -104,6 +105,19 @@ impl Worker {
         }
     }
 
+    /// Writes the pod's managed /etc/hosts, rewritten at each container
+    /// start; `None` when the pod has no IP.
+    fn etc_hosts(&self, pod: &Pod, ip: &str) -> Result<Option<PathBuf>, volumes::Error> {
+        if ip.is_empty() {
+            return Ok(None);
+        }
+        let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let text =
+            cri_config::hosts::content(pod, &[ip], &self.shared.config.cluster_domain, &node_hosts);
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        volumes::write_etc_hosts(&self.shared.config.data_dir, uid, &text).map(Some)
+    }
+
     pub(super) async fn start_container(
         &mut self,
         pod: &Pod,
@@ -124,7 +138,22 @@ impl Worker {
                 return;
             }
         };
-        let vols = match volumes::prepare(pod, &self.shared.config.data_dir) {
+        // kubelet's etc-hosts is made with the volumes (a host-network
+        // pod's IP is the node's; no IP, a pod network without CNI: the
+        // runtime's file stays).
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let hosts_ip = if host_network {
+            self.shared.node.host_ip.as_str()
+        } else {
+            pod_ip
+        };
+        let prepared = volumes::prepare(pod, &self.shared.config.data_dir)
+            .and_then(|v| Ok((v, self.etc_hosts(pod, hosts_ip)?)));
+        let (vols, etc_hosts) = match prepared {
             Ok(v) => v,
             Err(e) => {
                 self.event(
@@ -141,50 +170,6 @@ impl Worker {
                     },
                 );
                 return;
-            }
-        };
-        // kubelet's etc-hosts, rewritten at each start (the pod IP is
-        // known by now; a host-network pod's IP is the node's). No IP (a
-        // pod network without CNI): the runtime's file stays.
-        let host_network = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.host_network)
-            .unwrap_or(false);
-        let hosts_ip = if host_network {
-            self.shared.node.host_ip.as_str()
-        } else {
-            pod_ip
-        };
-        let etc_hosts = if hosts_ip.is_empty() {
-            None
-        } else {
-            let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
-            let text = cri_config::hosts::content(
-                pod,
-                &[hosts_ip],
-                &self.shared.config.cluster_domain,
-                &node_hosts,
-            );
-            let uid = pod.metadata.uid.as_deref().unwrap_or("");
-            match volumes::write_etc_hosts(&self.shared.config.data_dir, uid, &text) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    self.event(
-                        Some(&c.name),
-                        EventType::Warning,
-                        "FailedMount",
-                        &e.to_string(),
-                    );
-                    self.waiting.insert(
-                        c.name.clone(),
-                        Waiting {
-                            reason: reason::CONTAINER_CREATING.into(),
-                            message: e.to_string(),
-                        },
-                    );
-                    return;
-                }
             }
         };
         let env = ContainerEnv {
