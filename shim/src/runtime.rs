@@ -34,6 +34,10 @@ pub struct Runtime {
     pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
     /// Containers whose STOPPED event went out (each is sent once).
     pub(crate) stopped_sent: Mutex<std::collections::HashSet<String>>,
+    /// Held by StartContainer from releasing the init until its STARTED
+    /// event is out, and by each STOPPED emission: a process that exits at
+    /// once (`true`) is never reported STOPPED before STARTED.
+    pub(crate) event_order: tokio::sync::Mutex<()>,
     /// Exit records already read (an exit is final): listing a stopped
     /// container reads no file.
     pub(crate) exits: Mutex<HashMap<String, crate::state::ExitRecord>>,
@@ -71,6 +75,7 @@ impl Runtime {
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),
             stopped_sent: Mutex::new(std::collections::HashSet::new()),
+            event_order: tokio::sync::Mutex::new(()),
             exits: Mutex::new(HashMap::new()),
             monitor_exits: Arc::new(tokio::sync::watch::Sender::new(0)),
         })
@@ -145,7 +150,8 @@ impl Runtime {
     }
 
     /// Sends the STOPPED event of a container once.
-    pub(crate) fn emit_stopped_once(&self, container_id: &str) {
+    pub(crate) async fn emit_stopped_once(&self, container_id: &str) {
+        let _order = self.event_order.lock().await;
         if lock(&self.stopped_sent).insert(container_id.to_string()) {
             self.emit(container_id, ContainerEventType::ContainerStoppedEvent);
         }

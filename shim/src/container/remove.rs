@@ -15,7 +15,7 @@ impl Runtime {
         if self.state_of(&rec).0 != ContainerState::ContainerExited {
             self.stop_container(id, 0).await?;
         }
-        self.emit_stopped_once(id);
+        self.emit_stopped_once(id).await;
         self.destroy_container_resources(&rec).await?;
         if let Ok(d) = images::Digest::parse(&rec.image_id) {
             self.store.unpin(&d);

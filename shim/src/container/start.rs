@@ -19,14 +19,21 @@ impl Runtime {
             )));
         }
         let dir = self.libcontainer_root().join(id);
-        // Taken before the start: a quick process may finish before start returns.
-        let started_at = state::now_nanos();
-        tokio::task::spawn_blocking(move || LcContainer::load(dir)?.start())
-            .await?
-            .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
-        rec.started_at = Some(started_at);
-        self.put(rec)?;
-        self.emit(id, ContainerEventType::ContainerStartedEvent);
+        {
+            let _order = self.event_order.lock().await;
+            // Taken before the start: a quick process may finish before start returns.
+            let started_at = state::now_nanos();
+            tokio::task::spawn_blocking(move || LcContainer::load(dir)?.start())
+                .await?
+                .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
+            rec.started_at = Some(started_at);
+            self.put(rec.clone())?;
+            self.emit(id, ContainerEventType::ContainerStartedEvent);
+        }
+        // Its exit may have been seen (and held back) meanwhile.
+        if self.state_of(&rec).0 == ContainerState::ContainerExited {
+            self.emit_stopped_once(id).await;
+        }
         Ok(())
     }
 }

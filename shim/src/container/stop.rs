@@ -96,7 +96,7 @@ impl Runtime {
             lock(&self.exits).retain(|id, _| known(id));
             for r in recs {
                 if self.state_of(&r).0 == ContainerState::ContainerExited {
-                    self.emit_stopped_once(&r.id);
+                    self.emit_stopped_once(&r.id).await;
                 }
             }
             tokio::select! {
