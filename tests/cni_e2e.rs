@@ -588,3 +588,45 @@ async fn the_agent_reports_pod_ips_probes_them_and_writes_kubelets_etc_hosts() {
     });
     assert_eq!(leftovers(&agent.shim, &[]), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_add_holds_up_no_other_sandbox_and_its_name_stays_taken() {
+    require_root!();
+    let shim = ready_shim();
+    slow_plugin(&shim);
+    write_conflist(&shim, r#", {"type": "slowpass"}"#);
+    std::fs::write(shim.dir.path().join("slow-ADD"), "").expect("flag");
+    let slow = web_pod(&shim, "slow", 0);
+    let socket = shim.socket();
+    let slow_config = slow.clone();
+    let slow_run = tokio::spawn(async move {
+        let mut c = cri::client(&socket).await;
+        let id = cri::run_pod(&mut c, &slow_config).await;
+        (id, Instant::now())
+    });
+    let plugin = wait_in(&shim, "ADD");
+    let mut c = cri::client(&shim.socket()).await;
+    // The same name while its ADD runs: taken.
+    let e = c
+        .run_pod_sandbox(cri_proto::v1::RunPodSandboxRequest {
+            config: Some(slow),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("the name is being created");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    // Another pod is created meanwhile, not after the slow one.
+    let fast = web_pod(&shim, "fast", 0);
+    let fast_id = cri::run_pod(&mut c, &fast).await;
+    let fast_done = Instant::now();
+    let (slow_id, slow_done) = slow_run.await.expect("join");
+    assert!(
+        fast_done < slow_done,
+        "the fast sandbox waited for the slow one's ADD"
+    );
+    wait_gone(plugin);
+    cri::teardown(&mut c, &fast_id).await;
+    cri::teardown(&mut c, &slow_id).await;
+    assert_eq!(leftovers(&shim, &[fast_id, slow_id]), Vec::<String>::new());
+    shim.assert_host_clean();
+}

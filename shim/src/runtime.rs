@@ -27,6 +27,9 @@ pub struct Runtime {
     pub(crate) containers: Mutex<HashMap<String, ContainerRecord>>,
     /// Serialises create/remove so name checks and records stay consistent.
     pub(crate) create_lock: tokio::sync::Mutex<()>,
+    /// Sandbox names (namespace, name, uid, attempt) being created outside
+    /// that lock.
+    pub(crate) creating_sandboxes: Mutex<std::collections::HashSet<String>>,
     pub(crate) events: broadcast::Sender<ContainerEventResponse>,
     /// The `picolet` binary, run as `picolet monitor`.
     pub(crate) monitor_bin: PathBuf,
@@ -71,6 +74,7 @@ impl Runtime {
             sandboxes: Mutex::new(HashMap::new()),
             containers: Mutex::new(HashMap::new()),
             create_lock: tokio::sync::Mutex::new(()),
+            creating_sandboxes: Mutex::new(std::collections::HashSet::new()),
             events,
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),

@@ -61,6 +61,19 @@ fn write(path: &Path, data: &str) -> Result<(), Error> {
     images::fsutil::write_atomic(path, data.as_bytes()).map_err(Error::from)
 }
 
+/// A sandbox name being created; released on drop, after the record is in
+/// the map (or the creation failed).
+struct Claim<'a> {
+    set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+    key: String,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        lock(self.set).remove(&self.key);
+    }
+}
+
 impl Runtime {
     pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String, Error> {
         let meta = config
@@ -72,21 +85,34 @@ impl Runtime {
                 "config.metadata: name, uid and namespace are required".into(),
             ));
         }
-        let _guard = self.create_lock.lock().await;
-        let clash = lock(&self.sandboxes).values().any(|s| {
-            s.config.metadata.as_ref().is_some_and(|m| {
-                m.name == meta.name
-                    && m.namespace == meta.namespace
-                    && m.uid == meta.uid
-                    && m.attempt == meta.attempt
-            })
-        });
-        if clash {
-            return Err(Error::AlreadyExists(format!(
-                "sandbox {}/{} (uid {}, attempt {}) exists",
+        // The name is claimed under the create lock; the namespaces and
+        // the CNI ADD (tens of ms, up to a plugin's timeout) run without it,
+        // so sandboxes and containers are created side by side.
+        let _claim = {
+            let _guard = self.create_lock.lock().await;
+            let clash = lock(&self.sandboxes).values().any(|s| {
+                s.config.metadata.as_ref().is_some_and(|m| {
+                    m.name == meta.name
+                        && m.namespace == meta.namespace
+                        && m.uid == meta.uid
+                        && m.attempt == meta.attempt
+                })
+            });
+            let key = format!(
+                "{}\0{}\0{}\0{}",
                 meta.namespace, meta.name, meta.uid, meta.attempt
-            )));
-        }
+            );
+            if clash || !lock(&self.creating_sandboxes).insert(key.clone()) {
+                return Err(Error::AlreadyExists(format!(
+                    "sandbox {}/{} (uid {}, attempt {}) exists",
+                    meta.namespace, meta.name, meta.uid, meta.attempt
+                )));
+            }
+            Claim {
+                set: &self.creating_sandboxes,
+                key,
+            }
+        };
         let ns = ns_options(&config);
         if ns.pid == NamespaceMode::Target as i32 {
             return Err(Error::InvalidArgument(

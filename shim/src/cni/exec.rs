@@ -81,6 +81,7 @@ pub async fn run(
     stdin: &[u8],
 ) -> Result<Option<Value>, PluginError> {
     let command = call.command;
+    let started = std::time::Instant::now();
     let path = find(plugin, call.bin_dirs).ok_or_else(|| PluginError::NotFound {
         plugin: plugin.into(),
         dirs: call.bin_dirs.to_vec(),
@@ -146,6 +147,7 @@ pub async fn run(
         why,
     };
     let status = status.map_err(|e| bad(format!("reading it: {e}")))?;
+    tracing::debug!(plugin, command, container = call.container_id, elapsed = ?started.elapsed(), %status, "CNI plugin ran");
     if stdout.len() as u64 > MAX_OUTPUT {
         return Err(bad(format!("more than {MAX_OUTPUT} bytes on stdout")));
     }
