@@ -630,3 +630,34 @@ async fn a_slow_add_holds_up_no_other_sandbox_and_its_name_stays_taken() {
     assert_eq!(leftovers(&shim, &[fast_id, slow_id]), Vec::<String>::new());
     shim.assert_host_clean();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_bandwidth_annotations_reach_debians_bandwidth_plugin() {
+    require_root!();
+    let shim = ready_shim();
+    write_conflist(
+        &shim,
+        r#", {"type": "bandwidth", "capabilities": {"bandwidth": true}}"#,
+    );
+    let mut c = cri::client(&shim.socket()).await;
+    let mut pod = web_pod(&shim, "limited", 0);
+    pod.annotations
+        .insert("kubernetes.io/ingress-bandwidth".into(), "1M".into());
+    let id = cri::run_pod(&mut c, &pod).await;
+    // The plugin shapes the pod's ingress with a token bucket on the
+    // host side of its veth: 1M is 1,000,000 bit/s.
+    let host = shim.netns().expect("own netns");
+    let qdiscs = must(&host, &["tc", "qdisc", "show"]);
+    assert!(
+        qdiscs
+            .lines()
+            .any(|l| l.contains("tbf") && l.contains("rate 1Mbit")),
+        "{qdiscs}"
+    );
+    cri::teardown(&mut c, &id).await;
+    assert_eq!(
+        leftovers(&shim, std::slice::from_ref(&id)),
+        Vec::<String>::new()
+    );
+    shim.assert_host_clean();
+}
