@@ -136,10 +136,14 @@ fn is_mounted(path: &Path) -> bool {
 
 /// Prepares every volume of the pod: volume name → host path.
 /// Writes the pod's managed hosts file, `<pod dir>/etc-hosts` (temp file,
-/// rename: a container never sees half of it); returns its path.
+/// rename: a container never sees half of it), unless it already holds
+/// `content`; returns its path.
 pub fn write_etc_hosts(data_dir: &Path, uid: &str, content: &str) -> Result<PathBuf, Error> {
     let dir = pod_dir(data_dir, uid);
     let path = dir.join("etc-hosts");
+    if fs::read_to_string(&path).is_ok_and(|old| old == content) {
+        return Ok(path);
+    }
     let tmp = dir.join(".etc-hosts.tmp");
     let err = |source| Error::EtcHosts {
         path: path.clone(),

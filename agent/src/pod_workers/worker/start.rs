@@ -105,13 +105,23 @@ impl Worker {
         }
     }
 
-    /// Writes the pod's managed /etc/hosts, rewritten at each container
-    /// start; `None` when the pod has no IP.
-    fn etc_hosts(&self, pod: &Pod, ip: &str) -> Result<Option<PathBuf>, volumes::Error> {
+    /// The pod's managed /etc/hosts, made before each container start (the
+    /// pod IP changes with a new sandbox); `None` when the pod has no IP.
+    fn etc_hosts(
+        &self,
+        pod: &Pod,
+        host_network: bool,
+        ip: &str,
+    ) -> Result<Option<PathBuf>, volumes::Error> {
         if ip.is_empty() {
             return Ok(None);
         }
-        let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        // Only a host-network pod's file is made from the node's.
+        let node_hosts = if host_network {
+            std::fs::read_to_string("/etc/hosts").unwrap_or_default()
+        } else {
+            String::new()
+        };
         let text =
             cri_config::hosts::content(pod, &[ip], &self.shared.config.cluster_domain, &node_hosts);
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
@@ -152,7 +162,7 @@ impl Worker {
             pod_ip
         };
         let prepared = volumes::prepare(pod, &self.shared.config.data_dir)
-            .and_then(|v| Ok((v, self.etc_hosts(pod, hosts_ip)?)));
+            .and_then(|v| Ok((v, self.etc_hosts(pod, host_network, hosts_ip)?)));
         let (vols, etc_hosts) = match prepared {
             Ok(v) => v,
             Err(e) => {
