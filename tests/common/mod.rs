@@ -638,14 +638,20 @@ pub mod cri {
     }
 
     pub async fn run_pod(c: &mut Client, config: &PodSandboxConfig) -> String {
+        try_run_pod(c, config).await.expect("RunPodSandbox")
+    }
+
+    /// RunPodSandbox, its error kept for the test to look at.
+    pub async fn try_run_pod(
+        c: &mut Client,
+        config: &PodSandboxConfig,
+    ) -> Result<String, tonic::Status> {
         c.run_pod_sandbox(RunPodSandboxRequest {
             config: Some(config.clone()),
             runtime_handler: String::new(),
         })
         .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id
+        .map(|r| r.into_inner().pod_sandbox_id)
     }
 
     pub async fn create(
