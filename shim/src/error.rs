@@ -82,6 +82,7 @@ impl From<Error> for Status {
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Unimplemented(_) => Code::Unimplemented,
             Error::Cni(crate::cni::CniError::Config(_)) => Code::FailedPrecondition,
+            Error::Cni(crate::cni::CniError::BadBandwidth { .. }) => Code::InvalidArgument,
             // containerd's code for a plugin's failure.
             Error::Cni(_) => Code::Unknown,
             Error::Io { .. } | Error::Sys { .. } | Error::Internal(_) => Code::Internal,

@@ -44,6 +44,10 @@ pub enum CniError {
     Cache(#[from] images::Error),
     #[error("CNI attachment record {}: {why}", path.display())]
     BadCache { path: PathBuf, why: String },
+    /// As containerd, which refuses the sandbox when kubelet's bandwidth
+    /// annotations do not parse.
+    #[error("config.annotations[{key:?}]: {value:?} is not a bandwidth quantity (e.g. 10M)")]
+    BadBandwidth { key: &'static str, value: String },
 }
 
 /// One pod's attachment: everything DEL needs.
@@ -112,7 +116,7 @@ impl Cni {
             netns: netns.to_path_buf(),
             ifname: IFNAME.into(),
             args: cni_args(sandbox_id, config),
-            capability_args: capability_args(config),
+            capability_args: capability_args(config)?,
             result: None,
         };
         save(dir, &att)?;
@@ -260,7 +264,7 @@ const EGRESS_BANDWIDTH: &str = "kubernetes.io/egress-bandwidth";
 /// The capability args containerd passes: `portMappings` (ports with a
 /// host port), `bandwidth` (from the pod's annotations, burst unlimited as
 /// kubelet's) and `dns`.
-pub fn capability_args(config: &PodSandboxConfig) -> Map<String, Value> {
+pub fn capability_args(config: &PodSandboxConfig) -> Result<Map<String, Value>, CniError> {
     let mut caps = Map::new();
     let ports: Vec<Value> = config
         .port_mappings
@@ -283,19 +287,24 @@ pub fn capability_args(config: &PodSandboxConfig) -> Map<String, Value> {
     if !ports.is_empty() {
         caps.insert("portMappings".into(), Value::Array(ports));
     }
-    let rate = |key: &str| {
-        config
-            .annotations
-            .get(key)
-            .and_then(|q| edge_config::quantity::parse_quantity(q))
+    let rate = |key: &'static str| -> Result<Option<u64>, CniError> {
+        let Some(q) = config.annotations.get(key) else {
+            return Ok(None);
+        };
+        edge_config::quantity::parse_quantity(q)
             .and_then(|r| u64::try_from(r).ok())
+            .map(Some)
+            .ok_or_else(|| CniError::BadBandwidth {
+                key,
+                value: q.clone(),
+            })
     };
     let mut bw = Map::new();
-    if let Some(r) = rate(INGRESS_BANDWIDTH) {
+    if let Some(r) = rate(INGRESS_BANDWIDTH)? {
         bw.insert("ingressRate".into(), r.into());
         bw.insert("ingressBurst".into(), u64::from(u32::MAX).into());
     }
-    if let Some(r) = rate(EGRESS_BANDWIDTH) {
+    if let Some(r) = rate(EGRESS_BANDWIDTH)? {
         bw.insert("egressRate".into(), r.into());
         bw.insert("egressBurst".into(), u64::from(u32::MAX).into());
     }
@@ -308,7 +317,7 @@ pub fn capability_args(config: &PodSandboxConfig) -> Map<String, Value> {
             json!({"servers": dns.servers, "searches": dns.searches, "options": dns.options}),
         );
     }
-    caps
+    Ok(caps)
 }
 
 #[cfg(test)]
@@ -365,7 +374,7 @@ mod tests {
 
     #[test]
     fn capability_args_from_the_sandbox_config() {
-        let caps = capability_args(&config());
+        let caps = capability_args(&config()).expect("valid");
         assert_eq!(
             caps["portMappings"],
             json!([
@@ -381,6 +390,18 @@ mod tests {
             caps["dns"],
             json!({"servers": ["10.0.0.10"], "searches": ["svc.cluster.local"], "options": ["ndots:5"]})
         );
-        assert!(capability_args(&PodSandboxConfig::default()).is_empty());
+        assert!(
+            capability_args(&PodSandboxConfig::default())
+                .expect("valid")
+                .is_empty()
+        );
+        let mut bad = config();
+        bad.annotations
+            .insert(EGRESS_BANDWIDTH.into(), "fast".into());
+        let e = capability_args(&bad).expect_err("not a quantity");
+        assert_eq!(
+            e.to_string(),
+            "config.annotations[\"kubernetes.io/egress-bandwidth\"]: \"fast\" is not a bandwidth quantity (e.g. 10M)"
+        );
     }
 }
