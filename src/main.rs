@@ -43,6 +43,10 @@ enum Command {
     Check(CheckArgs),
     /// Print the version.
     Version,
+    /// The built-in CNI plugin (type `picolet`), run by the shim with the
+    /// CNI protocol's environment and stdin.
+    #[command(hide = true)]
+    Cni,
 }
 
 #[derive(Subcommand)]
@@ -218,12 +222,18 @@ impl AgentArgs {
 }
 
 fn main() -> ExitCode {
+    // Installed as a CNI plugin (e.g. /opt/cni/bin/picolet for containerd),
+    // picolet is run with CNI_COMMAND set and no arguments.
+    if std::env::args_os().len() == 1 && std::env::var_os("CNI_COMMAND").is_some() {
+        return shim::cni_plugin::main();
+    }
     let cli = Cli::parse();
     // `monitor exec` hands its stdio to the exec'd process: no logging there.
     // `monitor pod-init` forks: keep it free of anything that could start threads.
     if !matches!(
         cli.command,
         Command::Monitor(MonitorCommand::Exec { .. } | MonitorCommand::PodInit { .. })
+            | Command::Cni
     ) {
         init_tracing();
     }
@@ -238,6 +248,7 @@ fn main() -> ExitCode {
         Command::Up(args) => up::run(args),
         Command::Check(args) => check(args),
         Command::Monitor(m) => run_monitor(m),
+        Command::Cni => shim::cni_plugin::main(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! End-to-end: pod networking through CNI with Debian's reference plugins
 //! (`bridge`, `host-local`, `portmap`, `tuning` from
-//! containernetworking-plugins, in /usr/lib/cni). Root.
+//! containernetworking-plugins, in /usr/lib/cni) and with picolet's own
+//! (`"type": "picolet"`, the shim's binary as `picolet cni`). Root.
 //!
 //! The shim runs in a network namespace the test made (its "host"
 //! network): the bridge, routes and iptables rules the plugins write stay
@@ -26,28 +27,44 @@ const GATEWAY: &str = "10.99.0.1";
 const LAN_HOST: &str = "192.168.77.1";
 const LAN_PEER: &str = "192.168.77.2";
 
-/// bridge + host-local (leases under the test dir) + portmap, then
-/// `extra` plugins (objects) chained after them.
-fn conflist(shim: &Shim, extra: &str) -> String {
-    format!(
-        r#"{{"cniVersion": "1.0.0", "name": "{NETWORK}", "plugins": [
-  {{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
-    "ipam": {{"type": "host-local", "dataDir": "{}", "ranges": [[{{"subnet": "10.99.0.0/24"}}]],
+/// Which plugins give the pods their network: the same subnet, gateway
+/// and lease folder either way, so the checks are the same.
+#[derive(Debug, Clone, Copy)]
+enum Net {
+    /// bridge + host-local + portmap from containernetworking-plugins.
+    Debian,
+    /// picolet's built-in plugin.
+    Builtin,
+}
+
+/// The network's plugins (leases under the test dir), then `extra`
+/// plugins (objects) chained after them.
+fn conflist(net: Net, shim: &Shim, extra: &str) -> String {
+    let ipam = ipam_dir(shim);
+    let ipam = ipam.display();
+    let plugins = match net {
+        Net::Debian => format!(
+            r#"{{"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+    "ipam": {{"type": "host-local", "dataDir": "{ipam}", "ranges": [[{{"subnet": "10.99.0.0/24"}}]],
              "routes": [{{"dst": "0.0.0.0/0"}}]}}}},
-  {{"type": "portmap", "capabilities": {{"portMappings": true}}}}{extra}
-]}}"#,
-        ipam_dir(shim).display()
-    )
+  {{"type": "portmap", "capabilities": {{"portMappings": true}}}}"#
+        ),
+        Net::Builtin => format!(
+            r#"{{"type": "picolet", "bridge": "picolet0", "subnet": "10.99.0.0/24",
+    "dataDir": "{ipam}", "ipMasq": true, "capabilities": {{"portMappings": true}}}}"#
+        ),
+    };
+    format!(r#"{{"cniVersion": "1.0.0", "name": "{NETWORK}", "plugins": [{plugins}{extra}]}}"#)
 }
 
 fn ipam_dir(shim: &Shim) -> PathBuf {
     shim.dir.path().join("ipam")
 }
 
-fn write_conflist(shim: &Shim, extra: &str) {
+fn write_conflist(net: Net, shim: &Shim, extra: &str) {
     std::fs::write(
         shim.cni_conf_dir().join("10-e2e.conflist"),
-        conflist(shim, extra),
+        conflist(net, shim, extra),
     )
     .expect("write conflist");
 }
@@ -180,7 +197,8 @@ fn leftovers(shim: &Shim, sandbox_ids: &[String]) -> Vec<String> {
         }
     }
     for line in must(&host, &["ip", "-o", "link"]).lines() {
-        if line.contains("veth") {
+        // Debian's bridge names host ends veth*, picolet's pl<hash>.
+        if line.contains("veth") || line.contains(": pl") {
             left.push(format!("link {line}"));
         }
     }
@@ -258,13 +276,24 @@ fn ready_shim() -> Shim {
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_reach_each_other_a_host_port_answers_and_masquerade_reaches_the_lan() {
     require_root!();
+    pods_reach_each_other(Net::Debian).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_builtin_plugin_pods_reach_each_other_a_host_port_answers_and_masquerade_reaches_the_lan()
+ {
+    require_root!();
+    pods_reach_each_other(Net::Builtin).await;
+}
+
+async fn pods_reach_each_other(net: Net) {
     let shim = ready_shim();
     let mut c = cri::client(&shim.socket()).await;
     let (ready, why) = network_ready(&mut c).await;
     assert!(!ready, "no config yet");
     assert!(why.contains("no network config found in"), "{why}");
     // A config written while the shim runs is used without a restart.
-    write_conflist(&shim, "");
+    write_conflist(net, &shim, "");
     assert_eq!(network_ready(&mut c).await, (true, String::new()));
     let host = shim.netns().expect("own netns");
     let lan = LanPeer::new(&shim);
@@ -405,9 +434,19 @@ fn wait_gone(pid: i32) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hundred_sandboxes_and_kill_9_during_add_and_del_leak_nothing() {
     require_root!();
+    hundred_sandboxes_and_kill_9(Net::Debian).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_builtin_plugin_a_hundred_sandboxes_and_kill_9_during_add_and_del_leak_nothing() {
+    require_root!();
+    hundred_sandboxes_and_kill_9(Net::Builtin).await;
+}
+
+async fn hundred_sandboxes_and_kill_9(net: Net) {
     let mut shim = ready_shim();
     slow_plugin(&shim);
-    write_conflist(&shim, r#", {"type": "slowpass"}"#);
+    write_conflist(net, &shim, r#", {"type": "slowpass"}"#);
     let mut c = cri::client(&shim.socket()).await;
 
     let started = Instant::now();
@@ -419,10 +458,7 @@ async fn a_hundred_sandboxes_and_kill_9_during_add_and_del_leak_nothing() {
         cri::teardown(&mut c, &id).await;
         ids.push(id);
     }
-    eprintln!(
-        "100 sandbox cycles with bridge+portmap: {:?}",
-        started.elapsed()
-    );
+    eprintln!("100 sandbox cycles with {net:?}: {:?}", started.elapsed());
     assert_eq!(leftovers(&shim, &ids), Vec::<String>::new());
 
     // kill -9 of the shim while ADD runs (bridge and portmap done).
@@ -498,7 +534,7 @@ async fn a_bad_config_or_a_failing_plugin_fails_run_pod_sandbox_and_leaks_nothin
     std::fs::remove_file(shim.cni_conf_dir().join("00-bad.conflist")).expect("rm");
 
     // A plugin that is not installed: bridge's ADD is undone before the error.
-    write_conflist(&shim, r#", {"type": "no-such-plugin"}"#);
+    write_conflist(Net::Debian, &shim, r#", {"type": "no-such-plugin"}"#);
     let e = cri::try_run_pod(&mut c, &pod)
         .await
         .expect_err("missing plugin");
@@ -511,6 +547,22 @@ async fn a_bad_config_or_a_failing_plugin_fails_run_pod_sandbox_and_leaks_nothin
     );
     // DEL skips the plugin that is not there and undoes bridge and portmap.
     assert_eq!(leftovers(&shim, &[]), Vec::<String>::new());
+
+    // The built-in plugin names the field it cannot use.
+    std::fs::write(
+        shim.cni_conf_dir().join("10-e2e.conflist"),
+        r#"{"cniVersion": "1.0.0", "name": "x", "plugins": [{"type": "picolet", "subnet": "10.99.0.1/24"}]}"#,
+    )
+    .expect("write");
+    let e = cri::try_run_pod(&mut c, &pod)
+        .await
+        .expect_err("bad subnet");
+    assert!(
+        e.message().contains("plugin type=\"picolet\" failed (ADD): network config: subnet: \"10.99.0.1/24\": host bits set"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(leftovers(&shim, &[]), Vec::<String>::new());
     shim.assert_host_clean();
 }
 
@@ -518,7 +570,7 @@ async fn a_bad_config_or_a_failing_plugin_fails_run_pod_sandbox_and_leaks_nothin
 async fn the_agent_reports_pod_ips_probes_them_and_writes_kubelets_etc_hosts() {
     require_root!();
     let shim = Shim::start_in_own_netns();
-    write_conflist(&shim, "");
+    write_conflist(Net::Builtin, &shim, "");
     let agent = Agent::start_on(shim, "");
     agent.write_manifest(
         "web.yaml",
@@ -591,7 +643,7 @@ async fn a_slow_add_holds_up_no_other_sandbox_and_its_name_stays_taken() {
     require_root!();
     let shim = ready_shim();
     slow_plugin(&shim);
-    write_conflist(&shim, r#", {"type": "slowpass"}"#);
+    write_conflist(Net::Debian, &shim, r#", {"type": "slowpass"}"#);
     std::fs::write(shim.dir.path().join("slow-ADD"), "").expect("flag");
     let slow = web_pod(&shim, "slow", 0);
     let socket = shim.socket();
@@ -629,6 +681,7 @@ async fn the_bandwidth_annotations_reach_debians_bandwidth_plugin() {
     require_root!();
     let shim = ready_shim();
     write_conflist(
+        Net::Debian,
         &shim,
         r#", {"type": "bandwidth", "capabilities": {"bandwidth": true}}"#,
     );

@@ -34,6 +34,9 @@ mod state;
 mod stats;
 mod users;
 
+/// picolet's own CNI plugin (`picolet cni`), for devices without one.
+pub use cni::builtin as cni_plugin;
+
 use std::future::Future;
 use std::sync::Arc;
 

@@ -69,9 +69,16 @@ pub struct Call<'a> {
     pub bin_dirs: &'a [PathBuf],
 }
 
-/// The first folder's executable named `plugin`.
-fn find(plugin: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
-    dirs.iter().map(|d| d.join(plugin)).find(|p| p.is_file())
+/// The first folder's executable named `plugin` and its arguments; for
+/// type `picolet` that no folder has, this binary itself as `picolet cni`.
+fn find(plugin: &str, dirs: &[PathBuf]) -> Option<(PathBuf, &'static [&'static str])> {
+    if let Some(p) = dirs.iter().map(|d| d.join(plugin)).find(|p| p.is_file()) {
+        return Some((p, &[]));
+    }
+    if plugin == super::builtin::TYPE {
+        return std::env::current_exe().ok().map(|p| (p, &["cni"][..]));
+    }
+    None
 }
 
 /// Runs `plugin` with `stdin`; its result for ADD, `None` for DEL.
@@ -82,12 +89,13 @@ pub async fn run(
 ) -> Result<Option<Value>, PluginError> {
     let command = call.command;
     let started = std::time::Instant::now();
-    let path = find(plugin, call.bin_dirs).ok_or_else(|| PluginError::NotFound {
+    let (path, args) = find(plugin, call.bin_dirs).ok_or_else(|| PluginError::NotFound {
         plugin: plugin.into(),
         dirs: call.bin_dirs.to_vec(),
     })?;
     let cni_path = std::env::join_paths(call.bin_dirs).unwrap_or_default();
     let mut child = tokio::process::Command::new(&path)
+        .args(args)
         .env_clear()
         // Plugins run iptables, ip and friends from PATH.
         .env(

@@ -15,6 +15,7 @@
 //! written, changed or removed takes effect at the next sandbox without a
 //! restart, which is what containerd's inotify watch is for.
 
+pub mod builtin;
 pub mod config;
 pub mod exec;
 

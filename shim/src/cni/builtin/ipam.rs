@@ -1,0 +1,275 @@
+//! Host-local-style address leases for the built-in network: one file per
+//! leased address under `<dataDir>/<network>/`, named by the address and
+//! holding `<container id>\n<ifname>\n`, made by hard-linking a complete
+//! temporary file into place (a crash never leaves a half-written lease,
+//! and two claims of one address cannot both win). `last_reserved_ip`
+//! makes allocation round-robin, as host-local's, so a freed address is
+//! not handed out again at once. The caller holds [`Leases::lock`] across
+//! a whole ADD or DEL.
+
+use std::fs;
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+
+/// An IPv4 subnet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet {
+    pub network: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl Subnet {
+    /// `a.b.c.d/n`; the address must be the network's own (host bits zero).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (ip, prefix) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not a.b.c.d/prefix"))?;
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| format!("{s:?}: {ip:?} is not an IPv4 address"))?;
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| (8..=30).contains(p))
+            .ok_or_else(|| format!("{s:?}: prefix must be 8..30"))?;
+        let net = Self {
+            network: ip,
+            prefix,
+        };
+        if u32::from(ip) & !net.mask() != 0 {
+            return Err(format!(
+                "{s:?}: host bits set (the network is {})",
+                net.base()
+            ));
+        }
+        Ok(net)
+    }
+
+    fn mask(&self) -> u32 {
+        u32::MAX << (32 - u32::from(self.prefix))
+    }
+
+    fn base(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network) & self.mask())
+    }
+
+    /// The first host address: the bridge's (the pods' gateway).
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network) + 1)
+    }
+
+    /// Addresses pods may get: after the gateway, before broadcast.
+    fn pod_range(&self) -> (u32, u32) {
+        let first = u32::from(self.network) + 2;
+        let last = (u32::from(self.network) | !self.mask()) - 1;
+        (first, last)
+    }
+
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & self.mask() == u32::from(self.network)
+    }
+}
+
+impl std::fmt::Display for Subnet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+/// The leases of one network.
+pub struct Leases {
+    dir: PathBuf,
+    subnet: Subnet,
+}
+
+/// Held while it lives: no other ADD or DEL of the network runs.
+pub struct Locked(#[allow(dead_code)] Flock<fs::File>);
+
+impl Leases {
+    pub fn new(data_dir: &Path, network: &str, subnet: Subnet) -> Self {
+        Self {
+            dir: data_dir.join(network),
+            subnet,
+        }
+    }
+
+    pub fn lock(&self) -> Result<Locked, String> {
+        fs::create_dir_all(&self.dir).map_err(|e| format!("create {}: {e}", self.dir.display()))?;
+        let path = self.dir.join("lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        Flock::lock(file, FlockArg::LockExclusive)
+            .map(Locked)
+            .map_err(|(_, e)| format!("lock {}: {e}", path.display()))
+    }
+
+    fn owner(id: &str, ifname: &str) -> String {
+        format!("{id}\n{ifname}\n")
+    }
+
+    /// Leased addresses and their owner text.
+    fn leases(&self) -> Vec<(Ipv4Addr, PathBuf)> {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| {
+                let ip = e.file_name().to_str()?.parse::<Ipv4Addr>().ok()?;
+                Some((ip, e.path()))
+            })
+            .collect()
+    }
+
+    /// The address `id`/`ifname` holds, if any.
+    pub fn find(&self, id: &str, ifname: &str) -> Option<Ipv4Addr> {
+        let want = Self::owner(id, ifname);
+        self.leases()
+            .into_iter()
+            .find(|(_, p)| fs::read_to_string(p).is_ok_and(|s| s == want))
+            .map(|(ip, _)| ip)
+    }
+
+    /// The address of `id`/`ifname`: the one it holds, or the next free one
+    /// after the last handed out.
+    pub fn allocate(&self, id: &str, ifname: &str) -> Result<Ipv4Addr, String> {
+        if let Some(ip) = self.find(id, ifname) {
+            return Ok(ip);
+        }
+        let (first, last) = self.subnet.pod_range();
+        let last_file = self.dir.join("last_reserved_ip.0");
+        let after = fs::read_to_string(&last_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<Ipv4Addr>().ok())
+            .map(u32::from)
+            .filter(|ip| (first..=last).contains(ip))
+            .unwrap_or(last);
+        let tmp = self.dir.join(format!(".lease-{}", std::process::id()));
+        write_synced(&tmp, Self::owner(id, ifname).as_bytes())?;
+        let size = last - first + 1;
+        let mut claimed = None;
+        for step in 1..=size {
+            let ip = Ipv4Addr::from(first + (after - first + step) % size);
+            match fs::hard_link(&tmp, self.dir.join(ip.to_string())) {
+                Ok(()) => {
+                    claimed = Some(ip);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(format!("lease {ip} in {}: {e}", self.dir.display()));
+                }
+            }
+        }
+        let _ = fs::remove_file(&tmp);
+        let ip = claimed.ok_or_else(|| {
+            format!(
+                "no free address left in {} ({size} leased under {})",
+                self.subnet,
+                self.dir.display()
+            )
+        })?;
+        write_synced(&last_file, ip.to_string().as_bytes())?;
+        Ok(ip)
+    }
+
+    /// Frees what `id`/`ifname` holds; nothing held is fine.
+    pub fn release(&self, id: &str, ifname: &str) -> Result<(), String> {
+        let want = Self::owner(id, ifname);
+        for (_, path) in self.leases() {
+            if fs::read_to_string(&path).is_ok_and(|s| s == want) {
+                fs::remove_file(&path).map_err(|e| format!("remove {}: {e}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    };
+    write().map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leases(dir: &Path, subnet: &str) -> Leases {
+        Leases::new(dir, "net", Subnet::parse(subnet).expect("subnet"))
+    }
+
+    #[test]
+    fn subnets_are_checked_and_know_their_gateway() {
+        let s = Subnet::parse("10.42.0.0/16").expect("ok");
+        assert_eq!(s.gateway(), Ipv4Addr::new(10, 42, 0, 1));
+        assert_eq!(
+            s.pod_range(),
+            (
+                u32::from(Ipv4Addr::new(10, 42, 0, 2)),
+                u32::from(Ipv4Addr::new(10, 42, 255, 254))
+            )
+        );
+        assert!(s.contains(Ipv4Addr::new(10, 42, 9, 9)));
+        assert!(!s.contains(Ipv4Addr::new(10, 43, 0, 1)));
+        for (bad, why) in [
+            ("10.42.0.0", "a.b.c.d/prefix"),
+            ("10.42.0.1/16", "host bits set (the network is 10.42.0.0)"),
+            ("10.42.0.0/31", "prefix must be 8..30"),
+            ("ten/8", "not an IPv4 address"),
+        ] {
+            let e = Subnet::parse(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn addresses_are_leased_round_robin_kept_per_owner_and_freed() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let l = leases(dir.path(), "10.9.0.0/29"); // .2 ..= .6
+        let _g = l.lock().expect("lock");
+        let a = l.allocate("a", "eth0").expect("a");
+        assert_eq!(a, Ipv4Addr::new(10, 9, 0, 2));
+        assert_eq!(
+            l.allocate("a", "eth0").expect("again"),
+            a,
+            "same owner, same address"
+        );
+        let b = l.allocate("b", "eth0").expect("b");
+        assert_eq!(b, Ipv4Addr::new(10, 9, 0, 3));
+        l.release("a", "eth0").expect("release");
+        assert_eq!(l.find("a", "eth0"), None);
+        // Round robin: the freed .2 comes back only after the others.
+        let got: Vec<_> = ["c", "d", "e", "f"]
+            .iter()
+            .map(|id| l.allocate(id, "eth0").expect(id).octets()[3])
+            .collect();
+        assert_eq!(got, [4, 5, 6, 2]);
+        let full = l.allocate("g", "eth0").expect_err("full");
+        assert!(
+            full.contains("no free address left in 10.9.0.0/29"),
+            "{full}"
+        );
+        l.release("nobody", "eth0")
+            .expect("releasing nothing is fine");
+        let names: Vec<_> = fs::read_dir(dir.path().join("net"))
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
+            .collect();
+        assert!(names.is_empty(), "temporary files left: {names:?}");
+    }
+}

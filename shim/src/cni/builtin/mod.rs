@@ -1,0 +1,560 @@
+//! picolet's own CNI plugin, for devices that have none installed: type
+//! `picolet` in a conflist, run as `picolet cni` (or as any executable
+//! named by the type that is picolet's binary, called with `CNI_COMMAND`
+//! set and no arguments). It speaks the CNI protocol like any plugin, so
+//! the shim (and containerd) use it through the same code path as
+//! Debian's reference plugins, and it does in one binary what
+//! `bridge` + `host-local` + `portmap` do:
+//!
+//! - a bridge (`bridge`, default `picolet0`) holding the gateway address
+//!   of `subnet` (default 10.42.0.0/16), IPv4 forwarding on;
+//! - per pod a veth pair, the pod's end made directly inside its network
+//!   namespace as `CNI_IFNAME`, its address and default route, all through
+//!   rtnetlink ([`netlink`]);
+//! - host-local-style leases under `dataDir` ([`ipam`]);
+//! - `portMappings` (hostPort) and masquerade with iptables ([`iptables`]).
+//!
+//! ```json
+//! {"cniVersion": "1.0.0", "name": "picolet", "plugins": [
+//!   {"type": "picolet", "bridge": "picolet0", "subnet": "10.42.0.0/16",
+//!    "dataDir": "/var/lib/picolet/cni", "ipMasq": true,
+//!    "capabilities": {"portMappings": true}}]}
+//! ```
+
+pub mod ipam;
+pub mod iptables;
+pub mod netlink;
+
+use std::fs;
+use std::io::Read;
+use std::net::Ipv4Addr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use ipam::{Leases, Subnet};
+use netlink::Netlink;
+
+/// The plugin type that names this plugin in a conflist.
+pub const TYPE: &str = "picolet";
+/// Defaults of the network `picolet up` writes when there is none.
+pub const DEFAULT_BRIDGE: &str = "picolet0";
+pub const DEFAULT_SUBNET: &str = "10.42.0.0/16";
+pub const DEFAULT_NETWORK: &str = "picolet";
+
+const SUPPORTED: [&str; 5] = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+/// Stdin beyond this is refused (a network config is a few KiB).
+const MAX_STDIN: u64 = 1 << 20;
+
+/// The plugin's part of a network config, as the runtime hands it over.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NetConf {
+    #[serde(default)]
+    cni_version: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    bridge: Option<String>,
+    #[serde(default)]
+    subnet: Option<String>,
+    #[serde(default)]
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    ip_masq: Option<bool>,
+    #[serde(default)]
+    runtime_config: RuntimeConfig,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RuntimeConfig {
+    #[serde(default)]
+    port_mappings: Vec<PortMapping>,
+}
+
+/// One `portMappings` entry (the CNI capability's convention).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PortMapping {
+    pub host_port: u16,
+    pub container_port: u16,
+    #[serde(default = "tcp")]
+    pub protocol: String,
+    #[serde(default, rename = "hostIP")]
+    pub host_ip: String,
+}
+
+fn tcp() -> String {
+    "tcp".into()
+}
+
+/// A checked config.
+#[derive(Debug)]
+struct Network {
+    version: String,
+    name: String,
+    bridge: String,
+    subnet: Subnet,
+    data_dir: PathBuf,
+    masquerade: bool,
+    ports: Vec<PortMapping>,
+}
+
+/// A spec error: code and message (codes: 4 bad config, 7 bad environment,
+/// 100+ this plugin's own).
+#[derive(Debug)]
+struct Fail(u32, String);
+
+fn bad_config(msg: String) -> Fail {
+    Fail(4, msg)
+}
+
+/// `for_del`: DEL must be able to undo an ADD that failed on a bad field,
+/// so only what DEL uses (name, bridge, dataDir) is checked; it never
+/// leases, so the subnet and ports may be anything.
+fn parse_for(stdin: &[u8], for_del: bool) -> Result<Network, Fail> {
+    let mut c: NetConf =
+        serde_json::from_slice(stdin).map_err(|e| bad_config(format!("network config: {e}")))?;
+    if for_del {
+        c.subnet = None;
+        c.runtime_config.port_mappings.clear();
+    }
+    if c.name.is_empty() {
+        return Err(bad_config("network config: name: required".into()));
+    }
+    let bridge = c.bridge.unwrap_or_else(|| DEFAULT_BRIDGE.into());
+    if bridge.is_empty() || bridge.len() > 15 || bridge.contains(['/', ' ']) {
+        return Err(bad_config(format!(
+            "network config: bridge: {bridge:?} is not a link name (1-15 characters, no / or space)"
+        )));
+    }
+    let subnet = Subnet::parse(c.subnet.as_deref().unwrap_or(DEFAULT_SUBNET))
+        .map_err(|e| bad_config(format!("network config: subnet: {e}")))?;
+    let data_dir = c
+        .data_dir
+        .unwrap_or_else(|| PathBuf::from(edge_config::DEFAULT_ROOT).join("cni"));
+    if !data_dir.is_absolute() {
+        return Err(bad_config(format!(
+            "network config: dataDir: {} is not an absolute path",
+            data_dir.display()
+        )));
+    }
+    for (i, p) in c.runtime_config.port_mappings.iter().enumerate() {
+        if p.host_port == 0 || p.container_port == 0 {
+            return Err(bad_config(format!(
+                "network config: runtimeConfig.portMappings[{i}]: hostPort and containerPort must be 1-65535"
+            )));
+        }
+        let proto = p.protocol.to_ascii_lowercase();
+        if !matches!(proto.as_str(), "tcp" | "udp" | "sctp") {
+            return Err(bad_config(format!(
+                "network config: runtimeConfig.portMappings[{i}].protocol: {:?} is not tcp, udp or sctp",
+                p.protocol
+            )));
+        }
+        if !p.host_ip.is_empty() && p.host_ip.parse::<Ipv4Addr>().is_err() {
+            return Err(bad_config(format!(
+                "network config: runtimeConfig.portMappings[{i}].hostIP: {:?} is not an IPv4 address",
+                p.host_ip
+            )));
+        }
+    }
+    Ok(Network {
+        version: if c.cni_version.is_empty() {
+            "1.0.0".into()
+        } else {
+            c.cni_version
+        },
+        name: c.name,
+        bridge,
+        subnet,
+        data_dir,
+        masquerade: c.ip_masq.unwrap_or(true),
+        ports: c.runtime_config.port_mappings,
+    })
+}
+
+/// The host end of a pod's veth: `pl` and 12 hex digits of a hash of
+/// container id and interface (link names are at most 15 bytes).
+fn host_veth(id: &str, ifname: &str) -> String {
+    // FNV-1a, 64 bit: stable across builds, no dependency.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes().chain([0]).chain(ifname.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("pl{:012x}", h >> 16)
+}
+
+fn result(net: &Network, ifname: &str, netns: &str, veth: &str, ip: Ipv4Addr) -> Value {
+    let gw = net.subnet.gateway().to_string();
+    let mut address = json!({
+        "address": format!("{ip}/{}", net.subnet.prefix),
+        "gateway": gw,
+        "interface": 2,
+    });
+    if net.version.starts_with("0.") {
+        address["version"] = json!("4");
+    }
+    json!({
+        "cniVersion": net.version,
+        "interfaces": [
+            {"name": net.bridge},
+            {"name": veth},
+            {"name": ifname, "sandbox": netns},
+        ],
+        "ips": [address],
+        "routes": [{"dst": "0.0.0.0/0", "gw": gw}],
+        "dns": {},
+    })
+}
+
+/// What the runtime said in `CNI_*`.
+struct Env {
+    command: String,
+    id: String,
+    netns: String,
+    ifname: String,
+}
+
+fn env() -> Result<Env, Fail> {
+    let get = |k: &str| std::env::var(k).unwrap_or_default();
+    let e = Env {
+        command: get("CNI_COMMAND"),
+        id: get("CNI_CONTAINERID"),
+        netns: get("CNI_NETNS"),
+        ifname: get("CNI_IFNAME"),
+    };
+    let needs: &[(&str, &str)] = match e.command.as_str() {
+        "ADD" => &[
+            ("CNI_CONTAINERID", &e.id),
+            ("CNI_NETNS", &e.netns),
+            ("CNI_IFNAME", &e.ifname),
+        ],
+        "DEL" | "CHECK" => &[("CNI_CONTAINERID", &e.id), ("CNI_IFNAME", &e.ifname)],
+        _ => &[],
+    };
+    for (k, v) in needs {
+        if v.is_empty() {
+            return Err(Fail(7, format!("{k} is required for {}", e.command)));
+        }
+    }
+    if e.ifname.len() > 15 || e.ifname.contains(['/', ' ']) {
+        return Err(Fail(
+            7,
+            format!("CNI_IFNAME {:?} is not a link name", e.ifname),
+        ));
+    }
+    Ok(e)
+}
+
+/// Runs `work` on a thread that joined the network namespace at `netns`,
+/// with an rtnetlink socket of that namespace.
+fn in_netns<T: Send>(
+    netns: &Path,
+    work: impl FnOnce(&mut Netlink) -> std::io::Result<T> + Send,
+) -> Result<T, String> {
+    let ns = fs::File::open(netns).map_err(|e| format!("open netns {}: {e}", netns.display()))?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("join netns {}: {e}", netns.display()))?;
+            let mut nl = Netlink::open().map_err(|e| format!("netlink in the pod: {e}"))?;
+            work(&mut nl).map_err(|e| format!("in netns {}: {e}", netns.display()))
+        })
+        .join()
+        .map_err(|_| "netns thread panicked".to_string())?
+    })
+}
+
+fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
+    let fail = |m: String| Fail(100, m);
+    let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
+    let _lock = leases.lock().map_err(fail)?;
+    let firewall = match iptables::find() {
+        Some(bin) => Some(iptables::Iptables::new(bin)),
+        None if net.masquerade || !net.ports.is_empty() => {
+            return Err(fail(
+                "iptables not found in PATH, /usr/sbin or /sbin: needed for ipMasq and hostPort (set \"ipMasq\": false for a network without either)".into(),
+            ));
+        }
+        None => None,
+    };
+    let ip = leases.allocate(&e.id, &e.ifname).map_err(fail)?;
+    let veth = host_veth(&e.id, &e.ifname);
+    let done = (|| -> Result<(), String> {
+        let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
+        let bridge = ensure_bridge(&mut nl, net)?;
+        // A crash between ADD and DEL may have left this pod's pair.
+        if let Some(old) = nl
+            .link_index(&veth)
+            .map_err(|e| format!("link {veth}: {e}"))?
+        {
+            nl.delete_link(old)
+                .map_err(|e| format!("delete stale {veth}: {e}"))?;
+        }
+        let netns = Path::new(&e.netns);
+        let ns = fs::File::open(netns).map_err(|err| format!("open netns {}: {err}", e.netns))?;
+        in_netns(netns, |nl| match nl.link_index(&e.ifname)? {
+            Some(i) => nl.delete_link(i),
+            None => Ok(()),
+        })?;
+        nl.add_veth(&veth, &e.ifname, ns.as_fd())
+            .map_err(|err| format!("create veth {veth}/{}: {err}", e.ifname))?;
+        let host = nl
+            .link_index(&veth)
+            .and_then(|i| i.ok_or_else(|| std::io::Error::other("gone")))
+            .map_err(|err| format!("link {veth}: {err}"))?;
+        nl.set_master(host, bridge)
+            .and_then(|()| nl.set_up(host))
+            .map_err(|err| format!("attach {veth} to {}: {err}", net.bridge))?;
+        let gw = net.subnet.gateway();
+        in_netns(netns, |nl| {
+            if let Some(lo) = nl.link_index("lo")? {
+                nl.set_up(lo)?;
+            }
+            let pod = nl
+                .link_index(&e.ifname)?
+                .ok_or_else(|| std::io::Error::other(format!("{} missing", e.ifname)))?;
+            nl.add_address(pod, ip, net.subnet.prefix)?;
+            nl.set_up(pod)?;
+            nl.add_default_route(gw)
+        })?;
+        if let Some(fw) = &firewall {
+            if net.masquerade {
+                fw.ensure_masquerade(&net.subnet.to_string())?;
+            }
+            fw.add_hostports(&e.id, &ip.to_string(), &net.ports)?;
+        }
+        Ok(())
+    })();
+    if let Err(why) = done {
+        // Undo what was done, as a DEL would, before failing.
+        let _ = teardown(net, e, &leases);
+        return Err(fail(why));
+    }
+    Ok(result(net, &e.ifname, &e.netns, &veth, ip))
+}
+
+/// The bridge's index, made and addressed on first use.
+fn ensure_bridge(nl: &mut Netlink, net: &Network) -> Result<u32, String> {
+    let name = &net.bridge;
+    let index = match nl
+        .link_index(name)
+        .map_err(|e| format!("link {name}: {e}"))?
+    {
+        Some(i) => i,
+        None => {
+            match nl.add_bridge(name) {
+                Err(e) if e.raw_os_error() != Some(libc::EEXIST) => {
+                    return Err(format!("create bridge {name}: {e}"));
+                }
+                _ => {}
+            }
+            nl.link_index(name)
+                .map_err(|e| format!("link {name}: {e}"))?
+                .ok_or_else(|| format!("bridge {name} vanished"))?
+        }
+    };
+    nl.add_address(index, net.subnet.gateway(), net.subnet.prefix)
+        .and_then(|()| nl.set_up(index))
+        .map_err(|e| format!("bridge {name}: {e}"))?;
+    fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        .map_err(|e| format!("enable IPv4 forwarding: {e}"))?;
+    Ok(index)
+}
+
+/// Everything ADD made for the pod, gone; what is already gone is fine.
+fn teardown(net: &Network, e: &Env, leases: &Leases) -> Result<(), String> {
+    if let Some(bin) = iptables::find() {
+        iptables::Iptables::new(bin).remove_hostports(&e.id)?;
+    }
+    let veth = host_veth(&e.id, &e.ifname);
+    let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
+    if let Some(i) = nl
+        .link_index(&veth)
+        .map_err(|e| format!("link {veth}: {e}"))?
+    {
+        match nl.delete_link(i) {
+            Err(err) if err.raw_os_error() != Some(libc::ENODEV) => {
+                return Err(format!("delete {veth}: {err}"));
+            }
+            _ => {}
+        }
+    }
+    let _ = net;
+    leases.release(&e.id, &e.ifname)
+}
+
+fn del(net: &Network, e: &Env) -> Result<(), Fail> {
+    let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
+    let _lock = leases.lock().map_err(|m| Fail(100, m))?;
+    teardown(net, e, &leases).map_err(|m| Fail(100, m))
+}
+
+fn check(net: &Network, e: &Env) -> Result<(), Fail> {
+    let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
+    if leases.find(&e.id, &e.ifname).is_none() {
+        return Err(Fail(
+            100,
+            format!("{}/{}: no address leased", e.id, e.ifname),
+        ));
+    }
+    let veth = host_veth(&e.id, &e.ifname);
+    let mut nl = Netlink::open().map_err(|e| Fail(100, format!("netlink: {e}")))?;
+    match nl.link_index(&veth) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Fail(100, format!("host link {veth} is missing"))),
+        Err(err) => Err(Fail(100, format!("link {veth}: {err}"))),
+    }
+}
+
+/// One plugin call: reads stdin and `CNI_*`, prints the result or a spec
+/// error object, exits 0 or 1.
+pub fn main() -> ExitCode {
+    let mut stdin = Vec::new();
+    let read = std::io::stdin()
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut stdin)
+        .map_err(|e| Fail(4, format!("read stdin: {e}")));
+    let version = serde_json::from_slice::<Value>(&stdin)
+        .ok()
+        .and_then(|v| {
+            v.get("cniVersion")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+        .unwrap_or_else(|| "1.0.0".into());
+    let outcome = (|| -> Result<Option<Value>, Fail> {
+        read?;
+        if stdin.len() as u64 > MAX_STDIN {
+            return Err(Fail(4, format!("network config over {MAX_STDIN} bytes")));
+        }
+        let e = env()?;
+        if e.command == "VERSION" {
+            return Ok(Some(
+                json!({"cniVersion": version, "supportedVersions": SUPPORTED}),
+            ));
+        }
+        let net = parse_for(&stdin, e.command == "DEL")?;
+        if !SUPPORTED.contains(&net.version.as_str()) {
+            return Err(Fail(
+                1,
+                format!(
+                    "cniVersion {:?} is not supported ({SUPPORTED:?})",
+                    net.version
+                ),
+            ));
+        }
+        match e.command.as_str() {
+            "ADD" => add(&net, &e).map(Some),
+            "DEL" => del(&net, &e).map(|()| None),
+            "CHECK" => check(&net, &e).map(|()| None),
+            // Ready whenever it can run: it needs nothing but the kernel.
+            "STATUS" => Ok(None),
+            "" => Err(Fail(7, "CNI_COMMAND is not set".into())),
+            other => Err(Fail(4, format!("CNI_COMMAND {other:?} is not supported"))),
+        }
+    })();
+    match outcome {
+        Ok(out) => {
+            if let Some(v) = out {
+                println!("{v}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(Fail(code, msg)) => {
+            println!(
+                "{}",
+                json!({"cniVersion": version, "code": code, "msg": msg})
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_gets_defaults_and_bad_fields_are_named() {
+        let n = parse_for(
+            br#"{"cniVersion":"1.0.0","name":"picolet","type":"picolet"}"#,
+            false,
+        )
+        .expect("ok");
+        assert_eq!(n.bridge, "picolet0");
+        assert_eq!(n.subnet.to_string(), "10.42.0.0/16");
+        assert!(n.masquerade);
+        assert_eq!(n.data_dir, Path::new("/var/lib/picolet/cni"));
+        let n = parse_for(
+            br#"{"cniVersion":"0.4.0","name":"x","subnet":"10.1.2.0/24","ipMasq":false,
+                "runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}}"#,
+            false,
+        )
+        .expect("ok");
+        assert_eq!(n.ports.len(), 1);
+        assert!(!n.masquerade);
+        for (bad, why) in [
+            (r#"{"name":""}"#, "name: required"),
+            (
+                r#"{"name":"x","subnet":"10.1.2.3/24"}"#,
+                "subnet: \"10.1.2.3/24\": host bits set",
+            ),
+            (
+                r#"{"name":"x","bridge":"a-very-long-bridge"}"#,
+                "bridge: \"a-very-long-bridge\"",
+            ),
+            (
+                r#"{"name":"x","dataDir":"rel"}"#,
+                "dataDir: rel is not an absolute path",
+            ),
+            (
+                r#"{"name":"x","runtimeConfig":{"portMappings":[{"hostPort":0,"containerPort":80}]}}"#,
+                "portMappings[0]: hostPort and containerPort",
+            ),
+            (
+                r#"{"name":"x","runtimeConfig":{"portMappings":[{"hostPort":1,"containerPort":80,"protocol":"icmp"}]}}"#,
+                "portMappings[0].protocol",
+            ),
+            (r#"{"name":"x","subnet":7}"#, "network config: invalid type"),
+        ] {
+            let Fail(code, msg) = parse_for(bad.as_bytes(), false).expect_err(bad);
+            assert_eq!(code, 4);
+            assert!(msg.contains(why), "{bad}: {msg}");
+        }
+        // DEL undoes an ADD that failed on a bad subnet or port.
+        let n = parse_for(br#"{"name":"x","subnet":"10.1.2.3/24"}"#, true).expect("DEL");
+        assert_eq!(n.name, "x");
+    }
+
+    #[test]
+    fn host_veth_names_are_short_stable_and_differ_by_pod() {
+        let a = host_veth("0123456789abcdef", "eth0");
+        assert_eq!(a.len(), 14);
+        assert_eq!(a, host_veth("0123456789abcdef", "eth0"));
+        assert_ne!(a, host_veth("0123456789abcdee", "eth0"));
+        assert_ne!(a, host_veth("0123456789abcdef", "eth1"));
+    }
+
+    #[test]
+    fn the_result_names_the_pods_interface_and_its_address() {
+        let n = parse_for(
+            br#"{"cniVersion":"1.0.0","name":"p","subnet":"10.42.0.0/16"}"#,
+            false,
+        )
+        .expect("ok");
+        let r = result(&n, "eth0", "/run/ns", "plx", Ipv4Addr::new(10, 42, 0, 9));
+        assert_eq!(r["ips"][0]["address"], "10.42.0.9/16");
+        assert_eq!(r["ips"][0]["gateway"], "10.42.0.1");
+        let i = r["ips"][0]["interface"].as_u64().expect("index") as usize;
+        assert_eq!(r["interfaces"][i]["name"], "eth0");
+        assert_eq!(r["interfaces"][i]["sandbox"], "/run/ns");
+        assert!(r["ips"][0].get("version").is_none());
+    }
+}
