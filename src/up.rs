@@ -148,6 +148,23 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
         Err(code) => return code,
     };
     args.agent.apply(&mut config);
+    if let Some(dir) = &args.cni.cni_conf_dir {
+        config.cni_conf_dir = dir.clone();
+    }
+    if config.default_network {
+        match shim::cni_plugin::write_default_network(&config.cni_conf_dir, &config.data_dir) {
+            Ok(Some(path)) => tracing::info!(
+                "no CNI network config in {}: wrote picolet's built-in network ({} on {}) to {}",
+                config.cni_conf_dir.display(),
+                shim::cni_plugin::DEFAULT_SUBNET,
+                shim::cni_plugin::DEFAULT_BRIDGE,
+                path.display()
+            ),
+            Ok(None) => {}
+            // Pods still run, on loopback only, as without a config.
+            Err(e) => tracing::warn!("cannot write the default CNI network: {e}"),
+        }
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

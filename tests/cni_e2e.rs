@@ -707,3 +707,94 @@ async fn the_bandwidth_annotations_reach_debians_bandwidth_plugin() {
     );
     shim.assert_host_clean();
 }
+
+/// `picolet up` on a device with no CNI config writes picolet's built-in
+/// network, and the demo pod of examples/ (no hostNetwork) gets a
+/// 10.42.0.0/16 address and answers on its hostPort from the node's
+/// 127.0.0.1, as with hostNetwork before; gone with the pod, it leaves no
+/// lease, veth or rule.
+#[test]
+fn up_without_a_network_config_gives_the_demo_pod_the_builtin_network() {
+    require_root!();
+    let mut up = Agent::prepare_on(Shim::start_in_own_netns(), "");
+    up.shim.stop();
+    up.command = "up";
+    up.default_network = true;
+    up.spawn();
+    let host = up.shim.netns().expect("own netns");
+    let written = up.shim.cni_conf_dir().join("10-picolet.conflist");
+    let text = std::fs::read_to_string(&written).expect("up wrote the default network");
+    assert!(
+        text.contains(r#""type": "picolet""#) && text.contains("10.42.0.0/16"),
+        "{text}"
+    );
+    let demo = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/manifests/hello.yaml"),
+    )
+    .expect("demo pod");
+    assert!(
+        !demo.contains("hostNetwork"),
+        "the demo pod needs no host network"
+    );
+    up.write_manifest("hello.yaml", &demo);
+    let ready = |p: &serde_json::Value| {
+        p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    };
+    let pod = up.wait_pod("hello", "Ready", Duration::from_secs(60), ready);
+    let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
+    assert!(ip.starts_with("10.42."), "pod IP {ip:?}");
+    for url in [
+        "http://127.0.0.1:8080/".to_string(),
+        format!("http://{ip}:8080/"),
+    ] {
+        let page = wget(&host, &url);
+        assert_eq!(
+            page.as_deref(),
+            Ok("hello from hello-e2e on e2e\n"),
+            "{url} from the node"
+        );
+    }
+    let leases = up.shim.root().join("cni/picolet");
+    let pod_things = |ip: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(&leases)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::Ipv4Addr>().is_ok())
+            .collect();
+        v.extend(
+            must(&host, &["ip", "-o", "link"])
+                .lines()
+                .filter(|l| l.contains(": pl"))
+                .map(String::from),
+        );
+        v.extend(
+            must(&host, &["iptables-save", "-t", "nat"])
+                .lines()
+                .filter(|l| l.contains(ip))
+                .map(String::from),
+        );
+        v
+    };
+    assert_eq!(
+        pod_things(ip).len(),
+        3,
+        "a lease, a veth, a DNAT rule: {:?}",
+        pod_things(ip)
+    );
+    up.remove_manifest("hello.yaml");
+    up.wait("the demo pod gone", Duration::from_secs(30), || {
+        up.try_items("/pods").is_ok_and(|p| p.is_empty())
+    });
+    eventually(
+        "the pod's network gone",
+        Duration::from_secs(10),
+        || pod_things(ip).is_empty(),
+        || format!("{:?}", pod_things(ip)),
+    );
+}

@@ -98,6 +98,9 @@ struct RawPicolet {
     cni_conf_dir: Option<String>,
     /// Where CNI plugins are searched, comma-separated (containerd's `bin_dir`).
     cni_bin_dir: Option<String>,
+    /// `picolet up` writes the built-in network's conflist when
+    /// `cniConfDir` has none.
+    default_network: Option<bool>,
     /// First restart back-off (kubelet: 10s); tests shorten it.
     restart_backoff_initial: Option<String>,
     /// Back-off cap (kubelet: 300s).
@@ -161,6 +164,9 @@ pub struct Config {
     pub cni_conf_dir: PathBuf,
     /// `picolet.cniBinDir` (comma-separated): where CNI plugins are searched.
     pub cni_bin_dirs: Vec<PathBuf>,
+    /// `picolet.defaultNetwork` (default true): `picolet up` writes the
+    /// built-in network's conflist into `cniConfDir` when it has none.
+    pub default_network: bool,
     pub restart_backoff_initial: Duration,
     pub restart_backoff_max: Duration,
     /// How often unused images are garbage collected (kubelet: 5m).
@@ -439,6 +445,7 @@ impl Config {
                     .as_deref()
                     .unwrap_or(crate::DEFAULT_CNI_BIN_DIR),
             ),
+            default_network: p.default_network.unwrap_or(true),
             restart_backoff_initial: backoff_initial,
             restart_backoff_max: backoff_max,
             image_gc_period,
@@ -463,6 +470,7 @@ mod tests {
         assert_eq!(c.container_log_max_size, 10 << 20);
         assert_eq!(c.container_log_monitor_interval, Duration::from_secs(10));
         assert_eq!(c.image_gc_period, Duration::from_secs(300));
+        assert!(c.default_network);
         assert_eq!(
             c.eviction_hard.get("memory.available"),
             Some(&Threshold::Quantity(100 << 20))

@@ -26,6 +26,9 @@ pub struct Agent {
     /// Give the process a stderr pipe whose reader is gone (`| tee` after
     /// Ctrl-C) instead of the log file.
     pub stderr_unread: bool,
+    /// `picolet.defaultNetwork`: off unless a test wants `up` to write the
+    /// built-in network (only in a network namespace of the test's own).
+    pub default_network: bool,
 }
 
 /// A free port on 127.0.0.1 (bound, read, released).
@@ -59,7 +62,8 @@ impl Agent {
         a
     }
 
-    fn prepare_on(shim: Shim, extra_config: &str) -> Self {
+    /// As [`Agent::prepare`], on `shim`.
+    pub fn prepare_on(shim: Shim, extra_config: &str) -> Self {
         shim.import(&super::test_images().busybox_oci_archive);
         let a = Self {
             shim,
@@ -72,6 +76,7 @@ impl Agent {
             cri_socket: None,
             command: "agent",
             stderr_unread: false,
+            default_network: false,
         };
         std::fs::create_dir_all(a.manifests()).expect("mkdir");
         std::fs::create_dir_all(a.host_dir()).expect("mkdir");
@@ -105,7 +110,8 @@ impl Agent {
              healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
              picolet:\n  nodeName: e2e\n  nodeIP: 127.0.0.1\n  dataDir: {}\n  criSocket: {}\n\
              \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n\
-             \x20 runDir: {}\n  imagesDir: {}\n  cniConfDir: {}\n  cniBinDir: {}/cni/bin,/usr/lib/cni\n{}",
+             \x20 runDir: {}\n  imagesDir: {}\n  cniConfDir: {}\n  cniBinDir: {}/cni/bin,/usr/lib/cni\n\
+             \x20 defaultNetwork: {}\n{}",
             self.manifests().display(),
             self.healthz_port,
             self.port,
@@ -121,6 +127,7 @@ impl Agent {
             self.shim.images_dir().display(),
             self.shim.cni_conf_dir().display(),
             self.dir().display(),
+            self.default_network,
             self.picolet_extra,
         );
         std::fs::write(self.config_path(), text).expect("config");

@@ -51,7 +51,10 @@ done
 cp "$BIN" "$R/bin/picolet"
 cp "$OVERLAY" "$R/lib/overlay.ko"
 BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" "$ARCH" >/dev/null
-cp examples/manifests/hello.yaml "$R/etc/picolet/manifests/"
+# The guest has no iptables (hostPort) and no bridge/veth modules: the demo
+# pod runs on the host network there.
+sed 's/^spec:$/spec:\n  hostNetwork: true/' examples/manifests/hello.yaml > "$R/etc/picolet/manifests/hello.yaml"
+grep -q '^  hostNetwork: true' "$R/etc/picolet/manifests/hello.yaml"
 # CPU quota enforcement: a spinner limited to 100m.
 cat > "$R/etc/limits.yaml" <<'YAML'
 apiVersion: v1

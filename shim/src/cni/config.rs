@@ -91,27 +91,10 @@ impl NetworkList {
 /// The network of `dir`: its first config file in lexical order, as
 /// containerd (go-cni) picks it; `Ok(None)` when there is none.
 pub fn load_dir(dir: &Path) -> Result<Option<NetworkList>, ConfigError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: dir.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("conf" | "conflist" | "json")
-            ) && p.is_file()
-        })
-        .collect();
-    files.sort();
+    let files = config_files(dir).map_err(|source| ConfigError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let Some(path) = files.into_iter().next() else {
         return Ok(None);
     };
@@ -128,6 +111,27 @@ pub fn load_dir(dir: &Path) -> Result<Option<NetworkList>, ConfigError> {
     }
     let bytes = std::fs::read(&path).map_err(read)?;
     parse(&path, &bytes).map(Some)
+}
+
+/// The config files of `dir` in lexical order (none when it is missing).
+pub fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("conf" | "conflist" | "json")
+            ) && p.is_file()
+        })
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 /// Parses a config file: a list (`.conflist`) or a single plugin.

@@ -192,7 +192,7 @@ impl Leases {
     }
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;

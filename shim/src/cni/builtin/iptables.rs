@@ -132,10 +132,14 @@ impl Iptables {
         self.ensure_rule("POSTROUTING", &["-j", MASQ])
     }
 
+    /// DNAT for `ports` of pod `id`, also from the host's 127.0.0.1 as
+    /// portmap does: `route_localnet` on the bridge lets a DNATed packet
+    /// from 127/8 leave through it, masqueraded to the bridge's address.
     pub fn add_hostports(
         &self,
         id: &str,
         pod_ip: &str,
+        bridge: &str,
         ports: &[PortMapping],
     ) -> Result<(), String> {
         // A second ADD of the same pod replaces its rules.
@@ -147,6 +151,14 @@ impl Iptables {
         let jump = ["-m", "addrtype", "--dst-type", "LOCAL", "-j", HOSTPORTS];
         self.ensure_rule("PREROUTING", &jump)?;
         self.ensure_rule("OUTPUT", &jump)?;
+        let localnet = format!("/proc/sys/net/ipv4/conf/{bridge}/route_localnet");
+        std::fs::write(&localnet, "1").map_err(|e| format!("write {localnet}: {e}"))?;
+        self.ensure_chain(MASQ)?;
+        self.ensure_rule(
+            MASQ,
+            &["-s", "127.0.0.0/8", "-o", bridge, "-j", "MASQUERADE"],
+        )?;
+        self.ensure_rule("POSTROUTING", &["-j", MASQ])?;
         for spec in hostport_rules(id, pod_ip, ports) {
             self.run(&[vec!["-A".into(), HOSTPORTS.into()], spec].concat())?;
         }

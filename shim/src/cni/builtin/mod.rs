@@ -178,6 +178,40 @@ fn parse_for(stdin: &[u8], for_del: bool) -> Result<Network, Fail> {
     })
 }
 
+/// The default network's conflist: the built-in plugin on `picolet0`,
+/// 10.42.0.0/16, leases under `<data dir>/cni`, hostPort; masquerade when
+/// the device has iptables.
+pub fn default_conflist(data_dir: &Path, masquerade: bool) -> String {
+    let v = json!({
+        "cniVersion": "1.0.0",
+        "name": DEFAULT_NETWORK,
+        "plugins": [{
+            "type": TYPE,
+            "bridge": DEFAULT_BRIDGE,
+            "subnet": DEFAULT_SUBNET,
+            "dataDir": data_dir.join("cni"),
+            "ipMasq": masquerade,
+            "capabilities": {"portMappings": true},
+        }],
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default() + "\n"
+}
+
+/// Writes [`default_conflist`] as `<conf_dir>/10-picolet.conflist` when
+/// `conf_dir` holds no network config; the path written, if any.
+pub fn write_default_network(conf_dir: &Path, data_dir: &Path) -> Result<Option<PathBuf>, String> {
+    let files = super::config::config_files(conf_dir)
+        .map_err(|e| format!("read {}: {e}", conf_dir.display()))?;
+    if !files.is_empty() {
+        return Ok(None);
+    }
+    fs::create_dir_all(conf_dir).map_err(|e| format!("create {}: {e}", conf_dir.display()))?;
+    let path = conf_dir.join("10-picolet.conflist");
+    let text = default_conflist(data_dir, iptables::find().is_some());
+    ipam::write_synced(&path, text.as_bytes())?;
+    Ok(Some(path))
+}
+
 /// The host end of a pod's veth: `pl` and 12 hex digits of a hash of
 /// container id and interface (link names are at most 15 bytes).
 fn host_veth(id: &str, ifname: &str) -> String {
@@ -328,7 +362,7 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
             if net.masquerade {
                 fw.ensure_masquerade(&net.subnet.to_string())?;
             }
-            fw.add_hostports(&e.id, &ip.to_string(), &net.ports)?;
+            fw.add_hostports(&e.id, &ip.to_string(), &net.bridge, &net.ports)?;
         }
         Ok(())
     })();
