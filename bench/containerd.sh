@@ -2,10 +2,10 @@
 # plugin on private paths under $1, the sandbox ("pause") image being the
 # project's busybox-made localhost/picolet-bench/pause:v1 (nothing is
 # pulled). With $2, its CNI configs come from that folder and its plugins
-# from Debian's /usr/lib/cni, and with $3 it runs in that network namespace
-# (a path). Sets CTRD (its pid) and returns once $1/c.sock answers.
+# from $4 (default Debian's /usr/lib/cni), and with $3 it runs in that
+# network namespace (a path). Sets CTRD (its pid) and returns once $1/c.sock answers.
 containerd_cri_start() {
-  local d="$1" cni_conf="${2:-}" netns="${3:-}"
+  local d="$1" cni_conf="${2:-}" netns="${3:-}" cni_bin="${4:-/usr/lib/cni}"
   mkdir -p "$d"
   cat > "$d/config.toml" <<TOML
 version = 2
@@ -26,7 +26,7 @@ TOML
   if [ -n "$cni_conf" ]; then
     cat >> "$d/config.toml" <<TOML
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$cni_bin"
     conf_dir = "$cni_conf"
 TOML
   fi

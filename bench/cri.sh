@@ -14,7 +14,10 @@
 # side-by-side gives both the same CNI network (Debian's bridge + host-local
 # + portmap, a hostPort per pod), each runtime started inside a network
 # namespace of the bench's own, so the bridge and the rules never reach the
-# host's network: the plugins' exec time is in both.
+# host's network: the plugins' exec time is in both. The third gives both
+# picolet's built-in plugin (type "picolet"; containerd runs it as
+# /…/cni-bin/picolet, a link to the binary, called with CNI_COMMAND and no
+# arguments), again in network namespaces of their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/containerd.sh
@@ -62,6 +65,17 @@ cni_conf() {
 JSON
 }
 
+# picolet's built-in plugin on the same subnet: $1 its folder, $2 the leases'.
+builtin_conf() {
+  mkdir -p "$1"
+  cat > "$1/10-bench.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "bench", "plugins": [
+  {"type": "picolet", "bridge": "picolet0", "subnet": "10.98.0.0/16", "dataDir": "$2",
+   "ipMasq": true, "capabilities": {"portMappings": true}}
+]}
+JSON
+}
+
 "$T/xtask" busybox-docker "$W/busybox.tar" >/dev/null
 "$T/xtask" pause-image "$W/pause.tar" >/dev/null
 
@@ -81,6 +95,14 @@ nsenter --net="$NETNS" "$T/picolet" shim --root "$W/p/root" --run-dir "$W/p/run"
 wait_sock "$W/p/p.sock"
 "$T/cri-bench" "$W/p/p.sock" busybox "$N" cni > "$W/picolet-cni.json"
 kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
+# picolet with its built-in plugin, in another network namespace.
+new_netns
+builtin_conf "$W/p/builtin" "$W/p/ipam-builtin"
+nsenter --net="$NETNS" "$T/picolet" shim --root "$W/p/root" --run-dir "$W/p/run" --socket "$W/p/p.sock" \
+  --images-dir "$W/p/images" --cni-conf-dir "$W/p/builtin" --cni-bin-dir "$W/no-plugins" 2>>"$W/p/shim.log" & SHIM=$!
+wait_sock "$W/p/p.sock"
+"$T/cri-bench" "$W/p/p.sock" busybox "$N" cni > "$W/picolet-builtin.json"
+kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 
 # containerd + runc
 containerd_cri_start "$W/c"
@@ -93,13 +115,24 @@ cni_conf "$W/c/cni" "$W/c/ipam"
 rm -f "$W/c/c.sock"
 containerd_cri_start "$W/c" "$W/c/cni" "$NETNS"
 "$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" cni > "$W/containerd-cni.json"
+kill "$CTRD"; wait "$CTRD" 2>/dev/null || true; CTRD=
+# containerd with picolet's built-in plugin, in another network namespace.
+new_netns
+builtin_conf "$W/c/builtin" "$W/c/ipam-builtin"
+mkdir -p "$W/cni-bin"
+ln -s "$(realpath "$T/picolet")" "$W/cni-bin/picolet"
+# containerd 1.6 itself always runs `loopback` from its bin_dir.
+ln -s /usr/lib/cni/loopback "$W/cni-bin/loopback"
+rm -f "$W/c/c.sock"
+containerd_cri_start "$W/c" "$W/c/builtin" "$NETNS" "$W/cni-bin"
+"$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" cni > "$W/containerd-builtin.json"
 
 python3 - "$W/picolet.json" "$W/containerd.json" "$W/picolet-pod.json" "$N" \
   "$(containerd --version | awk '{print $3}')" "$(runc --version | head -1 | awk '{print $3}')" \
-  "$W/picolet-cni.json" "$W/containerd-cni.json" <<'PY'
+  "$W/picolet-cni.json" "$W/containerd-cni.json" "$W/picolet-builtin.json" "$W/containerd-builtin.json" <<'PY'
 import json, sys, platform, os, datetime
-p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file = sys.argv[1:9]
-p, c, pp, pc, cc = (json.load(open(f)) for f in (p_file, c_file, pp_file, pc_file, cc_file))
+p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file, pb_file, cb_file = sys.argv[1:11]
+p, c, pp, pc, cc, pb, cb = (json.load(open(f)) for f in (p_file, c_file, pp_file, pc_file, cc_file, pb_file, cb_file))
 def q(v, f):
     v = sorted(v); return v[min(len(v) - 1, int(round(f * (len(v) - 1))))]
 print(f"\nCRI latency, {n} iterations, same in-process client ({os.cpu_count()} cores, kernel {platform.release()}, {datetime.date.today()})\n")
@@ -112,4 +145,9 @@ print("|---|---:|---:|---:|---:|---:|")
 for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox", "RemovePodSandbox"]:
     a, b = q(pc[k], .5), q(cc[k], .5)
     print(f"| {k} | {a:.1f} ms | {q(pc[k], .95):.1f} ms | {b:.1f} ms | {q(cc[k], .95):.1f} ms | {b / a:.1f}x |")
+print(f"\n| RPC (pod network: picolet's built-in plugin for both, a hostPort each) | picolet p50 | picolet p95 | containerd {cver} p50 | p95 | containerd/picolet p50 | containerd + Debian's plugins / picolet + built-in p50 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox", "RemovePodSandbox"]:
+    a, b = q(pb[k], .5), q(cb[k], .5)
+    print(f"| {k} | {a:.1f} ms | {q(pb[k], .95):.1f} ms | {b:.1f} ms | {q(cb[k], .95):.1f} ms | {b / a:.1f}x | {q(cc[k], .5) / a:.1f}x |")
 PY

@@ -460,6 +460,17 @@ async fn hundred_sandboxes_and_kill_9(net: Net) {
     }
     eprintln!("100 sandbox cycles with {net:?}: {:?}", started.elapsed());
     assert_eq!(leftovers(&shim, &ids), Vec::<String>::new());
+    // The built-in plugin adds its chains and base rules once, however
+    // many pods came and went (it compares with what iptables lists).
+    let nat = must(
+        &shim.netns().expect("own netns"),
+        &["iptables", "-t", "nat", "-S"],
+    );
+    let mut ours: Vec<&str> = nat.lines().filter(|l| l.contains("PICOLET")).collect();
+    let listed = ours.len();
+    ours.sort_unstable();
+    ours.dedup();
+    assert_eq!(ours.len(), listed, "a rule added twice:\n{nat}");
 
     // kill -9 of the shim while ADD runs (bridge and portmap done).
     std::fs::write(shim.dir.path().join("slow-ADD"), "").expect("flag");

@@ -55,6 +55,24 @@ async fn main() -> Result<()> {
             .into_inner()
             .pod_sandbox_id;
         record("RunPodSandbox", t);
+        if net == "cni" {
+            // Not timed: the plugins really gave the pod an address.
+            let ip = c
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: pod_id.clone(),
+                    verbose: false,
+                })
+                .await
+                .context("PodSandboxStatus")?
+                .into_inner()
+                .status
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .unwrap_or_default();
+            if ip.is_empty() {
+                bail!("pod {i}: no IP from the CNI network");
+            }
+        }
         let t = Instant::now();
         let id = c
             .create_container(CreateContainerRequest {

@@ -76,15 +76,19 @@ struct RuntimeConfig {
     port_mappings: Vec<PortMapping>,
 }
 
-/// One `portMappings` entry (the CNI capability's convention).
+/// One `portMappings` entry: the CNI convention's camelCase (libcni, the
+/// shim), or the Go field names containerd's go-cni sends (its
+/// PortMapping has no JSON tags; Go plugins match keys case-insensitively).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PortMapping {
+    #[serde(alias = "HostPort")]
     pub host_port: u16,
+    #[serde(alias = "ContainerPort")]
     pub container_port: u16,
-    #[serde(default = "tcp")]
+    #[serde(default = "tcp", alias = "Protocol")]
     pub protocol: String,
-    #[serde(default, rename = "hostIP")]
+    #[serde(default, rename = "hostIP", alias = "HostIP", alias = "hostIp")]
     pub host_ip: String,
 }
 
@@ -359,10 +363,20 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
             nl.add_default_route(gw)
         })?;
         if let Some(fw) = &firewall {
-            if net.masquerade {
-                fw.ensure_masquerade(&net.subnet.to_string())?;
+            if !net.ports.is_empty() {
+                // A DNATed packet from the host's 127.0.0.1 may leave
+                // through the bridge (then masqueraded), as portmap does.
+                let localnet = format!("/proc/sys/net/ipv4/conf/{}/route_localnet", net.bridge);
+                fs::write(&localnet, "1").map_err(|e| format!("write {localnet}: {e}"))?;
             }
-            fw.add_hostports(&e.id, &ip.to_string(), &net.bridge, &net.ports)?;
+            let subnet = net.subnet.to_string();
+            fw.add(&iptables::Want {
+                masquerade: net.masquerade.then_some(subnet.as_str()),
+                bridge: &net.bridge,
+                id: &e.id,
+                pod_ip: &ip.to_string(),
+                ports: &net.ports,
+            })?;
         }
         Ok(())
     })();
@@ -405,7 +419,7 @@ fn ensure_bridge(nl: &mut Netlink, net: &Network) -> Result<u32, String> {
 /// Everything ADD made for the pod, gone; what is already gone is fine.
 fn teardown(net: &Network, e: &Env, leases: &Leases) -> Result<(), String> {
     if let Some(bin) = iptables::find() {
-        iptables::Iptables::new(bin).remove_hostports(&e.id)?;
+        iptables::Iptables::new(bin).remove(&e.id)?;
     }
     let veth = host_veth(&e.id, &e.ifname);
     let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
@@ -565,6 +579,24 @@ mod tests {
         // DEL undoes an ADD that failed on a bad subnet or port.
         let n = parse_for(br#"{"name":"x","subnet":"10.1.2.3/24"}"#, true).expect("DEL");
         assert_eq!(n.name, "x");
+    }
+
+    /// What containerd 1.6.20 (go-cni) gave the plugin on stdin for ADD in
+    /// bench/cri.sh: Go field names in portMappings (dataDir shortened).
+    const CONTAINERD_ADD: &str = r#"{"bridge":"picolet0","capabilities":{"portMappings":true},"cniVersion":"1.0.0","dataDir":"/var/tmp/bench/c/ipam-builtin","ipMasq":true,"name":"bench","runtimeConfig":{"portMappings":[{"HostPort":30000,"ContainerPort":80,"Protocol":"tcp","HostIP":""}]},"subnet":"10.98.0.0/16","type":"picolet"}"#;
+
+    #[test]
+    fn containerds_port_mappings_are_understood() {
+        let n = parse_for(CONTAINERD_ADD.as_bytes(), false).expect("containerd's stdin");
+        assert_eq!(
+            n.ports,
+            [PortMapping {
+                host_port: 30000,
+                container_port: 80,
+                protocol: "tcp".into(),
+                host_ip: String::new(),
+            }]
+        );
     }
 
     #[test]
