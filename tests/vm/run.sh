@@ -50,9 +50,14 @@ for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod 
 done
 cp "$BIN" "$R/bin/picolet"
 cp "$OVERLAY" "$R/lib/overlay.ko"
+# The built-in pod network needs a bridge and veth pairs.
+for m in llc stp bridge veth; do
+  cp "$(find "$C/k-$ARCH/lib/modules" -name "$m.ko" | head -1)" "$R/lib/$m.ko"
+done
 BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" "$ARCH" >/dev/null
-# The guest has no iptables (hostPort) and no bridge/veth modules: the demo
-# pod runs on the host network there.
+# The guest has no iptables, so no hostPort: the demo pod runs on the host
+# network there; the other pods get picolet's built-in network (`picolet up`
+# writes it with "ipMasq": false when iptables is missing).
 sed 's/^spec:$/spec:\n  hostNetwork: true/' examples/manifests/hello.yaml > "$R/etc/picolet/manifests/hello.yaml"
 grep -q '^  hostNetwork: true' "$R/etc/picolet/manifests/hello.yaml"
 # CPU quota enforcement: a spinner limited to 100m.
@@ -128,6 +133,7 @@ mount -t tmpfs tmpfs /run
 mount -t cgroup2 none /sys/fs/cgroup
 echo "+cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control
 insmod /lib/overlay.ko
+for m in llc stp bridge veth; do insmod /lib/$m.ko; done
 ifconfig lo 127.0.0.1 up
 ok() { echo "VMTEST ok $1"; }
 fail() { echo "VMTEST FAIL $1: $2"; }
@@ -163,6 +169,14 @@ cp /etc/limits.yaml /etc/picolet/manifests/
 i=0
 until picolet ctl ps 2>/dev/null | grep -q 'Running.*spin'; do i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5; done
 sid=$(picolet ctl ps 2>/dev/null | grep 'Running.*spin' | { read -r c _; echo "$c"; })
+# The built-in network, made through rtnetlink by picolet alone: the pod has
+# an address of 10.42.0.0/16 on eth0, behind the bridge picolet0.
+pip=$(wget -qO- http://127.0.0.1:10250/pods 2>/dev/null | grep -o '"podIP":"10\.42\.[0-9.]*"' | head -1)
+addr=$(picolet ctl exec "$sid" -- ip addr show eth0 2>&1)
+case "$pip $addr" in
+  *10.42.*eth0*10.42.*) [ -e /sys/class/net/picolet0 ] && ok "builtin-network ($pip)" || fail builtin-network "no picolet0" ;;
+  *) fail builtin-network "podIP '$pip', eth0: $addr; $(cat /etc/cni/net.d/* 2>&1)" ;;
+esac
 scg=$(ls -d /sys/fs/cgroup/kubepods/pod*/"$sid"* /sys/fs/cgroup/kubepods/*/pod*/"$sid"* 2>/dev/null | head -1)
 usage() { grep usage_usec "$scg/cpu.stat" | { read -r _ v; echo "$v"; }; }
 u0=$(usage); sleep 2; u1=$(usage)

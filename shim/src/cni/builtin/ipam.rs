@@ -150,6 +150,12 @@ impl Leases {
             .map(u32::from)
             .filter(|ip| (first..=last).contains(ip))
             .unwrap_or(last);
+        // Under the lock, a temporary lease is one a killed plugin left.
+        for stale in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if stale.file_name().to_string_lossy().starts_with(".lease-") {
+                let _ = fs::remove_file(stale.path());
+            }
+        }
         let tmp = self.dir.join(format!(".lease-{}", std::process::id()));
         write_synced(&tmp, Self::owner(id, ifname).as_bytes())?;
         let size = last - first + 1;
@@ -264,6 +270,10 @@ mod tests {
         );
         l.release("nobody", "eth0")
             .expect("releasing nothing is fine");
+        // A plugin killed between writing its lease and linking it in.
+        fs::write(dir.path().join("net/.lease-999999"), "x\neth0\n").expect("stale");
+        l.release("c", "eth0").expect("free one");
+        l.allocate("h", "eth0").expect("h");
         let names: Vec<_> = fs::read_dir(dir.path().join("net"))
             .expect("dir")
             .flatten()

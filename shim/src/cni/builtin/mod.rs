@@ -382,7 +382,7 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
     })();
     if let Err(why) = done {
         // Undo what was done, as a DEL would, before failing.
-        let _ = teardown(net, e, &leases);
+        let _ = teardown(e, &leases);
         return Err(fail(why));
     }
     Ok(result(net, &e.ifname, &e.netns, &veth, ip))
@@ -417,7 +417,7 @@ fn ensure_bridge(nl: &mut Netlink, net: &Network) -> Result<u32, String> {
 }
 
 /// Everything ADD made for the pod, gone; what is already gone is fine.
-fn teardown(net: &Network, e: &Env, leases: &Leases) -> Result<(), String> {
+fn teardown(e: &Env, leases: &Leases) -> Result<(), String> {
     if let Some(bin) = iptables::find() {
         iptables::Iptables::new(bin).remove(&e.id)?;
     }
@@ -434,14 +434,13 @@ fn teardown(net: &Network, e: &Env, leases: &Leases) -> Result<(), String> {
             _ => {}
         }
     }
-    let _ = net;
     leases.release(&e.id, &e.ifname)
 }
 
 fn del(net: &Network, e: &Env) -> Result<(), Fail> {
     let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
     let _lock = leases.lock().map_err(|m| Fail(100, m))?;
-    teardown(net, e, &leases).map_err(|m| Fail(100, m))
+    teardown(e, &leases).map_err(|m| Fail(100, m))
 }
 
 fn check(net: &Network, e: &Env) -> Result<(), Fail> {
