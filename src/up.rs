@@ -50,6 +50,29 @@ fn agent_argv(a: &AgentArgs) -> Vec<String> {
     v
 }
 
+/// The child gets SIGTERM when `up` dies, however it dies (kill -9
+/// included), so a restarted `up` never meets a shim or agent of the old
+/// one (they also lock their state roots: edge_config::owner). The death
+/// signal is tied to the thread that forked: `up` runs on one thread.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = nix::unistd::Pid::this();
+    // SAFETY: the closure runs in the child between fork and exec; it calls
+    // only prctl(2) and getppid(2), which are async-signal-safe, and builds
+    // its error from an errno without allocating.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)?;
+            // `up` died before the prctl: nobody would send the signal.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// One supervised child.
 struct Supervised {
     name: &'static str,
@@ -74,7 +97,10 @@ impl Supervised {
 
     fn start(&mut self) -> std::io::Result<()> {
         let exe = std::env::current_exe()?;
-        let child = Command::new(exe).args(&self.argv).spawn()?;
+        let mut cmd = Command::new(exe);
+        cmd.args(&self.argv);
+        die_with_parent(&mut cmd);
+        let child = cmd.spawn()?;
         tracing::info!(
             pid = child.id().unwrap_or(0),
             "started picolet {}",

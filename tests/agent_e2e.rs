@@ -747,3 +747,91 @@ spec:
         read(&agent, "job-order") == "side\n"
     });
 }
+
+/// One shim per state root and one agent per data dir (issue 20): a second
+/// of either fails within `owner::WAIT` naming the holder's pid, touches
+/// nothing (no second socket), and the first keeps serving.
+#[test]
+fn a_second_shim_or_agent_on_the_same_root_is_refused() {
+    require_root!();
+    let agent = Agent::start("");
+    let shim_pid = agent.shim.child.as_ref().expect("shim").id();
+    let agent_pid = agent.child.as_ref().expect("agent").id();
+    let second_socket = agent.dir().join("second.sock");
+    let out = std::process::Command::new(common::picolet())
+        .arg("shim")
+        .arg("--root")
+        .arg(agent.shim.root())
+        .arg("--socket")
+        .arg(&second_socket)
+        .arg("--run-dir")
+        .arg(agent.dir().join("run-second"))
+        .arg("--images-dir")
+        .arg(agent.shim.images_dir())
+        .output()
+        .expect("run a second shim");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second shim ran: {err}");
+    assert!(err.contains(&format!("locked by pid {shim_pid}")), "{err}");
+    assert!(!second_socket.exists(), "the second shim served");
+    let out = std::process::Command::new(common::picolet())
+        .arg("agent")
+        .arg("--config")
+        .arg(agent.config_path())
+        .output()
+        .expect("run a second agent");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second agent ran: {err}");
+    assert!(
+        err.contains(&format!("picolet agent owns this state root"))
+            && err.contains(&format!("locked by pid {agent_pid}")),
+        "{err}"
+    );
+    assert!(agent.get("/healthz").is_some(), "the first agent serves");
+    agent.write_manifest("p.yaml", &pod(&agent, "still", "sleep 1000", ""));
+    agent.wait_pod("still", "Running", T, running);
+}
+
+/// `kill -9` of `picolet up` alone (issue 20's split brain): its shim and
+/// agent end with it (parent-death signal), the container keeps running,
+/// and a new `up` takes over the same pod: one sandbox, the same container.
+#[test]
+fn killing_up_ends_its_shim_and_agent_and_a_new_up_takes_over() {
+    require_root!();
+    let mut up = Agent::prepare("");
+    up.shim.stop();
+    up.command = "up";
+    up.spawn();
+    up.write_manifest("p.yaml", &pod(&up, "solo", "sleep 1000", ""));
+    let p = up.wait_pod("solo", "Running", T, running);
+    let id = container(&p, "main")["containerID"].clone();
+    let children = up.children();
+    assert_eq!(children.len(), 2, "shim and agent: {children:?}");
+    up.kill9();
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+    };
+    up.wait("the children of the killed up to end", T, || {
+        children.iter().all(|(pid, _)| gone(*pid))
+    });
+    up.spawn();
+    let p = up.wait_pod("solo", "Running under the new up", T, running);
+    assert_eq!(
+        container(&p, "main")["containerID"],
+        id,
+        "the same container"
+    );
+    assert_eq!(container(&p, "main")["restartCount"], 0);
+    let out = std::process::Command::new(common::picolet())
+        .args(["ctl", "--socket"])
+        .arg(up.shim.socket())
+        .arg("pods")
+        .output()
+        .expect("ctl pods");
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        list.lines().filter(|l| l.contains("solo")).count(),
+        1,
+        "one sandbox for the pod:\n{list}"
+    );
+}

@@ -31,11 +31,22 @@ pub enum Error {
         what: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Owner(String),
 }
 
 /// Runs the agent until `shutdown` resolves. Containers keep running when
 /// it returns.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    // Before anything is created: one agent per data dir (two would each
+    // create the pods of the same manifests).
+    let lock = config.data_dir.join("agent.lock");
+    let _owner = tokio::task::spawn_blocking(move || {
+        edge_config::owner::claim(&lock, "agent", edge_config::owner::WAIT)
+    })
+    .await
+    .map_err(|e| Error::Owner(format!("claim the data dir: {e}")))?
+    .map_err(Error::Owner)?;
     // The runtime may still be starting (`picolet up`, boot): wait for it.
     let socket = config.cri_socket.clone();
     let metrics = Arc::new(metrics::AgentMetrics::default());

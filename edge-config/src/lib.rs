@@ -7,6 +7,7 @@
 //! subcommands together with it.
 
 pub mod config;
+pub mod owner;
 pub mod quantity;
 
 use std::path::PathBuf;

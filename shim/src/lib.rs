@@ -64,6 +64,8 @@ pub enum ShimError {
     Join(#[from] tokio::task::JoinError),
     #[error("cannot recover runtime state: {0}")]
     Runtime(#[from] Error),
+    #[error("{0}")]
+    Owner(String),
 }
 
 /// Runs the shim until `shutdown` resolves.
@@ -71,6 +73,13 @@ pub async fn serve(
     paths: ShimPaths,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ShimError> {
+    // Before anything under the root is touched: one shim per root.
+    let lock = paths.root.join("shim.lock");
+    let _owner = tokio::task::spawn_blocking(move || {
+        edge_config::owner::claim(&lock, "shim", edge_config::owner::WAIT)
+    })
+    .await?
+    .map_err(ShimError::Owner)?;
     let store_dir = paths.image_store();
     let store = tokio::task::spawn_blocking(move || ImageStore::open(store_dir)).await??;
     let store = Arc::new(store);
