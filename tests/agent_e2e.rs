@@ -783,7 +783,7 @@ fn a_second_shim_or_agent_on_the_same_root_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a second agent ran: {err}");
     assert!(
-        err.contains(&format!("picolet agent owns this state root"))
+        err.contains("picolet agent owns this state root")
             && err.contains(&format!("locked by pid {agent_pid}")),
         "{err}"
     );
