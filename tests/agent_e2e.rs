@@ -278,6 +278,14 @@ fn killed_agent_restarts_nothing_and_cleans_up_orphans() {
     let flaky_id = container(&p, "main")["containerID"].clone();
     let s = agent.wait_pod("steady", "Running", T, running);
     let steady_id = container(&s, "main")["containerID"].clone();
+    let meta = |k: &str| s["metadata"][k].as_str().unwrap_or_default().to_string();
+    let steady_logs = agent.dir().join("logs").join(format!(
+        "{}_{}_{}",
+        meta("namespace"),
+        meta("name"),
+        meta("uid")
+    ));
+    assert!(steady_logs.is_dir(), "{} missing", steady_logs.display());
 
     agent.kill9();
     // While the agent is down, the steady pod's file goes away.
@@ -313,6 +321,10 @@ fn killed_agent_restarts_nothing_and_cleans_up_orphans() {
         !ids.iter().any(|i| steady_id == i.as_str())
     });
     assert!(agent.pod("steady").is_none());
+    // Its log directory goes with it (issue 20: it stayed on this path).
+    agent.wait("the orphan's log directory removed", T, || {
+        !steady_logs.exists()
+    });
 }
 
 #[test]

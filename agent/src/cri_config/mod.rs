@@ -83,6 +83,11 @@ pub(super) fn labels(pod: &Pod) -> (String, String, String) {
 /// The pod's log directory, `<podLogsDir>/<ns>_<name>_<uid>`.
 pub fn pod_log_dir(root: &std::path::Path, pod: &Pod) -> PathBuf {
     let (name, ns, uid) = labels(pod);
+    pod_log_dir_of(root, &ns, &name, &uid)
+}
+
+/// [`pod_log_dir`] from the names alone (an orphan has no pod object).
+pub fn pod_log_dir_of(root: &std::path::Path, ns: &str, name: &str, uid: &str) -> PathBuf {
     root.join(format!("{ns}_{name}_{uid}"))
 }
 

@@ -526,13 +526,25 @@ impl Worker {
             }
         }
         volumes::cleanup(&cfg.data_dir, &self.uid)?;
-        if let Some(pod) = &self.pod {
-            let dir = cri_config::pod_log_dir(&cfg.pod_logs_dir, pod);
-            if let Err(e) = std::fs::remove_dir_all(&dir)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!("pod logs {}: {e}", dir.display());
+        // From the names, not the pod object: an orphan (its source gone
+        // while the agent was down) has none, and its logs leaked.
+        let dir = match &self.pod {
+            Some(pod) => Some(cri_config::pod_log_dir(&cfg.pod_logs_dir, pod)),
+            None if !self.obj.name.is_empty() && !self.uid.is_empty() => {
+                Some(cri_config::pod_log_dir_of(
+                    &cfg.pod_logs_dir,
+                    &self.obj.namespace,
+                    &self.obj.name,
+                    &self.uid,
+                ))
             }
+            None => None,
+        };
+        if let Some(dir) = dir
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("pod logs {}: {e}", dir.display());
         }
         if !observed.sandboxes.is_empty() {
             tracing::info!(pod = %self.obj.name, uid = %self.uid, "pod terminated");
