@@ -26,7 +26,12 @@ stop() {
   if [ -n "$ours" ]; then
     echo; echo "demo: removing the demo pod (the agent stops it with its grace period)"
     rm -f "$demo_pod"
-    for _ in $(seq 100); do "$bin" ctl ps 2>/dev/null | grep -q httpd || break; sleep 0.1; done
+    # Until the agent has removed the pod's sandbox and its log directory
+    # (the last thing it does for a pod), or 10 s.
+    for _ in $(seq 100); do
+      "$bin" ctl pods 2>/dev/null | grep -q ' hello-' || ls -d /var/log/pods/*_hello-* >/dev/null 2>&1 || break
+      sleep 0.1
+    done
   fi
   kill "$up" 2>/dev/null || true
   wait "$up" 2>/dev/null || true
