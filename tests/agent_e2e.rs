@@ -847,3 +847,41 @@ fn killing_up_ends_its_shim_and_agent_and_a_new_up_takes_over() {
         "one sandbox for the pod:\n{list}"
     );
 }
+
+/// A manifest replaced while the agent was down (issue 20, bug 2): the
+/// restarted agent terminates the old version (its TERM trap takes 2 s of
+/// its 3 s grace) before it starts the new one, as it does while running.
+/// It started the new one first, and the orphan clean-up came ~2 s later;
+/// and the stop's timeout was 2 s (3 s less the milliseconds already
+/// spent, truncated), so the trap never finished.
+#[test]
+fn a_pod_replaced_while_the_agent_was_down_starts_after_the_old_one_ended() {
+    require_root!();
+    let mut agent = Agent::start("");
+    let old = "trap \"sleep 2; touch /out/v1-end; exit 0\" TERM; touch /out/v1-ready; while true; do sleep 0.2; done";
+    agent.write_manifest("rep.yaml", &pod(&agent, "rep", old, ""));
+    let p = agent.wait_pod("rep", "Running", T, running);
+    let old_uid = p["metadata"]["uid"].clone();
+    // The trap is set (PID 1 ignores a TERM it has no handler for).
+    let ready = agent.host_dir().join("v1-ready");
+    agent.wait("the old version's TERM trap", T, || ready.exists());
+    agent.kill9();
+    let new = "if [ -f /out/v1-end ]; then echo after > /out/order; else echo before > /out/order; fi; sleep 1000";
+    agent.write_manifest("rep.yaml", &pod(&agent, "rep", new, ""));
+    agent.spawn();
+    let p = agent.wait_pod("rep", "the new version Running", T, |p| {
+        running(p) && p["metadata"]["uid"] != old_uid
+    });
+    assert_ne!(p["metadata"]["uid"], old_uid);
+    let order = agent.host_dir().join("order");
+    agent.wait("the new version to report", T, || order.exists());
+    assert_eq!(
+        std::fs::read_to_string(&order).expect("order").trim(),
+        "after",
+        "the new version started while the old one still ran; host dir {:?}; agent log:\n{}",
+        std::fs::read_dir(agent.host_dir())
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+            .unwrap_or_default(),
+        agent.log()
+    );
+}

@@ -189,8 +189,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     })?;
     let mut src = source::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
     // The first scan happens before anything else looks at `desired`:
-    // an orphan is only what the folder does not define.
-    let mut desired = sources.sync(&mut src);
+    // an orphan is only what the folder does not define. Orphans get their
+    // (terminating) workers before any desired pod does, so a pod whose
+    // manifest was replaced while the agent was down starts only after
+    // its old version has terminated, as at any other time.
+    let mut desired = sources.scan(&mut src);
+    workers.cleanup_orphans(&desired).await;
+    workers.update(&desired);
     let start = tokio::time::Instant::now();
     let mut tick =
         tokio::time::interval_at(start + cfg.file_check_frequency, cfg.file_check_frequency);
@@ -228,6 +233,13 @@ impl Sources {
     /// Rescans the folder and starts/terminates workers to match; returns
     /// the desired pods by UID.
     fn sync(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
+        let desired = self.scan(src);
+        self.workers.update(&desired);
+        desired
+    }
+
+    /// Rescans the folder: the desired pods by UID (maxPods applied).
+    fn scan(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
         self.health.synced();
         let scan = src.scan();
         let node = Object {
@@ -258,7 +270,6 @@ impl Sources {
             }
             desired.insert(uid, pod);
         }
-        self.workers.update(&desired);
         desired
     }
 }

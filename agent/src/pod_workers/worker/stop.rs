@@ -83,7 +83,10 @@ impl Worker {
                     o.field_path = format!("spec.containers{{{}}}", sc.name);
                     shared.event(&o, EventType::Warning, "FailedPreStopHook", &e.to_string());
                 }
-                let left = grace.saturating_sub(started.elapsed());
+                // As kubelet: whole seconds the hook took come off the grace
+                // (CRI's timeout is in seconds; 3 s less a few ms of hook
+                // truncated to 2 s, and a TERM handler lost its third second).
+                let left = grace.saturating_sub(Duration::from_secs(started.elapsed().as_secs()));
                 let left = if left < MIN_GRACE && !grace.is_zero() {
                     MIN_GRACE
                 } else {
