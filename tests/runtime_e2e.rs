@@ -41,6 +41,19 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     .await;
     assert_eq!(st.exit_code, 3);
     assert_eq!(st.reason, "Error");
+    // Its rootfs is unmounted at exit (issue 20, bug 4), as containerd.
+    let mounted = |id: &str| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(&format!("{id}/rootfs ")))
+    };
+    common::eventually(
+        "the exited container's rootfs unmounted",
+        Duration::from_secs(10),
+        || !mounted(&id),
+        String::new,
+    );
     assert!(st.finished_at >= st.started_at && st.started_at > 0);
     assert!(st.log_path.ends_with("app/0.log"));
     // As containerd: `image` is the image's tag (kubelet shows it in the pod

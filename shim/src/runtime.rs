@@ -37,6 +37,8 @@ pub struct Runtime {
     pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
     /// Containers whose STOPPED event went out (each is sent once).
     pub(crate) stopped_sent: Mutex<std::collections::HashSet<String>>,
+    /// Exited containers whose rootfs is unmounted (once each).
+    pub(crate) rootfs_released: Mutex<std::collections::HashSet<String>>,
     /// Held by StartContainer from releasing the init until its STARTED
     /// event is out, and by each STOPPED emission: a process that exits at
     /// once (`true`) is never reported STOPPED before STARTED.
@@ -79,6 +81,7 @@ impl Runtime {
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),
             stopped_sent: Mutex::new(std::collections::HashSet::new()),
+            rootfs_released: Mutex::new(std::collections::HashSet::new()),
             event_order: tokio::sync::Mutex::new(()),
             exits: Mutex::new(HashMap::new()),
             monitor_exits: Arc::new(tokio::sync::watch::Sender::new(0)),

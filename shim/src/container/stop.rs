@@ -85,6 +85,23 @@ impl Runtime {
     /// when a monitor exits (our child, or its pidfd after a shim restart),
     /// and every few seconds anyway (a monitor killed with its container
     /// still running, kernels without pidfds). Runs forever.
+    /// An exited container's overlay rootfs is unmounted at once, as
+    /// containerd does (its upper dir stays on disk for stats until
+    /// RemoveContainer); nothing runs in it again: CRI never restarts a
+    /// container. After a shim restart this runs again, harmlessly.
+    fn release_rootfs_once(&self, rec: &ContainerRecord) {
+        if !lock(&self.rootfs_released).insert(rec.id.clone()) {
+            return;
+        }
+        match nix::mount::umount2(&rec.rootfs, nix::mount::MntFlags::MNT_DETACH) {
+            Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
+            Err(e) => {
+                tracing::warn!(container = %rec.id, rootfs = %rec.rootfs.display(), "unmount the exited container's rootfs: {e}");
+                lock(&self.rootfs_released).remove(&rec.id);
+            }
+        }
+    }
+
     pub async fn watch_exits(self: std::sync::Arc<Self>) {
         let mut exits = self.monitor_exits.subscribe();
         loop {
@@ -93,10 +110,12 @@ impl Runtime {
             let recs = self.all_containers();
             let known = |id: &String| recs.iter().any(|r| &r.id == id);
             lock(&self.stopped_sent).retain(known);
+            lock(&self.rootfs_released).retain(known);
             lock(&self.exits).retain(|id, _| known(id));
             for r in recs {
                 if self.state_of(&r).0 == ContainerState::ContainerExited {
                     self.emit_stopped_once(&r.id).await;
+                    self.release_rootfs_once(&r);
                 }
             }
             tokio::select! {
