@@ -885,3 +885,55 @@ fn a_pod_replaced_while_the_agent_was_down_starts_after_the_old_one_ended() {
         agent.log()
     );
 }
+
+/// Seconds of the day of an RFC 3339 time (`…T12:05:49Z`).
+fn day_secs(t: &serde_json::Value) -> i64 {
+    let t = t.as_str().unwrap_or_default();
+    let hms = t
+        .split('T')
+        .nth(1)
+        .unwrap_or_default()
+        .trim_end_matches('Z');
+    hms.split(':')
+        .map(|x| x.parse::<i64>().unwrap_or(0))
+        .fold(0, |acc, x| acc * 60 + x)
+}
+
+/// Restart back-off survives an agent restart (issue 20): after three
+/// crashes (1 s, 2 s) the next wait is 4 s (the harness's back-off is 1 s
+/// doubling to 4 s); an agent killed right after the third crash still
+/// waits it, where it used to restart the container at once.
+#[test]
+fn restart_back_off_survives_an_agent_restart() {
+    require_root!();
+    let mut agent = Agent::start("");
+    agent.write_manifest(
+        "crashy.yaml",
+        &pod(&agent, "crashy", "sleep 0.3; exit 1", ""),
+    );
+    let exited_third = |p: &serde_json::Value| {
+        let c = container(p, "main");
+        c["restartCount"] == 3 && c["state"]["running"].is_null()
+    };
+    let p = agent.wait_pod(
+        "crashy",
+        "three restarts, the last run ended",
+        T,
+        exited_third,
+    );
+    agent.kill9();
+    agent.spawn();
+    let p2 = agent.wait_pod("crashy", "the fourth restart", T, |p| {
+        container(p, "main")["restartCount"] == 4
+            && container(p, "main")["state"]["running"].is_object()
+    });
+    let finished = day_secs(&container(&p2, "main")["lastState"]["terminated"]["finishedAt"]);
+    let started = day_secs(&container(&p2, "main")["state"]["running"]["startedAt"]);
+    let gap = (started - finished).rem_euclid(86_400);
+    assert!(
+        gap >= 3,
+        "restarted {gap} s after the crash, back-off 4 s; before: {}\nafter: {}",
+        container(&p, "main"),
+        container(&p2, "main")
+    );
+}

@@ -52,6 +52,32 @@ impl Backoff {
         );
     }
 
+    /// After an agent restart the table is empty, but the runtime still
+    /// knows the container: its `restart_count`-th run (restart_count ≥ 1)
+    /// was started after `restart_count` calls of [`Backoff::next`], the
+    /// last at about `started` (its start time). Rebuilds that entry when
+    /// there is none, so the next restart waits as it would have without
+    /// the agent's restart (kubelet keeps the same state in memory only, so
+    /// it loses it too; issue 20 asks us not to).
+    pub fn seed(&mut self, key: &str, restart_count: u32, started: Time) {
+        if restart_count == 0 || self.entries.contains_key(key) {
+            return;
+        }
+        let doublings = (restart_count - 1).min(31);
+        let delay = self
+            .initial
+            .checked_mul(1u32 << doublings)
+            .unwrap_or(self.max)
+            .min(self.max);
+        self.entries.insert(
+            key.to_string(),
+            Entry {
+                delay,
+                last_update: started,
+            },
+        );
+    }
+
     /// How long `key` must still wait, counted from `since` (when the
     /// container last finished); `None` when it may go now.
     pub fn remaining(&self, key: &str, since: Time, now: Time) -> Option<Duration> {
@@ -103,6 +129,32 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_seed_from_the_runtime_gives_the_delay_the_lost_entry_had() {
+        let t0 = Time::from_secs(1_000_000);
+        // The live table after four restarts, each run lasting 1 s.
+        let mut live = Backoff::new(10 * S, 300 * S);
+        let mut now = t0;
+        for _ in 0..4 {
+            live.next("c", now);
+            now += live.delay("c").expect("entry") + S;
+        }
+        // An agent restart: only the 4th run's start time is known.
+        let started = now - S;
+        let mut seeded = Backoff::new(10 * S, 300 * S);
+        seeded.seed("c", 4, started);
+        assert_eq!(seeded.delay("c"), live.delay("c"));
+        assert_eq!(seeded.delay("c"), Some(80 * S));
+        assert_eq!(seeded.remaining("c", now, now + S), Some(79 * S));
+        // An entry in memory wins; no restarts yet: nothing to wait for.
+        seeded.seed("c", 9, started);
+        assert_eq!(seeded.delay("c"), Some(80 * S));
+        seeded.seed("d", 0, started);
+        assert_eq!(seeded.delay("d"), None);
+        seeded.seed("e", 40, started);
+        assert_eq!(seeded.delay("e"), Some(300 * S), "capped");
+    }
 
     #[test]
     fn doubles_to_the_cap() {

@@ -271,8 +271,21 @@ impl Worker {
     /// The pure plan for this sync, given restart back-off and probe results.
     fn plan(&self, pod: &Pod, observed: &Observed) -> plan::Actions {
         let now_t = now();
-        let backoff = lock(&self.shared.backoff);
+        let mut backoff = lock(&self.shared.backoff);
         let spec = pod.spec.as_ref();
+        // Back-off survives an agent restart: rebuilt from what the runtime
+        // says of each container's latest run.
+        for c in spec.into_iter().flat_map(|s| {
+            s.init_containers
+                .iter()
+                .flatten()
+                .chain(s.containers.iter())
+        }) {
+            if let Some(last) = observed.latest(&c.name) {
+                let started = Duration::from_nanos(u64::try_from(last.started_at).unwrap_or(0));
+                backoff.seed(&self.backoff_key(c), last.restart_count, started);
+            }
+        }
         let lookup = |name: &str, finished_at: i64| {
             let c = spec?
                 .init_containers
