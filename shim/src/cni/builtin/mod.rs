@@ -617,7 +617,7 @@ mod tests {
         let r = result(&n, "eth0", "/run/ns", "plx", Ipv4Addr::new(10, 42, 0, 9));
         assert_eq!(r["ips"][0]["address"], "10.42.0.9/16");
         assert_eq!(r["ips"][0]["gateway"], "10.42.0.1");
-        let i = r["ips"][0]["interface"].as_u64().expect("index") as usize;
+        let i = usize::try_from(r["ips"][0]["interface"].as_u64().expect("index")).expect("small");
         assert_eq!(r["interfaces"][i]["name"], "eth0");
         assert_eq!(r["interfaces"][i]["sandbox"], "/run/ns");
         assert!(r["ips"][0].get("version").is_none());
