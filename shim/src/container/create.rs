@@ -333,6 +333,21 @@ impl Runtime {
         &self,
         rec: &ContainerRecord,
     ) -> Result<(), Error> {
+        // Whatever still runs in its cgroup goes first: a crash mid-create
+        // can leave a `picolet monitor` (and the process it started) there
+        // with no record that names it (bench/faults.sh found one living on
+        // outside CRI's view after a kill of `up`).
+        if let Some(h) = crate::cgroupfs::hierarchy() {
+            for dir in h.pod_dirs(&rec.cgroup) {
+                let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+        }
         let lc_dir = self.libcontainer_root().join(&rec.id);
         if lc_dir.exists() {
             let dir = lc_dir.clone();
