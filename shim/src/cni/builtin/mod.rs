@@ -337,12 +337,20 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
         }
         let netns = Path::new(&e.netns);
         let ns = fs::File::open(netns).map_err(|err| format!("open netns {}: {err}", e.netns))?;
-        in_netns(netns, |nl| match nl.link_index(&e.ifname)? {
-            Some(i) => nl.delete_link(i),
-            None => Ok(()),
-        })?;
-        nl.add_veth(&veth, &e.ifname, ns.as_fd())
-            .map_err(|err| format!("create veth {veth}/{}: {err}", e.ifname))?;
+        // The pod's end is made in the netns under its final name; a
+        // crashed ADD may have left one there: remove it and try once more
+        // (only then is the pod's netns entered twice).
+        let created = match nl.add_veth(&veth, &e.ifname, ns.as_fd()) {
+            Err(err) if err.raw_os_error() == Some(libc::EEXIST) => {
+                in_netns(netns, |nl| match nl.link_index(&e.ifname)? {
+                    Some(i) => nl.delete_link(i),
+                    None => Ok(()),
+                })?;
+                nl.add_veth(&veth, &e.ifname, ns.as_fd())
+            }
+            r => r,
+        };
+        created.map_err(|err| format!("create veth {veth}/{}: {err}", e.ifname))?;
         let host = nl
             .link_index(&veth)
             .and_then(|i| i.ok_or_else(|| std::io::Error::other("gone")))
