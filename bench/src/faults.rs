@@ -264,21 +264,12 @@ async fn observe(socket: &Path) -> Result<Seen> {
         .into_inner()
         .items
     {
-        let name = s
-            .metadata
-            .as_ref()
-            .map(|m| m.name.clone())
-            .unwrap_or_default();
-        let uid = s
-            .metadata
-            .as_ref()
-            .map(|m| m.uid.clone())
-            .unwrap_or_default();
         let ready = s.state == PodSandboxState::SandboxReady as i32;
+        let m = s.metadata.unwrap_or_default();
         seen.sandboxes
-            .entry(name)
+            .entry(m.name)
             .or_default()
-            .push((s.id, uid, ready));
+            .push((s.id, m.uid, ready));
     }
     for c in rt
         .list_containers(ListContainersRequest::default())
