@@ -414,3 +414,35 @@ pub fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
 pub fn phase(pod: &Value) -> &str {
     pod["status"]["phase"].as_str().unwrap_or("")
 }
+
+/// The pod runs and its container `main` too.
+pub fn running(p: &serde_json::Value) -> bool {
+    phase(p) == "Running" && container(p, "main")["state"]["running"].is_object()
+}
+
+/// A pod whose one container `main` runs `script` with /out = host dir.
+pub fn pod(agent: &Agent, name: &str, script: &str, extra_spec: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 3
+{extra_spec}  volumes:
+  - name: out
+    hostPath: {{path: {host}, type: Directory}}
+  - name: scratch
+    emptyDir: {{}}
+  containers:
+  - name: main
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, '{script}']
+    volumeMounts:
+    - {{name: out, mountPath: /out}}
+    - {{name: scratch, mountPath: /scratch}}
+"#,
+        host = agent.host_dir().display()
+    )
+}
