@@ -11,6 +11,7 @@
 //!   ([`overlay_options`]).
 //! - [`store`]: image metadata (IDs, tags, repo digests), removal, GC, usage.
 //! - [`preload`]: the folder whose archives are imported automatically.
+//! - [`verify`]: `picolet check --store`, a read-only proof the store is whole.
 //!
 //! Unpacking whiteouts, ownership and device nodes needs root (CAP_MKNOD,
 //! CAP_CHOWN, trusted.* xattrs); everything else works unprivileged.
@@ -27,6 +28,7 @@ pub mod snapshots;
 pub mod source;
 pub mod store;
 pub mod unpack;
+pub mod verify;
 
 pub use digest::Digest;
 pub use error::{Error, Result};

@@ -28,7 +28,7 @@ use crate::snapshots::Snapshots;
 use crate::source::{Progress, Source};
 use crate::unpack::UnpackOptions;
 
-const METADATA_FILE: &str = "images.json";
+pub(crate) const METADATA_FILE: &str = "images.json";
 
 /// One layer of an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,9 +67,9 @@ impl ImageRecord {
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Metadata {
+pub(crate) struct Metadata {
     version: u32,
-    images: Vec<ImageRecord>,
+    pub(crate) images: Vec<ImageRecord>,
 }
 
 /// Options for [`ImageStore::open_with`].

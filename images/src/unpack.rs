@@ -22,9 +22,9 @@ use tar::EntryType;
 use crate::digest::{Digest, HashingReader};
 use crate::error::{Error, Result};
 
-const WHITEOUT_PREFIX: &str = ".wh.";
-const OPAQUE_MARKER: &str = ".wh..wh..opq";
-const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+pub(crate) const WHITEOUT_PREFIX: &str = ".wh.";
+pub(crate) const OPAQUE_MARKER: &str = ".wh..wh..opq";
+pub(crate) const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
 
 /// How a layer blob is compressed, from its first bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
