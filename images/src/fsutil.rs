@@ -41,6 +41,15 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(Error::io("fsync dir", dir))
 }
 
+/// Flushes every dirty page of the filesystem holding `dir` (syncfs(2)):
+/// one call for a tree of new files (an unpacked layer), where fsync of each
+/// would cost a journal commit per file on flash.
+pub fn sync_filesystem(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = fs::File::open(dir).map_err(Error::io("open", dir))?;
+    nix::unistd::syncfs(d.as_raw_fd()).map_err(|e| Error::io("syncfs", dir)(e.into()))
+}
+
 pub(crate) fn remove_file_if_exists(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
