@@ -3,9 +3,12 @@
 # busybox initramfs holding the static picolet binary, the project's busybox
 # image and the demo static pod, and runs a scenario on cgroup v2 inside the
 # guest: `picolet up`, the pod runs and serves, its limits land in the v2
-# files, /metrics/cadvisor reports the container. The guest prints
-# `VMTEST ok|FAIL <check>` lines; this script fails when any check failed or
-# the guest did not finish.
+# files, /metrics/cadvisor reports the container. picolet's data root and
+# the manifests live on an ext4 virtio disk; the scenario ends in a power
+# cut (sysrq b: no sync, no unmount) during an image import and a manifest
+# change, and a second boot on the same disk checks the store and that
+# every pod comes back. The guest prints `VMTEST ok|FAIL <check>` lines;
+# this script fails when any check failed or a boot did not finish.
 #
 #   sudo tests/vm/run.sh [amd64|arm64]  # needs dist/picolet-<arch> (scripts/dist.sh)
 #
@@ -19,6 +22,7 @@ C=/var/cache/picolet-vm
 mkdir -p "$C"
 need() { command -v "$1" >/dev/null || apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }
 need cpio cpio
+need mkfs.ext4 e2fsprogs
 case "$ARCH" in
   amd64)
     need qemu-system-x86_64 qemu-system-x86
@@ -38,28 +42,57 @@ esac
 (cd "$C" && { ls "${PKG}"_*.deb >/dev/null 2>&1 || apt-get download "$PKG:$ARCH" >/dev/null; } \
   && rm -rf "k-$ARCH" && dpkg-deb -x "${PKG}"_*.deb "k-$ARCH")
 KERNEL=$(ls "$C/k-$ARCH"/boot/vmlinuz-*)
-OVERLAY=$(find "$C/k-$ARCH/lib/modules" -name overlay.ko | head -1)
 
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 R="$W/root"
-mkdir -p "$R"/{bin,proc,sys,dev,etc/picolet/manifests,var/lib/picolet/images,lib}
+mkdir -p "$R"/{bin,proc,sys,dev,etc/picolet/manifests,var/lib/picolet,var/vmtest,lib}
 cp "$BUSYBOX" "$R/bin/busybox"
-for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod switch_root ls find head tr ifconfig rm seq wc; do
+for a in sh mount umount mkdir cp cat echo sleep kill poweroff grep wget insmod switch_root ls find head tr ifconfig rm seq wc sed tail; do
   ln -s busybox "$R/bin/$a"
 done
 cp "$BIN" "$R/bin/picolet"
-cp "$OVERLAY" "$R/lib/overlay.ko"
-# The built-in pod network needs a bridge and veth pairs.
-for m in llc stp bridge veth; do
-  cp "$(find "$C/k-$ARCH/lib/modules" -name "$m.ko" | head -1)" "$R/lib/$m.ko"
-done
-BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/lib/picolet/images/busybox.tar" "$ARCH" >/dev/null
+# Modules, each after what it depends on (read from its .modinfo; busybox
+# insmod does not resolve them; built-in ones have no .ko): overlayfs, the
+# bridge and veth pairs of the built-in pod network, the virtio disk, ext4.
+LOAD=""
+addmod() {
+  local f d
+  f=$(find "$C/k-$ARCH/lib/modules" -name "$1.ko" | head -1)
+  [ -n "$f" ] || return 0
+  case " $LOAD " in *" $1 "*) return 0 ;; esac
+  for d in $(grep -a -o 'depends=[a-z0-9_,-]*' "$f" | head -1 | cut -d= -f2 | tr , ' '); do addmod "$d"; done
+  cp "$f" "$R/lib/$1.ko"
+  LOAD="$LOAD $1"
+}
+for m in overlay bridge veth virtio_pci virtio_blk crc32c_generic ext4; do addmod "$m"; done
+echo "$LOAD" > "$R/etc/modules"
+BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/vmtest/busybox.tar" "$ARCH" >/dev/null
+# Two images of random data for the power cut: one imported before the cut,
+# one during it.
+BUSYBOX="$BUSYBOX" cargo xtask bench-image "$R/var/vmtest/big1.tar" 8 "$ARCH" localhost/vmtest/big1:v1 >/dev/null
+BUSYBOX="$BUSYBOX" cargo xtask bench-image "$R/var/vmtest/big2.tar" 6 "$ARCH" localhost/vmtest/big2:v1 >/dev/null
+# The disk: picolet's data root (store, state, manifests) on ext4.
+truncate -s 1G "$W/disk.img"
+mkfs.ext4 -q -F "$W/disk.img"
 # The guest has no iptables, so no hostPort: the demo pod runs on the host
 # network there; the other pods get picolet's built-in network (`picolet up`
 # writes it with "ipMasq": false when iptables is missing).
-sed 's/^spec:$/spec:\n  hostNetwork: true/' examples/manifests/hello.yaml > "$R/etc/picolet/manifests/hello.yaml"
-grep -q '^  hostNetwork: true' "$R/etc/picolet/manifests/hello.yaml"
+sed 's/^spec:$/spec:\n  hostNetwork: true/' examples/manifests/hello.yaml > "$R/etc/hello.yaml"
+grep -q '^  hostNetwork: true' "$R/etc/hello.yaml"
+# A pod on the built-in network that is changed when the power goes.
+cat > "$R/etc/keep.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: keep}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: keep
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sleep, '3601']
+YAML
 # CPU quota enforcement: a spinner limited to 100m.
 cat > "$R/etc/limits.yaml" <<'YAML'
 apiVersion: v1
@@ -120,7 +153,7 @@ if [ ! -e /stage2 ]; then
   mount -t proc proc /proc
   mkdir -p /newroot
   mount -t tmpfs -o size=800m tmpfs /newroot
-  cp -a /bin /etc /lib /var /init /newroot/
+  cp -a /bin /etc /lib /var /init /recover /newroot/
   mkdir -p /newroot/proc /newroot/sys /newroot/dev /newroot/run /newroot/tmp
   touch /newroot/stage2
   umount /proc
@@ -132,11 +165,18 @@ mount -t devtmpfs dev /dev
 mount -t tmpfs tmpfs /run
 mount -t cgroup2 none /sys/fs/cgroup
 echo "+cpu +memory +pids" > /sys/fs/cgroup/cgroup.subtree_control
-insmod /lib/overlay.ko
-for m in llc stp bridge veth; do insmod /lib/$m.ko; done
+for m in $(cat /etc/modules); do insmod /lib/$m.ko; done
 ifconfig lo 127.0.0.1 up
 ok() { echo "VMTEST ok $1"; }
 fail() { echo "VMTEST FAIL $1: $2"; }
+i=0
+until [ -e /dev/vda ]; do i=$((i + 1)); [ $i -gt 50 ] && break; sleep 0.1; done
+mount -t ext4 /dev/vda /var/lib/picolet || fail disk "$(ls /dev)"
+mkdir -p /var/lib/picolet/manifests /var/lib/picolet/images
+mount -o bind /var/lib/picolet/manifests /etc/picolet/manifests
+case "$(cat /proc/cmdline)" in *vmtest=recover*) exec /recover ;; esac
+cp /var/vmtest/busybox.tar /var/lib/picolet/images/
+cp /etc/hello.yaml /etc/picolet/manifests/
 picolet up > /run/up.log 2>&1 &
 i=0
 until picolet ctl ps 2>/dev/null | grep -q "Running.*httpd"; do
@@ -252,14 +292,57 @@ until [ -z "$(ls -d /sys/fs/cgroup/kubepods/*/pod* /sys/fs/cgroup/kubepods/pod* 
 left=$(ls -d /sys/fs/cgroup/kubepods/*/pod* /sys/fs/cgroup/kubepods/pod* 2>/dev/null)
 [ -z "$left" ] && ok teardown-cgroups || fail teardown-cgroups "$left"
 grep -q " overlay " /proc/mounts && fail teardown-mounts "$(grep ' overlay ' /proc/mounts)" || ok teardown-mounts
+
+# Power cut (issue 20): two pods running, an image imported (the import
+# returned, so it must survive), then a second import and a manifest change
+# in flight, and the power goes: no sync, no unmount.
+cp /etc/hello.yaml /etc/keep.yaml /etc/picolet/manifests/
+i=0
+until [ "$(picolet ctl ps 2>/dev/null | grep -c 'Running.*\(httpd\|keep\) ')" = 2 ]; do i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5; done
+picolet ctl import /var/vmtest/big1.tar > /run/import.txt 2>&1 && ok import-before-cut || fail import-before-cut "$(cat /run/import.txt)"
+picolet ctl import /var/vmtest/big2.tar > /dev/null 2>&1 &
+sed -i 's/3601/3602/' /etc/picolet/manifests/keep.yaml
+sleep 1
+echo "VMTEST CUT"
+echo b > /proc/sysrq-trigger
+INIT
+# The second boot, on the disk the cut left.
+cat > "$R/recover" <<'INIT'
+#!/bin/sh
+ok() { echo "VMTEST ok $1"; }
+fail() { echo "VMTEST FAIL $1: $2"; }
+# Before anything writes: the store is whole (every blob, image and
+# unpacked layer), whatever the cut left mid-write is only a leftover.
+if picolet check --store > /run/check.txt 2>&1; then ok "store-verified-after-cut ($(tail -1 /run/check.txt | sed 's|^[^:]*: ||'); $(grep -c leftover /run/check.txt) leftovers)"; else fail store-verified-after-cut "$(cat /run/check.txt)"; fi
+picolet up > /run/up.log 2>&1 &
+i=0
+until [ "$(picolet ctl ps 2>/dev/null | grep -c 'Running.*\(httpd\|keep\) ')" = 2 ]; do i=$((i + 1)); [ $i -gt 240 ] && break; sleep 0.5; done
+[ "$(picolet ctl ps 2>/dev/null | grep -c 'Running.*\(httpd\|keep\) ')" = 2 ] && ok pods-back-after-cut \
+  || fail pods-back-after-cut "$(picolet ctl ps -a 2>&1; picolet ctl pods 2>&1; tail -30 /run/up.log)"
+sleep 2
+[ "$(picolet ctl pods 2>/dev/null | grep -cw Ready)" = 2 ] && ok one-sandbox-per-pod || fail one-sandbox-per-pod "$(picolet ctl pods 2>&1)"
+page=$(wget -qO- http://127.0.0.1:8080/ 2>&1)
+case "$page" in "hello from hello-vm on vm"*) ok served-after-cut ;; *) fail served-after-cut "$page" ;; esac
+picolet ctl images 2>/dev/null | grep -q vmtest/big1 && ok image-kept-after-cut || fail image-kept-after-cut "$(picolet ctl images 2>&1)"
+picolet ctl import /var/vmtest/big2.tar > /run/import.txt 2>&1 && ok import-after-cut || fail import-after-cut "$(cat /run/import.txt)"
+kill $!
+i=0
+while [ -e /run/picolet/picolet.sock ]; do i=$((i + 1)); [ $i -gt 60 ] && break; sleep 0.5; done
+if picolet check --store > /run/check.txt 2>&1; then ok store-verified-at-end; else fail store-verified-at-end "$(cat /run/check.txt)"; fi
 echo "VMTEST DONE"
 poweroff -f
 INIT
-chmod +x "$R/init"
+chmod +x "$R/init" "$R/recover"
 (cd "$R" && find . | cpio -o -H newc 2>/dev/null | gzip > "$W/initrd.gz")
 start=$(date +%s)
-timeout 600 "${QEMU[@]}" -smp 2 -m 1536 -kernel "$KERNEL" -initrd "$W/initrd.gz" \
-  -append "console=$CONSOLE rdinit=/init panic=-1 quiet" -nographic -no-reboot > "$W/console.txt" 2>&1 || true
+boot() {
+  timeout 600 "${QEMU[@]}" -smp 2 -m 1536 -kernel "$KERNEL" -initrd "$W/initrd.gz" \
+    -drive "file=$W/disk.img,format=raw,if=none,id=d0" -device virtio-blk-pci,drive=d0 \
+    -append "console=$CONSOLE rdinit=/init panic=-1 quiet $1" -nographic -no-reboot >> "$W/console.txt" 2>&1 || true
+}
+boot ""
+# The second boot only after the first reached the cut.
+grep -q 'VMTEST CUT' "$W/console.txt" && boot vmtest=recover
 tr -d '\r' < "$W/console.txt" | grep -o 'VMTEST .*' || true
 passed=$(grep -c 'VMTEST ok' "$W/console.txt" || true)
 failed=$(grep -c 'VMTEST FAIL' "$W/console.txt" || true)

@@ -2,8 +2,9 @@
 //!
 //! - `cargo xtask test-images OUT`: the test images in every format.
 //! - `cargo xtask demo-image OUT.tar [ARCH]`: the busybox demo image (oci-archive).
-//! - `cargo xtask bench-image OUT.tar [MB]`: busybox + MB MiB of random data,
-//!   as a docker-archive (what `ctr images import` and picolet both read).
+//! - `cargo xtask bench-image OUT.tar [MB] [ARCH] [NAME]`: busybox + MB MiB
+//!   of random data, as a docker-archive (what `ctr images import` and
+//!   picolet both read).
 
 use std::path::{Path, PathBuf};
 
@@ -71,13 +72,19 @@ fn main() -> Result<()> {
                 .transpose()
                 .context("MB must be a number")?
                 .unwrap_or(100);
+            // Optional OCI architecture (BUSYBOX of that arch) and name.
             let base = xtask::busybox_layer(&busybox)?;
-            let img = xtask::big_image(&base, mb);
-            xtask::write_docker_archive(Path::new(out), &[(img, vec![xtask::BIG_REF.into()])])?;
-            println!("wrote {out} ({}, {mb} MiB layer)", xtask::BIG_REF);
+            let mut img = xtask::big_image(&base, mb);
+            if let Some(arch) = rest.get(1) {
+                img.arch = arch.to_string();
+            }
+            let name = rest.get(2).copied().unwrap_or(xtask::BIG_REF);
+            img.name = name.into();
+            xtask::write_docker_archive(Path::new(out), &[(img, vec![name.into()])])?;
+            println!("wrote {out} ({name}, {mb} MiB layer)");
         }
         _ => bail!(
-            "usage: cargo xtask test-images OUT | demo-image OUT.tar [ARCH] | web-image OUT.tar | bench-image OUT.tar [MB]"
+            "usage: cargo xtask test-images OUT | demo-image OUT.tar [ARCH] | web-image OUT.tar | bench-image OUT.tar [MB] [ARCH] [NAME]"
         ),
     }
     Ok(())
