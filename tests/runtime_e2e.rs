@@ -396,6 +396,44 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
     shim.assert_host_clean();
 }
 
+/// A reboot takes the run dir (tmpfs) with the pinned namespaces while the
+/// records stay on disk: the restarted shim must report the sandbox not
+/// ready (it said Ready, and kubelet kept creating containers into
+/// namespaces that no longer existed: tests/vm/run.sh's power cut).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_whose_namespaces_went_with_a_reboot_is_not_ready() {
+    require_root!();
+    let (mut shim, mut c) = ready_shim().await;
+    let (_pod, pod_id) = new_pod(&shim, &mut c, "reboot").await;
+    shim.kill9();
+    // What a reboot does to the run dir: every pin gone, the folder gone.
+    let run = shim.dir.path().join("run/sandboxes").join(&pod_id);
+    for e in std::fs::read_dir(&run).expect("sandbox run dir").flatten() {
+        let _ = nix::mount::umount2(&e.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+    std::fs::remove_dir_all(&run).expect("remove run dir");
+    shim.spawn();
+    let mut c = cri::client(&shim.socket()).await;
+    let st = c
+        .pod_sandbox_status(cri_proto::v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod_id.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("status")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(
+        st.state,
+        cri_proto::v1::PodSandboxState::SandboxNotready as i32,
+        "a sandbox without its namespaces is reported ready"
+    );
+    // kubelet's next steps still work: stop (CNI DEL without a netns), remove.
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_requests_get_the_right_codes() {
     require_root!();

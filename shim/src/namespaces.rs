@@ -154,6 +154,13 @@ fn loopback_up() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether `path` is a pinned namespace (an nsfs bind mount). Pins live on
+/// the run dir's tmpfs: after a reboot the path is gone.
+pub fn is_pinned(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
+}
+
 /// Unpins a namespace or unmounts a tmpfs and removes its mount point;
 /// missing is fine.
 pub fn release(path: &Path) -> Result<(), Error> {

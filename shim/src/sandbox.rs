@@ -74,6 +74,20 @@ impl Drop for Claim<'_> {
     }
 }
 
+/// Whether what a ready sandbox stands on is still there: its run dir and
+/// pinned namespaces (on tmpfs: gone after a reboot) and the pod's pid 1
+/// (same start time: not a reused pid).
+pub(crate) fn alive(rec: &SandboxRecord) -> bool {
+    rec.run_dir.is_dir()
+        && [&rec.netns, &rec.ipcns, &rec.utsns]
+            .into_iter()
+            .flatten()
+            .all(|p| namespaces::is_pinned(p))
+        && rec
+            .pod_init
+            .is_none_or(|(pid, start)| crate::host::proc_start_time(pid) == Some(start))
+}
+
 impl Runtime {
     pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String, Error> {
         let meta = config
