@@ -50,29 +50,6 @@ fn agent_argv(a: &AgentArgs) -> Vec<String> {
     v
 }
 
-/// The child gets SIGTERM when `up` dies, however it dies (kill -9
-/// included), so a restarted `up` never meets a shim or agent of the old
-/// one (they also lock their state roots: edge_config::owner). The death
-/// signal is tied to the thread that forked: `up` runs on one thread.
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = nix::unistd::Pid::this();
-    // SAFETY: the closure runs in the child between fork and exec; it calls
-    // only prctl(2) and getppid(2), which are async-signal-safe, and builds
-    // its error from an errno without allocating.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-                .map_err(std::io::Error::from)?;
-            // `up` died before the prctl: nobody would send the signal.
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
 /// One supervised child.
 struct Supervised {
     name: &'static str,
@@ -99,7 +76,10 @@ impl Supervised {
         let exe = std::env::current_exe()?;
         let mut cmd = Command::new(exe);
         cmd.args(&self.argv);
-        die_with_parent(&mut cmd);
+        // SIGTERM when `up` dies, however it dies, so a restarted `up` never
+        // meets a shim or agent of the old one (they also lock their state
+        // roots: edge_config::owner). `up` runs on one thread.
+        shim::host::die_with_parent(cmd.as_std_mut(), nix::sys::signal::Signal::SIGTERM);
         let child = cmd.spawn()?;
         tracing::info!(
             pid = child.id().unwrap_or(0),

@@ -13,6 +13,29 @@ pub fn proc_start_time(pid: i32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// The child gets `signal` when the thread that spawns it dies, however it
+/// dies (kill -9 included). The death signal is tied to the forking
+/// thread: spawn from a thread that lives as long as the parent (`up`'s
+/// only thread, a tokio worker of the shim). If the parent died before the
+/// prctl, nobody would send the signal: the spawn fails instead.
+#[allow(unsafe_code)]
+pub fn die_with_parent(cmd: &mut std::process::Command, signal: nix::sys::signal::Signal) {
+    use std::os::unix::process::CommandExt;
+    let parent = nix::unistd::Pid::this();
+    // SAFETY: the closure runs in the child between fork and exec; it calls
+    // only prctl(2) and getppid(2), which are async-signal-safe, and builds
+    // its error from an errno without allocating.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from)?;
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// As a freshly started process: every signal at its default disposition
 /// and none blocked. exec keeps ignored signals ignored and the mask as it
 /// is; Rust ignores SIGPIPE in the picolet binary, and what started the

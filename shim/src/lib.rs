@@ -14,7 +14,7 @@ mod container_exec;
 mod cri_metrics;
 mod devices;
 mod error;
-mod host;
+pub mod host;
 mod host_inputs;
 mod image_service;
 mod import_service;

@@ -125,6 +125,15 @@ pub fn run(args: MonitorArgs) -> i32 {
         let _ = container.delete(true);
         return fail(format!("create container: {e}"));
     }
+    // From here the container outlives the shim (the shim's recovery finds
+    // it by its record, or kills it by its cgroup if the record is not
+    // complete): no more death signal.
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(None) {
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+        let _ = container.delete(true);
+        return fail(format!("clear the parent-death signal: {e}"));
+    }
     say(&Handshake {
         pid: Some(pid.as_raw()),
         start_time: crate::host::proc_start_time(pid.as_raw()),

@@ -254,6 +254,12 @@ impl Runtime {
             // Its own process group: signals to the shim's group leave it alone.
             .process_group(0)
             .kill_on_drop(false);
+        // Until its handshake the monitor dies with the shim: one left
+        // creating by a shim that died would go on to make a container no
+        // record names (bench/faults.sh found its init waiting for a start
+        // that never came, in the cgroup that recovery had already emptied).
+        // After the handshake it clears this and outlives shim restarts.
+        crate::host::die_with_parent(cmd.as_std_mut(), nix::sys::signal::Signal::SIGKILL);
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::Internal(format!("start monitor: {e}")))?;
