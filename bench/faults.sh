@@ -7,7 +7,7 @@
 # left: processes, mounts, cgroups, log directories, state records. Prints
 # `faults: N kills, V violations, L leaks`; exits 1 on any. Run as root.
 #
-#   sudo bench/faults.sh [KILLS] [SEED]     # default 50; CI runs 50
+#   sudo bench/faults.sh [KILLS] [SEED]     # default 50; .ci/run runs 50
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "faults: run as root" >&2; exit 1; }
