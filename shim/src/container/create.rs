@@ -339,20 +339,31 @@ impl Runtime {
         &self,
         rec: &ContainerRecord,
     ) -> Result<(), Error> {
-        // Whatever still runs in its cgroup goes first: a crash mid-create
-        // can leave a `picolet monitor` (and the process it started) there
-        // with no record that names it (bench/faults.sh found one living on
-        // outside CRI's view after a kill of `up`).
+        // Whatever still runs for it goes first. A shim that died mid-create
+        // leaves libcontainer's intermediate process going on without its
+        // monitor: it joins the cgroup and forks an init that waits for a
+        // start forever, outside CRI's view (bench/faults.sh found two, after
+        // kills of `up`). Until the init execs, both carry the monitor's
+        // command line: kill those (again, until none is left: a dying
+        // parent may have forked), then what is in the cgroup, which every
+        // later process of the container was born in.
+        if !rec.complete {
+            kill_until_gone(|| creators_of(&rec.id)).await;
+        }
         if let Some(h) = crate::cgroupfs::hierarchy() {
-            for dir in h.pod_dirs(&rec.cgroup) {
-                let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
+            let dirs = h.pod_dirs(&rec.cgroup);
+            kill_until_gone(|| {
+                dirs.iter()
+                    .flat_map(|d| {
+                        fs::read_to_string(d.join("cgroup.procs"))
+                            .unwrap_or_default()
+                            .lines()
+                            .filter_map(|l| l.trim().parse::<i32>().ok())
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .await;
         }
         let lc_dir = self.libcontainer_root().join(&rec.id);
         if lc_dir.exists() {
@@ -368,5 +379,73 @@ impl Runtime {
         images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
         crate::state::remove_record_dir(&rec.dir)?;
         Ok(())
+    }
+}
+
+/// Processes still creating container `id`: its `picolet monitor create`,
+/// and libcontainer's intermediate and init until the init execs (forks keep
+/// the monitor's command line).
+fn creators_of(id: &str) -> Vec<i32> {
+    let needle = format!("\0monitor\0create\0--id\0{id}\0");
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// SIGKILLs what `pids` lists until it lists nothing (a process killed
+/// mid-fork may leave a child to find on the next look); gives up after 2 s.
+async fn kill_until_gone(mut pids: impl FnMut() -> Vec<i32>) {
+    for _ in 0..100 {
+        let now = pids();
+        if now.is_empty() {
+            return;
+        }
+        for pid in now {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::warn!("processes still there after 2 s of SIGKILL");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn creators_are_found_by_their_command_line_and_killed() {
+        let id = format!("c{}", std::process::id());
+        // A process with a monitor's arguments (what libcontainer's forks of
+        // one carry until the init execs), blocked in a builtin: no children.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x", "monitor", "create", "--id", &id])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sh");
+        let pid = i32::try_from(child.id()).expect("pid");
+        assert_eq!(creators_of(&id), vec![pid]);
+        assert!(
+            creators_of(&format!("{id}x")).is_empty(),
+            "an id is matched whole"
+        );
+        kill_until_gone(|| {
+            // Reaped here, as the shim's children are by their watchers.
+            let _ = child.try_wait();
+            creators_of(&id)
+        })
+        .await;
+        assert!(child.try_wait().expect("wait").is_some(), "not killed");
     }
 }
