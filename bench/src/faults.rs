@@ -252,7 +252,8 @@ fn busy_container_cgroups() -> Vec<(String, PathBuf)> {
 struct Seen {
     sandboxes: BTreeMap<String, Vec<(String, String, bool)>>,
     containers: BTreeMap<String, Vec<(String, String, i32, String)>>,
-    running_ids: HashSet<String>,
+    /// Running or created: the containers whose processes CRI accounts for.
+    live_ids: HashSet<String>,
 }
 
 async fn observe(socket: &Path) -> Result<Seen> {
@@ -290,8 +291,14 @@ async fn observe(socket: &Path) -> Result<Seen> {
         let state = ContainerState::try_from(c.state)
             .map(|s| s.as_str_name().to_string())
             .unwrap_or_default();
-        if c.state == ContainerState::ContainerRunning as i32 {
-            seen.running_ids.insert(c.id.clone());
+        // A created container has its init waiting for a start: an agent
+        // killed between CreateContainer and StartContainer leaves one, and
+        // the next agent makes a new attempt; the old one is CRI's to see
+        // and the container GC's to remove (each minute, as kubelet's).
+        if c.state == ContainerState::ContainerRunning as i32
+            || c.state == ContainerState::ContainerCreated as i32
+        {
+            seen.live_ids.insert(c.id.clone());
         }
         let exit = if c.state == ContainerState::ContainerExited as i32 {
             let mut rt2 = rt.clone();
@@ -390,9 +397,9 @@ async fn check(
         }
     }
     for (id, path) in busy_container_cgroups() {
-        if !seen.running_ids.contains(&id) {
+        if !seen.live_ids.contains(&id) {
             bad.push(format!(
-                "processes in {} that CRI does not list as running",
+                "processes in {} that CRI does not list as running or created",
                 path.display()
             ));
         }
