@@ -47,9 +47,17 @@ impl Blobs {
         File::open(&p).map_err(Error::io("open blob", p))
     }
 
-    /// Reads a whole (small) blob, e.g. a manifest or config.
+    /// Reads a whole (small) blob, e.g. a manifest or config; one larger
+    /// than image metadata may be is an error, not a read into memory.
     pub fn read(&self, digest: &Digest) -> Result<Vec<u8>> {
         let p = self.path(digest);
+        let size = fs::metadata(&p).map_err(Error::io("read blob", &p))?.len();
+        if size > crate::source::MAX_METADATA {
+            return Err(Error::TooLarge(crate::source::too_large(
+                &format!("blob {digest}"),
+                size,
+            )));
+        }
         fs::read(&p).map_err(Error::io("read blob", p))
     }
 

@@ -46,6 +46,9 @@ pub enum Error {
         source_name: String,
         platform: String,
     },
+    /// Metadata (a manifest, index or config) too large to read into memory.
+    #[error("{0}")]
+    TooLarge(String),
     #[error("image {0:?} not found")]
     NotFound(String),
     #[error("image {image} is in use by a container")]

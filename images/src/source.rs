@@ -19,7 +19,18 @@ use crate::unpack::{clean, decompress};
 
 /// Metadata files kept in memory (by archive path).
 const METADATA: [&str; 4] = ["index.json", "oci-layout", "manifest.json", "repositories"];
-const MAX_METADATA: u64 = 16 << 20;
+/// Largest metadata file (and manifest, index or config blob) read into
+/// memory; larger is an error that says so, not a truncated parse.
+pub(crate) const MAX_METADATA: u64 = 16 << 20;
+
+/// The error for metadata larger than [`MAX_METADATA`].
+pub(crate) fn too_large(what: &str, size: u64) -> String {
+    format!(
+        "{what} is {} MiB: larger than the {} MiB allowed for image metadata",
+        size >> 20,
+        MAX_METADATA >> 20
+    )
+}
 
 /// Progress callback: (bytes read, total bytes or 0).
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
@@ -48,6 +59,13 @@ impl Source {
             for m in METADATA {
                 let p = path.join(m);
                 if p.is_file() {
+                    let size = std::fs::metadata(&p).map_or(0, |m| m.len());
+                    if size > MAX_METADATA {
+                        return Err(Error::BadArchive {
+                            source_name: name,
+                            what: too_large(m, size),
+                        });
+                    }
                     metadata.insert(
                         m.to_string(),
                         std::fs::read(&p).map_err(Error::io("read", &p))?,
@@ -138,6 +156,10 @@ impl Source {
                 _ => continue,
             }
             if METADATA.contains(&path.as_str()) {
+                let size = entry.header().size().unwrap_or(0);
+                if size > MAX_METADATA {
+                    return Err(self.entry_err(&path, too_large(&path, size)));
+                }
                 let mut buf = Vec::new();
                 (&mut entry)
                     .take(MAX_METADATA)

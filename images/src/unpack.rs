@@ -64,13 +64,47 @@ pub fn decompress<'a>(blob: impl Read + 'a) -> io::Result<Box<dyn Read + 'a>> {
 pub struct UnpackOptions {
     /// Chown entries and create device nodes (true when running as root).
     pub privileged: bool,
+    /// Most bytes of file content one layer may unpack to; the free space
+    /// of the store's filesystem bounds it too (see [`FREE_SPACE_RESERVE`]).
+    pub max_layer_bytes: u64,
 }
 
 impl Default for UnpackOptions {
     fn default() -> Self {
         Self {
             privileged: nix::unistd::geteuid().is_root(),
+            max_layer_bytes: u64::MAX,
         }
+    }
+}
+
+/// The share of its filesystem an unpack leaves free (1/20): a layer that
+/// inflates past it (a 4 MB archive can hold 4 GiB of zeros) fails before
+/// the device's disk is full.
+pub const FREE_SPACE_RESERVE: u64 = 20;
+
+/// What a layer unpacked into `dest` may write: the configured limit, or
+/// the free space above the reserve if that is less (and why).
+fn budget(dest: &Path, max: u64) -> (u64, String) {
+    let limit = (max, format!("the limit is {} MiB", max >> 20));
+    let Ok(st) = nix::sys::statvfs::statvfs(dest) else {
+        return limit;
+    };
+    let frsize = st.fragment_size();
+    let avail = st.blocks_available().saturating_mul(frsize);
+    let reserve = st.blocks().saturating_mul(frsize) / FREE_SPACE_RESERVE;
+    let free = avail.saturating_sub(reserve);
+    if free < max {
+        (
+            free,
+            format!(
+                "{} MiB are free on its filesystem above the {} MiB kept free",
+                free >> 20,
+                reserve >> 20
+            ),
+        )
+    } else {
+        limit
     }
 }
 
@@ -92,6 +126,7 @@ pub fn unpack_layer(
     {
         let mut archive = tar::Archive::new(&mut hashing);
         let mut unpacker = Unpacker::new(dest, layer, opts);
+        unpacker.budget = budget(dest, opts.max_layer_bytes);
         let entries = archive
             .entries()
             .map_err(|e| bad(format!("corrupt tar: {e}")))?;
@@ -113,6 +148,9 @@ struct Unpacker<'a> {
     opts: UnpackOptions,
     /// Directory modes and mtimes, applied last so read-only dirs can be filled.
     dirs: HashMap<PathBuf, (u32, i64)>,
+    /// Bytes of file content this layer may write, and why that many.
+    budget: (u64, String),
+    written: u64,
 }
 
 impl<'a> Unpacker<'a> {
@@ -122,6 +160,8 @@ impl<'a> Unpacker<'a> {
             layer,
             opts,
             dirs: HashMap::new(),
+            budget: (u64::MAX, String::new()),
+            written: 0,
         }
     }
 
@@ -189,6 +229,19 @@ impl<'a> Unpacker<'a> {
                 self.dirs.insert(rel.clone(), (mode, mtime));
             }
             EntryType::Regular | EntryType::Continuous => {
+                // Checked before writing: a bomb fails at its first big file.
+                let size = header.size().map_err(self.io_err(&raw, "size"))?;
+                self.written = self.written.saturating_add(size);
+                if self.written > self.budget.0 {
+                    return Err(self.err(
+                        &raw,
+                        format!(
+                            "the layer unpacks to more than {} MiB: {}",
+                            self.budget.0 >> 20,
+                            self.budget.1
+                        ),
+                    ));
+                }
                 self.remove_existing(&path, &raw)?;
                 let mut f = fs::OpenOptions::new()
                     .write(true)
@@ -423,7 +476,10 @@ mod tests {
     }
 
     fn unpriv() -> UnpackOptions {
-        UnpackOptions { privileged: false }
+        UnpackOptions {
+            privileged: false,
+            max_layer_bytes: u64::MAX,
+        }
     }
 
     #[test]
@@ -451,6 +507,39 @@ mod tests {
                 .expect("stat")
                 .nlink(),
             2
+        );
+    }
+
+    #[test]
+    fn a_layer_that_inflates_past_its_budget_fails_before_writing_the_file() {
+        // 16 MiB of zeros: a few KiB of gzip.
+        let tar = layer(|b| {
+            file(b, "small", b"ok");
+            file(b, "zeros", &vec![0u8; 16 << 20]);
+        });
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        io::Write::write_all(&mut gz, &tar).expect("gz");
+        let gz = gz.finish().expect("gz");
+        assert!(gz.len() < 1 << 20, "{} bytes", gz.len());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = UnpackOptions {
+            max_layer_bytes: 8 << 20,
+            ..unpriv()
+        };
+        let err = unpack_layer(&gz[..], dir.path(), "sha256:bomb", opts).expect_err("bomb");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("sha256:bomb")
+                && msg.contains("zeros")
+                && msg.contains("unpacks to more than 8 MiB: the limit is 8 MiB"),
+            "{msg}"
+        );
+        assert!(!dir.path().join("zeros").exists());
+        // Without a limit, the filesystem's free space is the bound.
+        let (free, why) = budget(dir.path(), u64::MAX);
+        assert!(
+            free < u64::MAX && why.contains("free on its filesystem"),
+            "{why}"
         );
     }
 

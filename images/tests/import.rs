@@ -10,7 +10,10 @@ fn store(dir: &Path, platform: &str) -> ImageStore {
         dir,
         StoreOptions {
             platform: Platform::parse(platform).expect("platform"),
-            unpack: UnpackOptions { privileged: false },
+            unpack: UnpackOptions {
+                privileged: false,
+                ..UnpackOptions::default()
+            },
         },
     )
     .expect("open store")
@@ -111,4 +114,42 @@ fn docker_archive_without_repo_tags_uses_repositories() {
         s.get("legacy/app:v3").map(|r| r.id),
         Some(recs[0].id.clone())
     );
+}
+
+#[test]
+fn oversized_metadata_is_named_as_too_large_in_a_layout_and_in_a_tarball() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let s = store(&tmp.path().join("s"), "linux/amd64");
+    // 17 MiB of whitespace around an empty index: valid JSON, too large.
+    let mut big = vec![b' '; 17 << 20];
+    big.extend_from_slice(b"{}");
+    let layout = tmp.path().join("big.oci");
+    std::fs::create_dir_all(&layout).expect("mkdir");
+    std::fs::write(layout.join("index.json"), &big).expect("write");
+    let err = s.import(&layout, &|_, _| {}).expect_err("too large");
+    assert!(
+        err.to_string()
+            .contains("index.json is 17 MiB: larger than the 16 MiB allowed for image metadata"),
+        "{err}"
+    );
+    // The same as a docker-archive's manifest.json (was: "EOF while
+    // parsing" at the 16 MiB a silent cut left).
+    let tar_path = tmp.path().join("big.tar");
+    let mut b = tar::Builder::new(std::fs::File::create(&tar_path).expect("create"));
+    let mut h = tar::Header::new_gnu();
+    h.set_size(big.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "manifest.json", &big[..])
+        .expect("append");
+    b.finish().expect("finish");
+    let err = s.import(&tar_path, &|_, _| {}).expect_err("too large");
+    assert!(
+        err.to_string().contains("manifest.json")
+            && err
+                .to_string()
+                .contains("is 17 MiB: larger than the 16 MiB"),
+        "{err}"
+    );
+    assert!(s.list().is_empty());
 }

@@ -69,7 +69,8 @@ impl From<Error> for Status {
                 | ImageError::UnknownMediaType { .. }
                 | ImageError::NoPlatform { .. }
                 | ImageError::DigestMismatch { .. }
-                | ImageError::SizeMismatch { .. } => Code::InvalidArgument,
+                | ImageError::SizeMismatch { .. }
+                | ImageError::TooLarge(_) => Code::InvalidArgument,
                 ImageError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                     Code::NotFound
                 }
