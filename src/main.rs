@@ -453,7 +453,11 @@ fn run_shim(args: ShimArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(shim::serve(paths, shutdown_signal()));
+    let mut store = images::StoreOptions::default();
+    if let Some(max) = config.max_layer_bytes {
+        store.unpack.max_layer_bytes = max;
+    }
+    let result = rt.block_on(shim::serve(paths, store, shutdown_signal()));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -265,6 +265,42 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_past_max_layer_size_fails_the_import_and_leaves_nothing() {
+    require_root!();
+    let shim = Shim::start_with_config("picolet:\n  maxLayerSize: 8Mi\n");
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let big = scratch.path().join("big.tar");
+    let base = xtask::busybox_layer(Path::new(
+        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
+    ))
+    .expect("base");
+    xtask::write_docker_archive(
+        &big,
+        &[(xtask::big_image(&base, 16), vec![xtask::BIG_REF.into()])],
+    )
+    .expect("big image");
+    let out = shim.ctl(&["import", big.to_str().expect("utf8")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("data/blob")
+            && err.contains("the layer unpacks to more than 8 MiB: the limit is 8 MiB"),
+        "{err}"
+    );
+    assert!(shim.list().await.is_empty());
+    for sub in [
+        "blobs/sha256",
+        "snapshots/sha256",
+        "snapshots/tmp",
+        "ingest",
+    ] {
+        assert!(shim.store_entries(sub).is_empty(), "{sub} not empty");
+    }
+    // Small images still import under the limit.
+    shim.import(&test_images().busybox_layout);
+}
+
 /// `picolet check --store` on a shim's root (no shim running): whether it
 /// passed, and what it printed.
 fn check_store(root: &Path) -> (bool, String) {

@@ -108,6 +108,9 @@ struct RawPicolet {
     /// How often images are garbage collected (kubelet: 5m, fixed).
     #[serde(rename = "imageGCPeriod")]
     image_gc_period: Option<String>,
+    /// Most bytes one image layer may unpack to (a quantity); free space
+    /// bounds it too.
+    max_layer_size: Option<String>,
 }
 
 /// Eviction signals kubelet knows.
@@ -171,6 +174,9 @@ pub struct Config {
     pub restart_backoff_max: Duration,
     /// How often unused images are garbage collected (kubelet: 5m).
     pub image_gc_period: Duration,
+    /// `picolet.maxLayerSize`: most bytes one layer may unpack to (none:
+    /// only the filesystem's free space, less 5%, bounds it).
+    pub max_layer_bytes: Option<u64>,
 }
 
 fn hostname() -> String {
@@ -384,6 +390,21 @@ impl Config {
                 "must be longer than 0s".into(),
             ));
         }
+        let max_layer_bytes = p
+            .max_layer_size
+            .as_deref()
+            .map(|q| {
+                parse_quantity(q)
+                    .filter(|v| *v > 0)
+                    .map(|v| u64::try_from(v).unwrap_or(u64::MAX))
+                    .ok_or_else(|| {
+                        err(
+                            "picolet.maxLayerSize",
+                            format!("{q:?} is not a positive quantity"),
+                        )
+                    })
+            })
+            .transpose()?;
         let max_pods = raw.max_pods.unwrap_or(110);
         if max_pods == 0 {
             return Err(err("maxPods", "must be at least 1".into()));
@@ -449,6 +470,7 @@ impl Config {
             restart_backoff_initial: backoff_initial,
             restart_backoff_max: backoff_max,
             image_gc_period,
+            max_layer_bytes,
         })
     }
 }
@@ -559,6 +581,10 @@ mod tests {
                 "picolet:\n  criSockt: /x\n",
                 "picolet: unknown field `criSockt`",
             ),
+            (
+                "picolet:\n  maxLayerSize: lots\n",
+                "picolet.maxLayerSize: \"lots\" is not a positive quantity",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(text).expect_err(text);
@@ -567,6 +593,13 @@ mod tests {
                 "{text:?}: got {e:?}, want it to contain {want:?}"
             );
         }
+    }
+
+    #[test]
+    fn max_layer_size_is_a_quantity_and_unset_by_default() {
+        assert_eq!(Config::default().max_layer_bytes, None);
+        let c = parse("picolet:\n  maxLayerSize: 2Gi\n").expect("parse");
+        assert_eq!(c.max_layer_bytes, Some(2 << 30));
     }
 
     #[test]

@@ -68,9 +68,11 @@ pub enum ShimError {
     Owner(String),
 }
 
-/// Runs the shim until `shutdown` resolves.
+/// Runs the shim until `shutdown` resolves; `store` says how images are
+/// stored (platform, unpack limits).
 pub async fn serve(
     paths: ShimPaths,
+    store: images::StoreOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ShimError> {
     // Before anything under the root is touched: one shim per root.
@@ -81,7 +83,8 @@ pub async fn serve(
     .await?
     .map_err(ShimError::Owner)?;
     let store_dir = paths.image_store();
-    let store = tokio::task::spawn_blocking(move || ImageStore::open(store_dir)).await??;
+    let store =
+        tokio::task::spawn_blocking(move || ImageStore::open_with(store_dir, store)).await??;
     let store = Arc::new(store);
 
     let preloader = Preloader::new(store.clone(), paths.images_dir.clone());

@@ -72,6 +72,14 @@ impl Shim {
         s
     }
 
+    /// Starts the shim with this config file text (else none: defaults).
+    pub fn start_with_config(config: &str) -> Self {
+        let mut s = Self::prepare();
+        std::fs::write(s.dir.path().join("config.yaml"), config).expect("config");
+        s.spawn();
+        s
+    }
+
     /// Starts the shim in a network namespace of its own (kept across
     /// restarts of the shim).
     pub fn start_in_own_netns() -> Self {
@@ -143,8 +151,16 @@ impl Shim {
             }
             None => Command::new(picolet()),
         };
+        let config = self.dir.path().join("config.yaml");
+        let config = if config.exists() {
+            config
+        } else {
+            PathBuf::from("/dev/null")
+        };
         let child = cmd
-            .args(["shim", "--config", "/dev/null", "--root"])
+            .args(["shim", "--config"])
+            .arg(config)
+            .arg("--root")
             .arg(self.root())
             .arg("--cni-conf-dir")
             .arg(self.cni_conf_dir())
