@@ -108,14 +108,7 @@ impl Runtime {
     pub async fn recover(&self) -> Result<(), Error> {
         for mut sb in load_all::<SandboxRecord>(&self.paths.shim_dir().join("sandboxes"))? {
             if sb.complete {
-                if sb.ready && !crate::sandbox::alive(&sb) {
-                    // After a reboot (or a lost pin): not ready, as containerd
-                    // reports a sandbox whose task is gone; kubelet stops it
-                    // (CNI DEL with the recorded attachment) and makes another.
-                    tracing::warn!(sandbox = %sb.id, "namespaces or pod init gone (a reboot?): sandbox not ready");
-                    sb.ready = false;
-                    state::save(&sb.dir, META, &sb)?;
-                }
+                self.recheck_ready(&mut sb)?;
                 lock(&self.sandboxes).insert(sb.id.clone(), sb);
             } else {
                 tracing::warn!(sandbox = %sb.id, "cleaning up half-created sandbox");

@@ -77,7 +77,7 @@ impl Drop for Claim<'_> {
 /// Whether what a ready sandbox stands on is still there: its run dir and
 /// pinned namespaces (on tmpfs: gone after a reboot) and the pod's pid 1
 /// (same start time: not a reused pid).
-pub(crate) fn alive(rec: &SandboxRecord) -> bool {
+fn alive(rec: &SandboxRecord) -> bool {
     rec.run_dir.is_dir()
         && [&rec.netns, &rec.ipcns, &rec.utsns]
             .into_iter()
@@ -89,6 +89,19 @@ pub(crate) fn alive(rec: &SandboxRecord) -> bool {
 }
 
 impl Runtime {
+    /// At recovery: a recorded-ready sandbox that is no longer [`alive`]
+    /// (after a reboot, or a lost pin) becomes not ready, as containerd
+    /// reports a sandbox whose task is gone; kubelet stops it (CNI DEL from
+    /// the attachment record) and makes another.
+    pub(crate) fn recheck_ready(&self, rec: &mut SandboxRecord) -> Result<(), Error> {
+        if rec.ready && !alive(rec) {
+            tracing::warn!(sandbox = %rec.id, "namespaces or pod init gone (a reboot?): sandbox not ready");
+            rec.ready = false;
+            state::save(&rec.dir, META, rec)?;
+        }
+        Ok(())
+    }
+
     pub async fn run_pod_sandbox(&self, config: PodSandboxConfig) -> Result<String, Error> {
         let meta = config
             .metadata
