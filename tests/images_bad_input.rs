@@ -197,16 +197,7 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
     require_root!();
     let mut shim = Shim::start();
     let scratch = tempfile::tempdir().expect("tempdir");
-    let big = scratch.path().join("big.tar");
-    let base = xtask::busybox_layer(Path::new(
-        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
-    ))
-    .expect("base");
-    xtask::write_docker_archive(
-        &big,
-        &[(xtask::big_image(&base, 128), vec![xtask::BIG_REF.into()])],
-    )
-    .expect("big image");
+    let big = big_archive(scratch.path(), 128);
 
     let mut ctl = std::process::Command::new(common::picolet())
         .args(["ctl", "--socket"])
@@ -270,16 +261,7 @@ async fn a_layer_past_max_layer_size_fails_the_import_and_leaves_nothing() {
     require_root!();
     let shim = Shim::start_with_config("picolet:\n  maxLayerSize: 8Mi\n");
     let scratch = tempfile::tempdir().expect("tempdir");
-    let big = scratch.path().join("big.tar");
-    let base = xtask::busybox_layer(Path::new(
-        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
-    ))
-    .expect("base");
-    xtask::write_docker_archive(
-        &big,
-        &[(xtask::big_image(&base, 16), vec![xtask::BIG_REF.into()])],
-    )
-    .expect("big image");
+    let big = big_archive(scratch.path(), 16);
     let out = shim.ctl(&["import", big.to_str().expect("utf8")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -299,6 +281,21 @@ async fn a_layer_past_max_layer_size_fails_the_import_and_leaves_nothing() {
     }
     // Small images still import under the limit.
     shim.import(&test_images().busybox_layout);
+}
+
+/// xtask's busybox + MB MiB of random data, as a docker-archive in `dir`.
+fn big_archive(dir: &Path, mb: usize) -> PathBuf {
+    let big = dir.join("big.tar");
+    let base = xtask::busybox_layer(Path::new(
+        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
+    ))
+    .expect("base");
+    xtask::write_docker_archive(
+        &big,
+        &[(xtask::big_image(&base, mb), vec![xtask::BIG_REF.into()])],
+    )
+    .expect("big image");
+    big
 }
 
 /// `picolet check --store` on a shim's root (no shim running): whether it
