@@ -111,9 +111,16 @@ pub fn verify(root: &Path, deep: bool) -> Result<Verification> {
                 ));
             }
         }
-        if good_blobs.contains(&img.manifest) {
-            let raw = fs::read(blob_dir.join(img.manifest.hex()))
-                .map_err(Error::io("read", blob_dir.join(img.manifest.hex())))?;
+        let manifest_path = blob_dir.join(img.manifest.hex());
+        let manifest_size = fs::metadata(&manifest_path).map_or(0, |m| m.len());
+        if manifest_size > crate::source::MAX_METADATA {
+            // Bounded as the store's own reads are: said, not read into memory.
+            v.problems.push(format!(
+                "image {name}: {}",
+                crate::source::too_large(&format!("manifest {}", img.manifest), manifest_size)
+            ));
+        } else if good_blobs.contains(&img.manifest) {
+            let raw = fs::read(&manifest_path).map_err(Error::io("read", &manifest_path))?;
             match serde_json::from_slice::<ImageManifest>(&raw) {
                 Ok(m) => {
                     let layers: Vec<&str> =
@@ -392,6 +399,21 @@ mod tests {
             v.leftovers
                 .iter()
                 .any(|p| p.contains("left by a writer that died")),
+            "{v:?}"
+        );
+        // A manifest blob past the metadata bound is named, not read whole.
+        let meta: Metadata =
+            serde_json::from_slice(&fs::read(root.join(METADATA_FILE)).expect("read"))
+                .expect("metadata");
+        let manifest = root
+            .join("blobs/sha256")
+            .join(meta.images[0].manifest.hex());
+        fs::write(&manifest, vec![b' '; 17 << 20]).expect("write");
+        let v = verify(&root, false).expect("verify");
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("is 17 MiB: larger than the 16 MiB allowed")),
             "{v:?}"
         );
         fs::write(root.join(METADATA_FILE), b"{").expect("write");
