@@ -84,6 +84,9 @@ enum MonitorCommand {
         start_time: Option<u64>,
         #[arg(long)]
         timeout_ms: Option<u64>,
+        /// stdin is a terminal: make it the command's controlling terminal.
+        #[arg(long)]
+        tty: bool,
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
@@ -116,6 +119,11 @@ pub(crate) struct ShimArgs {
     images_dir: Option<PathBuf>,
     #[command(flatten)]
     cni: CniArgs,
+    /// Address of the CRI streaming server (Exec, PortForward URLs); port 0
+    /// picks a free one. Loopback by default, as containerd.
+    /// [default: 127.0.0.1:0]
+    #[arg(long)]
+    streaming_address: Option<std::net::SocketAddr>,
 }
 
 /// Where the shim finds CNI configs and plugins.
@@ -186,6 +194,9 @@ pub(crate) struct UpArgs {
     images_dir: Option<PathBuf>,
     #[command(flatten)]
     cni: CniArgs,
+    /// The shim's CRI streaming server address [default: 127.0.0.1:0].
+    #[arg(long)]
+    streaming_address: Option<std::net::SocketAddr>,
 }
 
 /// Loads the config file and applies the flags; exit code 2 on error.
@@ -281,12 +292,14 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             pid,
             start_time,
             timeout_ms,
+            tty,
             cmd,
         } => shim::nsexec::exec(shim::nsexec::ExecArgs {
             bundle,
             pid,
             start_time,
             timeout: timeout_ms.map(std::time::Duration::from_millis),
+            tty,
             cmd,
         }),
     };
@@ -457,7 +470,13 @@ fn run_shim(args: ShimArgs) -> ExitCode {
     if let Some(max) = config.max_layer_bytes {
         store.unpack.max_layer_bytes = max;
     }
-    let result = rt.block_on(shim::serve(paths, store, shutdown_signal()));
+    let result = rt.block_on(shim::serve(
+        paths,
+        store,
+        args.streaming_address
+            .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+        shutdown_signal(),
+    ));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

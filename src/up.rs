@@ -34,6 +34,11 @@ fn shim_argv(a: &UpArgs) -> Vec<String> {
     push_opt(&mut v, "--images-dir", &path_str(&a.images_dir));
     push_opt(&mut v, "--cni-conf-dir", &path_str(&a.cni.cni_conf_dir));
     push_opt(&mut v, "--cni-bin-dir", &a.cni.cni_bin_dir);
+    push_opt(
+        &mut v,
+        "--streaming-address",
+        &a.streaming_address.map(|s| s.to_string()),
+    );
     v
 }
 

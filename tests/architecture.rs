@@ -143,9 +143,14 @@ const SHIM: &[(&str, &[&str])] = &[
             "runtime_service",
             "sandbox",
             "state",
+            "streaming",
         ],
     ),
-    ("runtime_service", &["cri_metrics", "error", "runtime"]),
+    (
+        "runtime_service",
+        &["cri_metrics", "error", "runtime", "streaming"],
+    ),
+    ("streaming", &["container_exec", "error", "runtime"]),
     ("image_service", &["error"]),
     ("import_service", &["error"]),
     (

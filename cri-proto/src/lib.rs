@@ -11,6 +11,9 @@
 pub mod authority;
 pub mod log;
 mod socket;
+/// CRI streaming on the wire: SPDY/3.1 and the remotecommand and
+/// portforward subprotocols (the shim serves them, `picolet ctl` speaks them).
+pub mod streaming;
 
 pub use k8s_cri::v1;
 pub use socket::{SocketError, connect, listen};

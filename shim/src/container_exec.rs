@@ -24,34 +24,8 @@ impl Runtime {
         cmd: Vec<String>,
         timeout: i64,
     ) -> Result<(Vec<u8>, Vec<u8>, i32), Error> {
-        let rec = self.container(id)?;
-        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
-            return Err(Error::FailedPrecondition(format!(
-                "container {id} is not running"
-            )));
-        }
-        if cmd.is_empty() {
-            return Err(Error::InvalidArgument("cmd: must not be empty".into()));
-        }
-        let (Some(pid), start_time) = (rec.init_pid, rec.init_start_time) else {
-            return Err(Error::FailedPrecondition(format!(
-                "container {id} has no init process"
-            )));
-        };
-        let mut c = tokio::process::Command::new(&self.monitor_bin);
-        c.args(["monitor", "exec", "--bundle"])
-            .arg(rec.dir.join("bundle"))
-            .arg("--pid")
-            .arg(pid.to_string());
-        if let Some(t) = start_time {
-            c.arg("--start-time").arg(t.to_string());
-        }
-        if timeout > 0 {
-            c.arg("--timeout-ms").arg((timeout * 1000).to_string());
-        }
-        c.arg("--")
-            .args(&cmd)
-            .stdin(Stdio::null())
+        let mut c = self.exec_command(id, &cmd, timeout, false)?;
+        c.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -94,6 +68,51 @@ impl Runtime {
             )));
         }
         Ok((o, e, code))
+    }
+}
+
+impl Runtime {
+    /// `picolet monitor exec` for `cmd` in running container `id`, stdio
+    /// left to the caller; `timeout` in seconds (0: none); `tty`: the
+    /// command gets stdin as its controlling terminal, and TERM=xterm as
+    /// containerd gives it.
+    pub(crate) fn exec_command(
+        &self,
+        id: &str,
+        cmd: &[String],
+        timeout: i64,
+        tty: bool,
+    ) -> Result<tokio::process::Command, Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is not running"
+            )));
+        }
+        if cmd.is_empty() {
+            return Err(Error::InvalidArgument("cmd: must not be empty".into()));
+        }
+        let (Some(pid), start_time) = (rec.init_pid, rec.init_start_time) else {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} has no init process"
+            )));
+        };
+        let mut c = tokio::process::Command::new(&self.monitor_bin);
+        c.args(["monitor", "exec", "--bundle"])
+            .arg(rec.dir.join("bundle"))
+            .arg("--pid")
+            .arg(pid.to_string());
+        if let Some(t) = start_time {
+            c.arg("--start-time").arg(t.to_string());
+        }
+        if timeout > 0 {
+            c.arg("--timeout-ms").arg((timeout * 1000).to_string());
+        }
+        if tty {
+            c.arg("--tty");
+        }
+        c.arg("--").args(cmd);
+        Ok(c)
     }
 }
 

@@ -18,6 +18,8 @@ pub enum Error {
     FailedPrecondition(String),
     #[error("{0}")]
     DeadlineExceeded(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
     #[error("{0} is not implemented by picolet yet")]
     Unimplemented(&'static str),
     /// A file-system call on `path` failed: the path and the I/O error
@@ -78,6 +80,7 @@ impl From<Error> for Status {
             },
             Error::InvalidArgument(_) => Code::InvalidArgument,
             Error::NotFound(_) => Code::NotFound,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,

@@ -32,6 +32,7 @@ pub mod seccomp;
 mod spec;
 mod state;
 mod stats;
+mod streaming;
 mod users;
 
 /// picolet's own CNI plugin (`picolet cni`), for devices without one.
@@ -66,13 +67,20 @@ pub enum ShimError {
     Runtime(#[from] Error),
     #[error("{0}")]
     Owner(String),
+    #[error("cannot listen for streaming on {addr}: {source}")]
+    Streaming {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Runs the shim until `shutdown` resolves; `store` says how images are
-/// stored (platform, unpack limits).
+/// stored (platform, unpack limits); the streaming server (Exec,
+/// PortForward) listens on `streaming` (port 0: any free port).
 pub async fn serve(
     paths: ShimPaths,
     store: images::StoreOptions,
+    streaming: std::net::SocketAddr,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ShimError> {
     // Before anything under the root is touched: one shim per root.
@@ -104,11 +112,22 @@ pub async fn serve(
     let runtime = Arc::new(Runtime::new(paths.clone(), store.clone())?);
     runtime.recover().await?;
     tokio::spawn(runtime.clone().watch_exits());
+    let (streaming_server, listener) =
+        streaming::Streaming::bind(streaming)
+            .await
+            .map_err(|source| ShimError::Streaming {
+                addr: streaming,
+                source,
+            })?;
+    tokio::spawn(streaming_server.clone().serve(listener, runtime.clone()));
 
     let incoming = cri_proto::listen(&paths.socket)?;
     tracing::info!(socket = %paths.socket.display(), "serving CRI");
     tonic::transport::Server::builder()
-        .add_service(RuntimeServiceServer::new(RuntimeSvc::new(runtime)))
+        .add_service(RuntimeServiceServer::new(RuntimeSvc::new(
+            runtime,
+            streaming_server,
+        )))
         .add_service(ImageServiceServer::new(ImageSvc::new(store.clone())))
         .add_service(ImagesServer::new(import_service::ImportSvc::new(store)))
         .serve_with_incoming_shutdown(incoming, shutdown)

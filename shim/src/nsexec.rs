@@ -47,6 +47,9 @@ pub struct ExecArgs {
     pub pid: i32,
     pub start_time: Option<u64>,
     pub timeout: Option<Duration>,
+    /// stdin is a terminal: the command gets it as its controlling
+    /// terminal (a new session) and TERM=xterm unless the spec sets TERM.
+    pub tty: bool,
     pub cmd: Vec<String>,
 }
 
@@ -87,6 +90,7 @@ struct Plan {
     argv: Vec<CString>,
     env: Vec<CString>,
     search_path: String,
+    tty: bool,
 }
 
 /// Runs the command; returns the helper's exit code (the command's, 128 +
@@ -144,7 +148,10 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
     }
 
     let user = process.user();
-    let env: Vec<String> = process.env().clone().unwrap_or_default();
+    let mut env: Vec<String> = process.env().clone().unwrap_or_default();
+    if args.tty && !env.iter().any(|e| e.starts_with("TERM=")) {
+        env.push("TERM=xterm".into());
+    }
     let search_path = env
         .iter()
         .find_map(|e| e.strip_prefix("PATH="))
@@ -179,6 +186,7 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
             .map(|e| cstring(e.as_bytes()))
             .collect::<Result<_, _>>()?,
         search_path,
+        tty: args.tty,
     })
 }
 
@@ -363,6 +371,12 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
     if !matches!(File::from(go).read(&mut byte), Ok(1)) {
         exit_now(126);
     }
+    if plan.tty
+        && let Err(e) = take_terminal()
+    {
+        eprintln!("picolet exec: {e}");
+        exit_now(126);
+    }
     if let Err(e) = become_the_container(&plan) {
         eprintln!("picolet exec: {e}");
         exit_now(126);
@@ -380,6 +394,20 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
     let e = nix::unistd::execve(&file, &plan.argv, &plan.env).unwrap_err();
     eprintln!("picolet exec: exec {:?}: {e}", file.to_string_lossy());
     exit_now(if e == Errno::ENOENT { 127 } else { 126 })
+}
+
+/// A new session whose controlling terminal is stdin (the pty's slave).
+fn take_terminal() -> Result<(), String> {
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    // SAFETY: TIOCSCTTY takes an int argument (0: do not steal a terminal
+    // another session holds); fd 0 is ours.
+    if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } != 0 {
+        return Err(format!(
+            "make stdin the controlling terminal: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 fn exit_now(code: i32) -> ! {

@@ -1,6 +1,6 @@
-//! CRI RuntimeService: thin handlers over [`Runtime`]. Not yet implemented
-//! (UNIMPLEMENTED): streaming Exec/Attach/PortForward, CheckpointContainer,
-//! the pod sandbox stats RPCs and the metrics RPCs.
+//! CRI RuntimeService: thin handlers over [`Runtime`] and the streaming
+//! server. Not yet implemented (UNIMPLEMENTED): Attach,
+//! CheckpointContainer, the pod sandbox stats RPCs and the metrics RPCs.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -30,6 +30,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::runtime::Runtime;
+use crate::streaming::{Channels, Streaming};
 
 /// Name reported by Version.
 pub const RUNTIME_NAME: &str = "picolet";
@@ -40,11 +41,12 @@ pub const RUNTIME_API_VERSION: &str = "v1";
 #[derive(Debug, Clone)]
 pub struct RuntimeSvc {
     rt: Arc<Runtime>,
+    streaming: Arc<Streaming>,
 }
 
 impl RuntimeSvc {
-    pub fn new(rt: Arc<Runtime>) -> Self {
-        Self { rt }
+    pub fn new(rt: Arc<Runtime>, streaming: Arc<Streaming>) -> Self {
+        Self { rt, streaming }
     }
 }
 
@@ -300,8 +302,20 @@ impl RuntimeService for RuntimeSvc {
         Ok(Response::new(Box::pin(stream)))
     }
 
-    async fn exec(&self, _req: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
-        unimplemented("Exec (streaming)")
+    async fn exec(&self, req: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
+        let r = req.into_inner();
+        id_of(&r.container_id, "container_id")?;
+        // As containerd: the container must exist now; running is checked
+        // when the client connects.
+        self.rt.container_status(&r.container_id)?;
+        let channels = Channels {
+            stdin: r.stdin,
+            stdout: r.stdout,
+            stderr: r.stderr,
+            tty: r.tty,
+        };
+        let url = self.streaming.exec_url(r.container_id, r.cmd, channels)?;
+        Ok(Response::new(ExecResponse { url }))
     }
 
     async fn attach(
@@ -313,9 +327,13 @@ impl RuntimeService for RuntimeSvc {
 
     async fn port_forward(
         &self,
-        _req: Request<PortForwardRequest>,
+        req: Request<PortForwardRequest>,
     ) -> Result<Response<PortForwardResponse>, Status> {
-        unimplemented("PortForward")
+        let r = req.into_inner();
+        id_of(&r.pod_sandbox_id, "pod_sandbox_id")?;
+        self.rt.pod_sandbox_status(&r.pod_sandbox_id)?;
+        let url = self.streaming.port_forward_url(r.pod_sandbox_id)?;
+        Ok(Response::new(PortForwardResponse { url }))
     }
 
     async fn container_stats(

@@ -1,0 +1,257 @@
+//! The CRI streaming server (kubelet's and containerd's model): `Exec`,
+//! `Attach` and `PortForward` answer with a URL carrying a one-time token
+//! (random, 1 minute to live, at most 1,000 waiting); the client upgrades
+//! an HTTP/1.1 request to that URL to SPDY/3.1 and the session runs here,
+//! in the shim, on `--streaming-address` (default 127.0.0.1, a random port).
+//!
+//! The wire protocols are in [`cri_proto::streaming`]; [`remotecommand`]
+//! runs exec sessions, [`portforward`] forwarded connections.
+
+mod portforward;
+mod pty;
+mod remotecommand;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cri_proto::streaming::session::{Role, Session};
+use cri_proto::streaming::{self as proto, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+pub use remotecommand::Channels;
+
+use crate::error::Error;
+use crate::runtime::Runtime;
+
+/// How long a URL stays valid (kubelet's streaming CacheTTL).
+const TOKEN_TTL: Duration = Duration::from_secs(60);
+/// Tokens handed out and not yet used, at most (kubelet's MaxInFlight).
+const MAX_IN_FLIGHT: usize = 1000;
+
+/// A request waiting for its client to connect.
+#[derive(Debug, Clone)]
+enum Pending {
+    Exec {
+        container_id: String,
+        cmd: Vec<String>,
+        channels: Channels,
+    },
+    PortForward {
+        sandbox_id: String,
+    },
+}
+
+impl Pending {
+    fn path(&self) -> &'static str {
+        match self {
+            Pending::Exec { .. } => "exec",
+            Pending::PortForward { .. } => "portforward",
+        }
+    }
+}
+
+/// The streaming server's address and its waiting requests.
+#[derive(Debug)]
+pub struct Streaming {
+    base: String,
+    tokens: Mutex<HashMap<String, (Instant, Pending)>>,
+}
+
+impl Streaming {
+    /// Binds the server's socket; `serve` then answers on it.
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<(Arc<Self>, TcpListener)> {
+        let listener = TcpListener::bind(addr).await?;
+        let local = listener.local_addr()?;
+        let st = Arc::new(Self {
+            base: format!("http://{local}"),
+            tokens: Mutex::new(HashMap::new()),
+        });
+        Ok((st, listener))
+    }
+
+    /// The URL for an Exec request (validated as kubelet validates it).
+    pub fn exec_url(
+        &self,
+        container_id: String,
+        cmd: Vec<String>,
+        channels: Channels,
+    ) -> Result<String, Error> {
+        if cmd.is_empty() {
+            return Err(Error::InvalidArgument("cmd: must not be empty".into()));
+        }
+        if !(channels.stdin || channels.stdout || channels.stderr) {
+            return Err(Error::InvalidArgument(
+                "one of stdin, stdout, or stderr must be set".into(),
+            ));
+        }
+        if channels.tty && channels.stderr {
+            return Err(Error::InvalidArgument(
+                "tty and stderr cannot both be true".into(),
+            ));
+        }
+        self.insert(Pending::Exec {
+            container_id,
+            cmd,
+            channels,
+        })
+    }
+
+    /// The URL for a PortForward request.
+    pub fn port_forward_url(&self, sandbox_id: String) -> Result<String, Error> {
+        self.insert(Pending::PortForward { sandbox_id })
+    }
+
+    fn insert(&self, p: Pending) -> Result<String, Error> {
+        let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        t.retain(|_, (at, _)| now.duration_since(*at) < TOKEN_TTL);
+        if t.len() >= MAX_IN_FLIGHT {
+            return Err(Error::ResourceExhausted(format!(
+                "maximum number of in-flight streaming requests ({MAX_IN_FLIGHT}) exceeded"
+            )));
+        }
+        let token: String = (0..16)
+            .map(|_| format!("{:02x}", rand::random::<u8>()))
+            .collect();
+        let url = format!("{}/{}/{token}", self.base, p.path());
+        t.insert(token, (now, p));
+        Ok(url)
+    }
+
+    fn take(&self, token: &str) -> Option<Pending> {
+        let mut t = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, p) = t.remove(token)?;
+        (at.elapsed() < TOKEN_TTL).then_some(p)
+    }
+
+    /// Answers on `listener` until the process ends.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, rt: Arc<Runtime>) {
+        loop {
+            let (tcp, _) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    // EMFILE and friends: wait rather than spin.
+                    tracing::warn!(error = %e, "streaming server: accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (st, rt) = (self.clone(), rt.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let (st, rt) = (st.clone(), rt.clone());
+                    async move { Ok::<_, Infallible>(st.handle(req, rt)) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .with_upgrades();
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "streaming server: connection");
+                }
+            });
+        }
+    }
+
+    fn handle(&self, mut req: Request<Incoming>, rt: Arc<Runtime>) -> Response<Full<Bytes>> {
+        let mut parts = req.uri().path().trim_matches('/').splitn(2, '/');
+        let (kind, token) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let Some(pending) = self.take(token) else {
+            return reply(StatusCode::NOT_FOUND, "unknown or expired streaming token");
+        };
+        if pending.path() != kind {
+            return reply(
+                StatusCode::NOT_FOUND,
+                "the token is for another kind of request",
+            );
+        }
+        let upgrade = header_values(&req, hyper::header::UPGRADE.as_str());
+        if !upgrade.iter().any(|u| u.eq_ignore_ascii_case("spdy/3.1")) {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                "unable to upgrade: only SPDY/3.1 is served (Upgrade: SPDY/3.1)",
+            );
+        }
+        let supported: &[&'static str] = match pending {
+            Pending::Exec { .. } => REMOTECOMMAND_PROTOCOLS,
+            Pending::PortForward { .. } => &[PORTFORWARD_V1],
+        };
+        let offered = header_values(&req, proto::PROTOCOL_HEADER);
+        let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+        let Some(protocol) = proto::negotiate(&offered, supported) else {
+            return reply(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {supported:?}"
+                ),
+            );
+        };
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            let io = match on_upgrade.await {
+                Ok(u) => TokioIo::new(u),
+                Err(e) => {
+                    tracing::debug!(error = %e, "streaming server: upgrade");
+                    return;
+                }
+            };
+            let session = Session::new(io, Role::Server);
+            match pending {
+                Pending::Exec {
+                    container_id,
+                    cmd,
+                    channels,
+                } => {
+                    remotecommand::serve_exec(session, protocol, rt, container_id, cmd, channels)
+                        .await
+                }
+                Pending::PortForward { sandbox_id } => {
+                    let netns = match rt.sandbox(&sandbox_id) {
+                        Ok(rec) => rec.netns,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "port-forward: sandbox gone");
+                            session.close().await;
+                            return;
+                        }
+                    };
+                    portforward::serve(session, sandbox_id, netns).await
+                }
+            }
+        });
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let h = resp.headers_mut();
+        h.insert(
+            hyper::header::CONNECTION,
+            "Upgrade".parse().expect("static"),
+        );
+        h.insert(hyper::header::UPGRADE, "SPDY/3.1".parse().expect("static"));
+        h.insert(
+            proto::PROTOCOL_HEADER,
+            protocol.parse().expect("a known token"),
+        );
+        resp
+    }
+}
+
+fn header_values<B>(req: &Request<B>, name: &str) -> Vec<String> {
+    req.headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect()
+}
+
+fn reply(code: StatusCode, msg: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{msg}\n"))));
+    *r.status_mut() = code;
+    r
+}

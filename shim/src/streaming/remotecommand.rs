@@ -1,0 +1,306 @@
+//! Exec over an upgraded SPDY connection, as kubelet's
+//! `streaming/remotecommand` serves it: wait for the client's streams, run
+//! the command through `picolet monitor exec` (pipes, or a pty for
+//! `tty`), copy, then report how it ended on the error stream and close.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cri_proto::streaming::session::{Session, Stream, StreamWriter};
+use cri_proto::streaming::{
+    self as proto, Outcome, REMOTECOMMAND_V1, REMOTECOMMAND_V2, STREAM_ERROR, STREAM_RESIZE,
+    STREAM_STDERR, STREAM_STDIN, STREAM_STDOUT,
+};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+
+use super::pty;
+use crate::runtime::Runtime;
+
+/// How long the client has to open its streams (kubelet's
+/// streamCreationTimeout default).
+const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// After the command exits, how long output may still drain (a background
+/// process that keeps the pipe open must not hold the session forever).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// What the client asked for in its CRI request.
+#[derive(Debug, Clone, Copy)]
+pub struct Channels {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+/// The streams of one session, by type.
+#[derive(Default)]
+struct Streams {
+    error: Option<Stream>,
+    stdin: Option<Stream>,
+    stdout: Option<Stream>,
+    stderr: Option<Stream>,
+    resize: Option<Stream>,
+}
+
+impl Streams {
+    fn writers(&self) -> Vec<StreamWriter> {
+        [
+            &self.error,
+            &self.stdin,
+            &self.stdout,
+            &self.stderr,
+            &self.resize,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|s| s.writer.clone())
+        .collect()
+    }
+}
+
+/// Accepts the streams `ch` calls for under `protocol` (resize only with a
+/// tty, from v3 on; stderr not with a tty).
+async fn wait_for_streams(
+    session: &mut Session,
+    protocol: &str,
+    ch: Channels,
+) -> Result<Streams, String> {
+    let resize = ch.tty && protocol != REMOTECOMMAND_V1 && protocol != REMOTECOMMAND_V2;
+    let expected = 1
+        + usize::from(ch.stdin)
+        + usize::from(ch.stdout)
+        + usize::from(ch.stderr && !ch.tty)
+        + usize::from(resize);
+    let mut s = Streams::default();
+    let mut got = 0;
+    let deadline = tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT;
+    while got < expected {
+        let stream = match tokio::time::timeout_at(deadline, session.accept()).await {
+            Ok(Some(st)) => st,
+            Ok(None) => return Err("the client closed the connection".into()),
+            Err(_) => {
+                return Err(format!(
+                    "timed out waiting for the client's streams ({got} of {expected})"
+                ));
+            }
+        };
+        let slot = match stream.header(proto::STREAM_TYPE) {
+            Some(STREAM_ERROR) => &mut s.error,
+            Some(STREAM_STDIN) if ch.stdin => &mut s.stdin,
+            Some(STREAM_STDOUT) if ch.stdout => &mut s.stdout,
+            Some(STREAM_STDERR) if ch.stderr && !ch.tty => &mut s.stderr,
+            Some(STREAM_RESIZE) if resize => &mut s.resize,
+            other => {
+                tracing::debug!(stream_type = ?other, "exec: unexpected stream reset");
+                let _ = stream.writer.reset().await;
+                continue;
+            }
+        };
+        if slot.is_none() {
+            got += 1;
+        }
+        *slot = Some(stream);
+    }
+    Ok(s)
+}
+
+/// Serves one exec session to its end.
+pub async fn serve_exec(
+    mut session: Session,
+    protocol: &'static str,
+    rt: Arc<Runtime>,
+    id: String,
+    cmd: Vec<String>,
+    ch: Channels,
+) {
+    let mut streams = match wait_for_streams(&mut session, protocol, ch).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(container_id = %id, error = %e, "exec: no session");
+            session.close().await;
+            return;
+        }
+    };
+    let outcome = run(&mut streams, &rt, &id, &cmd, ch).await;
+    if let Some(err) = &streams.error {
+        let msg = proto::status_message(protocol, &outcome);
+        if !msg.is_empty() {
+            let _ = err.writer.write(&msg).await;
+        }
+    }
+    for w in streams.writers() {
+        let _ = w.close().await;
+    }
+    session.close().await;
+}
+
+async fn run(
+    streams: &mut Streams,
+    rt: &Runtime,
+    id: &str,
+    cmd: &[String],
+    ch: Channels,
+) -> Outcome {
+    let mut c = match rt.exec_command(id, cmd, 0, ch.tty) {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(e.to_string()),
+    };
+    c.kill_on_drop(true);
+    if ch.tty {
+        run_tty(streams, c).await
+    } else {
+        run_pipes(streams, c).await
+    }
+}
+
+async fn run_pipes(streams: &mut Streams, mut c: tokio::process::Command) -> Outcome {
+    c.stdin(if streams.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(if streams.stdout.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stderr(if streams.stderr.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    let mut child = match c.spawn() {
+        Ok(ch) => ch,
+        Err(e) => return Outcome::Failed(format!("start exec helper: {e}")),
+    };
+    let stdin_task = match (child.stdin.take(), streams.stdin.take()) {
+        (Some(mut pipe), Some(mut s)) => Some(tokio::spawn(async move {
+            while let Some(chunk) = s.read().await {
+                if pipe.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            // Dropping the pipe closes the command's stdin.
+        })),
+        _ => None,
+    };
+    let mut outputs = Vec::new();
+    if let (Some(o), Some(s)) = (child.stdout.take(), &streams.stdout) {
+        outputs.push(copy_out(o, s.writer.clone()));
+    }
+    if let (Some(o), Some(s)) = (child.stderr.take(), &streams.stderr) {
+        outputs.push(copy_out(o, s.writer.clone()));
+    }
+    let status = child.wait().await;
+    drain(outputs).await;
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    match status {
+        Ok(st) => Outcome::Exited(exit_code(st)),
+        Err(e) => Outcome::Failed(format!("wait for the exec helper: {e}")),
+    }
+}
+
+async fn run_tty(streams: &mut Streams, mut c: tokio::process::Command) -> Outcome {
+    let (master, slave) = match pty::open() {
+        Ok(p) => p,
+        Err(e) => return Outcome::Failed(format!("open a pty: {e}")),
+    };
+    let stdio = || slave.try_clone().map(Stdio::from);
+    match (stdio(), stdio(), stdio()) {
+        (Ok(i), Ok(o), Ok(e)) => {
+            c.stdin(i).stdout(o).stderr(e);
+        }
+        _ => return Outcome::Failed("duplicate the pty's slave".into()),
+    }
+    let master = Arc::new(master);
+    let mut child = match c.spawn() {
+        Ok(ch) => ch,
+        Err(e) => return Outcome::Failed(format!("start exec helper: {e}")),
+    };
+    drop(c);
+    drop(slave);
+    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+    if let Some(mut s) = streams.resize.take() {
+        let m = master.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some(chunk) = s.read().await {
+                buf.extend_from_slice(&chunk);
+                let (sizes, used) = proto::parse_resizes(&buf);
+                buf.drain(..used);
+                for size in sizes {
+                    if let Err(e) = m.resize(size) {
+                        tracing::debug!(error = %e, "exec: resize");
+                    }
+                }
+                if buf.len() > 4096 {
+                    buf.clear(); // not JSON sizes: drop rather than grow
+                }
+            }
+        }));
+    }
+    if let Some(mut s) = streams.stdin.take() {
+        let m = master.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(chunk) = s.read().await {
+                if m.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    let mut outputs = Vec::new();
+    if let Some(s) = &streams.stdout {
+        let (m, w) = (master.clone(), s.writer.clone());
+        outputs.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; 32 << 10];
+            while let Ok(n) = m.read(&mut buf).await {
+                if n == 0 || w.write(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    let status = child.wait().await;
+    drain(outputs).await;
+    for t in tasks {
+        t.abort();
+    }
+    match status {
+        Ok(st) => Outcome::Exited(exit_code(st)),
+        Err(e) => Outcome::Failed(format!("wait for the exec helper: {e}")),
+    }
+}
+
+fn copy_out<R: AsyncRead + Unpin + Send + 'static>(
+    mut from: R,
+    to: StreamWriter,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 32 << 10];
+        while let Ok(n) = from.read(&mut buf).await {
+            if n == 0 || to.write(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// Lets the output copies finish, for at most [`DRAIN_AFTER_EXIT`].
+async fn drain(outputs: Vec<JoinHandle<()>>) {
+    let deadline = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+    for mut t in outputs {
+        if tokio::time::timeout_at(deadline, &mut t).await.is_err() {
+            t.abort();
+        }
+    }
+}
+
+fn exit_code(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
