@@ -57,15 +57,29 @@ enum CtlCommand {
         #[arg(long)]
         tail: Option<usize>,
     },
-    /// Run a command in a running container and wait for it (ExecSync).
+    /// Run a command in a running container: ExecSync, or a streaming
+    /// session (CRI Exec, as `crictl exec`) with `-i` or `-t`.
     Exec {
-        /// Seconds before the command is killed (0: no limit).
+        /// Seconds before the command is killed (0: no limit; ExecSync only).
         #[arg(long, default_value_t = 0)]
         timeout: i64,
+        /// Pass stdin to the command (streaming).
+        #[arg(short = 'i', long)]
+        stdin: bool,
+        /// Run the command on a terminal (streaming; stderr joins stdout).
+        #[arg(short = 't', long)]
+        tty: bool,
         /// Container ID or a unique prefix of it.
         container: String,
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
+    },
+    /// Forward a local port to a port in a pod's network (CRI PortForward).
+    PortForward {
+        /// Pod sandbox ID or a unique prefix of it.
+        pod: String,
+        /// LOCAL:REMOTE (LOCAL 0: any free port).
+        ports: String,
     },
     /// Change a running container's resources (UpdateContainerResources),
     /// as `crictl update` does: the request carries exactly these values (0:
@@ -111,7 +125,11 @@ pub fn run(args: CtlArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(dispatch(args)) {
+    let result = rt.block_on(dispatch(args));
+    // A read of stdin (`exec -i`) may still be blocked in the runtime's
+    // thread pool: do not wait for it.
+    rt.shutdown_background();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<Status>() {
             Some(Status(code)) => ExitCode::from(*code),
@@ -135,10 +153,35 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
         CtlCommand::Ps { all } => ps(channel, all).await,
         CtlCommand::Logs { container, tail } => logs(channel, &container, tail).await,
         CtlCommand::Exec {
+            stdin: false,
+            tty: false,
             timeout,
             container,
             cmd,
         } => exec(channel, &container, cmd, timeout).await,
+        CtlCommand::Exec {
+            stdin,
+            tty,
+            container,
+            cmd,
+            ..
+        } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            let id = resolve(&mut client, &container).await?;
+            match crate::ctl_stream::exec(&mut client, id, cmd, stdin, tty).await? {
+                0 => Ok(()),
+                code => Err(Status(u8::try_from(code).unwrap_or(255)).into()),
+            }
+        }
+        CtlCommand::PortForward { pod, ports } => {
+            let (local, remote) = ports
+                .split_once(':')
+                .and_then(|(l, r)| Some((l.parse().ok()?, r.parse().ok()?)))
+                .with_context(|| format!("{ports}: expected LOCAL:REMOTE ports"))?;
+            let mut client = RuntimeServiceClient::new(channel);
+            let id = resolve_pod(&mut client, &pod).await?;
+            crate::ctl_stream::port_forward(&mut client, id, local, remote).await
+        }
         CtlCommand::Update {
             memory,
             cpu_shares,
@@ -164,6 +207,28 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
             println!("{id}");
             Ok(())
         }
+    }
+}
+
+/// The one pod sandbox whose ID starts with `prefix`.
+async fn resolve_pod(
+    client: &mut RuntimeServiceClient<cri_proto::Channel>,
+    prefix: &str,
+) -> Result<String> {
+    let list = client
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await?
+        .into_inner()
+        .items;
+    let hits: Vec<String> = list
+        .into_iter()
+        .map(|p| p.id)
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!("no pod sandbox {prefix:?}"),
+        _ => anyhow::bail!("{prefix:?} matches {} pod sandboxes", hits.len()),
     }
 }
 

@@ -12,6 +12,7 @@
 //! `k8s.io/kubelet/pkg/cri/streaming`), as crictl, kubectl and the API
 //! server speak them.
 
+pub mod client;
 pub mod session;
 pub mod spdy;
 

@@ -1,0 +1,346 @@
+//! End-to-end: CRI streaming on the real `picolet shim` — Exec (pipes and
+//! a tty) and PortForward over SPDY/3.1, driven by crictl v1.29.0's
+//! recorded bytes (the real peer) and by our own client
+//! (`cri_proto::streaming::client`, what `picolet ctl` uses). Root.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::cri::{self, Client};
+use common::rt::{new_pod, ready_shim};
+use cri_proto::streaming::client::{self, ExecIo};
+use cri_proto::streaming::spdy::{Codec, Frame};
+use cri_proto::streaming::{Outcome, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS, TermSize};
+use cri_proto::v1::{ExecRequest, PortForwardRequest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `echo piped-in | crictl exec -i ID sh -c 'cat; echo done; exit 4'`
+/// (crictl v1.29.0): its upgrade request and what it sent after it.
+const CRICTL_EXEC_HTTP: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-exec-i.http");
+const CRICTL_EXEC_SPDY: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-exec-i.spdy");
+
+/// A running pod-network container that sleeps; returns (pod, container).
+async fn sleeper(shim: &common::Shim, c: &mut Client, name: &str, cmd: &str) -> (String, String) {
+    let (pod, pod_id) = new_pod(shim, c, name).await;
+    let id = cri::create(
+        c,
+        &pod_id,
+        &pod,
+        cri::container("app", "busybox", &["sh", "-c", cmd]),
+    )
+    .await;
+    cri::start(c, &id).await;
+    (pod_id, id)
+}
+
+/// `len` bytes that repeat every 251, varied by `salt`.
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..251u8).cycle().take(len).map(|b| b ^ salt).collect()
+}
+
+async fn exec_url(c: &mut Client, id: &str, cmd: &[&str], stdin: bool, tty: bool) -> String {
+    c.exec(ExecRequest {
+        container_id: id.into(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        tty,
+        stdin,
+        stdout: true,
+        stderr: !tty,
+    })
+    .await
+    .expect("Exec")
+    .into_inner()
+    .url
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crictl_exec_bytes_are_served() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod_id, id) = sleeper(&shim, &mut c, "crictl-exec", "sleep 600").await;
+    let url = exec_url(
+        &mut c,
+        &id,
+        &["sh", "-c", "cat; echo done; exit 4"],
+        true,
+        false,
+    )
+    .await;
+    let (addr, path) = url
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once('/'))
+        .expect("http URL");
+    let request =
+        String::from_utf8_lossy(CRICTL_EXEC_HTTP).replace("/exec/TOKEN", &format!("/{path}"));
+    let replay = tokio::task::spawn_blocking({
+        let addr = addr.to_string();
+        move || {
+            let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(20)))
+                .expect("timeout");
+            s.write_all(request.as_bytes()).expect("request");
+            // The response head, then crictl's frames.
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).expect("response head");
+                head.push(b[0]);
+            }
+            s.write_all(CRICTL_EXEC_SPDY).expect("frames");
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            (String::from_utf8_lossy(&head).into_owned(), rest)
+        }
+    });
+    let (head, wire) = replay.await.expect("replay");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.contains("v4.channel.k8s.io"), "{head}");
+    let mut codec = Codec::new();
+    let mut buf = wire;
+    let (mut stdout, mut error, mut replies) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(f) = codec.decode(&mut buf).expect("spdy from the shim") {
+        match f {
+            Frame::SynReply { stream, .. } => replies.push(stream),
+            Frame::Data {
+                stream: 5, data, ..
+            } => stdout.extend(data),
+            Frame::Data {
+                stream: 1, data, ..
+            } => error.extend(data),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        replies,
+        vec![1, 3, 5, 7],
+        "a reply to each of crictl's streams"
+    );
+    assert_eq!(String::from_utf8_lossy(&stdout), "piped-in\ndone\n");
+    let status: serde_json::Value = serde_json::from_slice(&error).expect("v4 status JSON");
+    assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "4", "{status}");
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_carries_stdin_stdout_stderr_and_the_exit_code() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod_id, id) = sleeper(&shim, &mut c, "exec-pipes", "sleep 600").await;
+    let url = exec_url(
+        &mut c,
+        &id,
+        &["sh", "-c", "cat; echo to-err >&2; exit 3"],
+        true,
+        false,
+    )
+    .await;
+    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .expect("upgrade");
+    assert_eq!(protocol, "v4.channel.k8s.io");
+    // 1 MiB through the container and back, past any one frame or buffer.
+    let input = pattern(1 << 20, 0);
+    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
+    let (err_w, mut err_r) = tokio::io::duplex(64 << 10);
+    let readers = tokio::spawn(async move {
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        let (a, b) = tokio::join!(out_r.read_to_end(&mut o), err_r.read_to_end(&mut e));
+        a.and(b).expect("read outputs");
+        (o, e)
+    });
+    let outcome = client::exec(
+        session,
+        protocol,
+        ExecIo {
+            stdin: Some(std::io::Cursor::new(input.clone())),
+            stdout: Some(out_w),
+            stderr: Some(err_w),
+            tty: false,
+            resize: None,
+        },
+    )
+    .await
+    .expect("exec session");
+    let (out, err) = readers.await.expect("readers");
+    assert_eq!(outcome, Outcome::Exited(3));
+    assert!(
+        out == input,
+        "stdout: {} bytes back of {}",
+        out.len(),
+        input.len()
+    );
+    assert_eq!(String::from_utf8_lossy(&err), "to-err\n");
+
+    // A URL is good once; a second use is refused before any upgrade.
+    let again = reqwest_like_post(&url).await;
+    assert!(again.starts_with("HTTP/1.1 404"), "{again}");
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+/// POSTs an upgrade to `url` and returns the response head.
+async fn reqwest_like_post(url: &str) -> String {
+    let (addr, path) = url
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once('/'))
+        .expect("http URL");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).await.expect("read");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_on_a_tty_gets_a_terminal_its_size_and_input() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod_id, id) = sleeper(&shim, &mut c, "exec-tty", "sleep 600").await;
+    let script =
+        "[ -t 0 ] && echo stdin-is-a-tty; sleep 0.5; stty size; read x; echo got-$x; exit 5";
+    let url = exec_url(&mut c, &id, &["sh", "-c", script], true, true).await;
+    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .expect("upgrade");
+    let (size_tx, size_rx) = tokio::sync::mpsc::channel(1);
+    size_tx
+        .send(TermSize {
+            width: 100,
+            height: 30,
+        })
+        .await
+        .expect("size");
+    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
+    let reader = tokio::spawn(async move {
+        let mut o = Vec::new();
+        out_r.read_to_end(&mut o).await.expect("read");
+        o
+    });
+    let outcome = client::exec(
+        session,
+        protocol,
+        ExecIo {
+            stdin: Some(std::io::Cursor::new(b"hello\r".to_vec())),
+            stdout: Some(out_w),
+            stderr: None::<tokio::io::Sink>,
+            tty: true,
+            resize: Some(size_rx),
+        },
+    )
+    .await
+    .expect("exec session");
+    drop(size_tx);
+    let out = String::from_utf8_lossy(&reader.await.expect("reader")).into_owned();
+    assert_eq!(outcome, Outcome::Exited(5), "{out}");
+    assert!(out.contains("stdin-is-a-tty"), "{out:?}");
+    assert!(
+        out.contains("30 100"),
+        "the terminal has the size sent: {out:?}"
+    );
+    // The terminal turns "\r" into "\r\n" (icrnl) and echoes the input.
+    assert!(out.contains("got-hello"), "{out:?}");
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn port_forward_carries_bytes_both_ways_on_two_connections_at_once() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    // An echo server inside the pod's own network namespace.
+    let (pod_id, _) = sleeper(&shim, &mut c, "pf", "nc -ll -p 9000 -e cat").await;
+    let url = c
+        .port_forward(PortForwardRequest {
+            pod_sandbox_id: pod_id.clone(),
+            port: vec![9000],
+        })
+        .await
+        .expect("PortForward")
+        .into_inner()
+        .url;
+    let (session, _) = client::connect(&url, &[PORTFORWARD_V1])
+        .await
+        .expect("upgrade");
+    let session = std::sync::Arc::new(session);
+    // nc listens a moment after the container starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut runs = Vec::new();
+    for n in 0..2u8 {
+        let session = session.clone();
+        runs.push(tokio::spawn(async move {
+            let payload = pattern(256 << 10, n);
+            let (ours, theirs) = tokio::io::duplex(64 << 10);
+            let fwd = tokio::spawn({
+                let session = session.clone();
+                async move { client::forward(&session, u32::from(n), 9000, theirs).await }
+            });
+            let (mut rd, mut wr) = tokio::io::split(ours);
+            let send = {
+                let p = payload.clone();
+                async move {
+                    wr.write_all(&p).await.expect("send");
+                    wr.shutdown().await.expect("half-close");
+                }
+            };
+            let mut back = Vec::new();
+            let recv = rd.read_to_end(&mut back);
+            let ((), got) = tokio::join!(send, recv);
+            got.expect("receive");
+            let msg = fwd.await.expect("forward task").expect("forward");
+            (payload, back, msg)
+        }));
+    }
+    for r in runs {
+        let (sent, back, msg) = r.await.expect("connection");
+        assert_eq!(msg, "", "no error on the error stream");
+        assert!(back == sent, "{} bytes back of {}", back.len(), sent.len());
+    }
+
+    // Nothing listens on 9001: the error stream says so, the session stays.
+    let (_ours, theirs) = tokio::io::duplex(1024);
+    let msg = client::forward(&session, 7, 9001, theirs)
+        .await
+        .expect("forward");
+    assert!(msg.contains("Connection refused"), "{msg}");
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_streaming_requests_are_refused_by_name() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod_id, id) = sleeper(&shim, &mut c, "exec-bad", "sleep 600").await;
+    let err = c
+        .exec(ExecRequest {
+            container_id: id.clone(),
+            cmd: vec!["true".into()],
+            tty: true,
+            stdin: false,
+            stdout: true,
+            stderr: true,
+        })
+        .await
+        .expect_err("tty with stderr");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    let err = c
+        .exec(ExecRequest {
+            container_id: "nope".into(),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .expect_err("no such container");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+    // A client that speaks none of our protocols.
+    let url = exec_url(&mut c, &id, &["true"], false, false).await;
+    let e = client::connect(&url, &["v9.channel.k8s.io"])
+        .await
+        .expect_err("no common protocol");
+    assert!(e.to_string().contains("403"), "{e}");
+    cri::teardown(&mut c, &pod_id).await;
+}
