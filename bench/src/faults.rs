@@ -12,7 +12,7 @@
 //! cgroups, log directories, state records. Prints
 //! `faults: N kills, V violations, L leaks` and exits 1 on any.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -254,6 +254,8 @@ struct Seen {
     containers: BTreeMap<String, Vec<(String, String, i32, String)>>,
     /// Running or created: the containers whose processes CRI accounts for.
     live_ids: HashSet<String>,
+    /// Every listed container's state, by ID (for the violation message).
+    states: HashMap<String, String>,
 }
 
 async fn observe(socket: &Path) -> Result<Seen> {
@@ -295,6 +297,7 @@ async fn observe(socket: &Path) -> Result<Seen> {
         // killed between CreateContainer and StartContainer leaves one, and
         // the next agent makes a new attempt; the old one is CRI's to see
         // and the container GC's to remove (each minute, as kubelet's).
+        seen.states.insert(c.id.clone(), state.clone());
         if c.state == ContainerState::ContainerRunning as i32
             || c.state == ContainerState::ContainerCreated as i32
         {
@@ -398,9 +401,17 @@ async fn check(
     }
     for (id, path) in busy_container_cgroups() {
         if !seen.live_ids.contains(&id) {
+            // What is there and what CRI says, for whoever reads the failure.
+            let procs: Vec<String> = std::fs::read_to_string(path.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .map(|p| format!("{p}: {}", cmdline(p)))
+                .collect();
             bad.push(format!(
-                "processes in {} that CRI does not list as running or created",
-                path.display()
+                "processes in {} that CRI does not list as running or created (CRI: {}; processes: {procs:?})",
+                path.display(),
+                seen.states.get(&id).map_or("not listed", String::as_str),
             ));
         }
     }
