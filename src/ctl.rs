@@ -74,6 +74,14 @@ enum CtlCommand {
         #[arg(required = true, last = true)]
         cmd: Vec<String>,
     },
+    /// Attach to a running container's output, and its stdin with `-i`
+    /// (the container must have been created with `stdin`).
+    Attach {
+        #[arg(short = 'i', long)]
+        stdin: bool,
+        /// Container ID or a unique prefix of it.
+        container: String,
+    },
     /// Forward a local port to a port in a pod's network (CRI PortForward).
     PortForward {
         /// Pod sandbox ID or a unique prefix of it.
@@ -172,6 +180,11 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
                 0 => Ok(()),
                 code => Err(Status(u8::try_from(code).unwrap_or(255)).into()),
             }
+        }
+        CtlCommand::Attach { stdin, container } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            let id = resolve(&mut client, &container).await?;
+            crate::ctl_stream::attach(&mut client, id, stdin).await
         }
         CtlCommand::PortForward { pod, ports } => {
             let (local, remote) = ports

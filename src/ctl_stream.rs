@@ -1,4 +1,4 @@
-//! `picolet ctl exec -i/-t` and `ctl port-forward`: clients of the CRI
+//! `picolet ctl exec -i/-t`, `ctl attach` and `ctl port-forward`: clients of the CRI
 //! streaming server, over the same SPDY protocols crictl and kubectl speak.
 #![allow(unsafe_code)]
 
@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use cri_proto::streaming::client::{self, ExecIo};
 use cri_proto::streaming::{Outcome, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS, TermSize};
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
-use cri_proto::v1::{ExecRequest, PortForwardRequest};
+use cri_proto::v1::{AttachRequest, ExecRequest, PortForwardRequest};
 use nix::sys::termios::{self, SetArg, Termios};
 
 /// Exec with stdin (`-i`) and/or a terminal (`-t`); returns the exit code.
@@ -66,6 +66,39 @@ pub async fn exec(
     match client::exec(session, protocol, io).await? {
         Outcome::Exited(code) => Ok(code),
         Outcome::Failed(msg) => bail!("exec: {msg}"),
+    }
+}
+
+/// Attach to `id`'s output (and stdin with `stdin`) until it exits.
+pub async fn attach(
+    client: &mut RuntimeServiceClient<cri_proto::Channel>,
+    id: String,
+    stdin: bool,
+) -> Result<()> {
+    let url = client
+        .attach(AttachRequest {
+            container_id: id,
+            stdin,
+            tty: false,
+            stdout: true,
+            stderr: true,
+        })
+        .await?
+        .into_inner()
+        .url;
+    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .with_context(|| format!("connect to {url}"))?;
+    let io = ExecIo {
+        stdin: stdin.then(tokio::io::stdin),
+        stdout: Some(tokio::io::stdout()),
+        stderr: Some(tokio::io::stderr()),
+        tty: false,
+        resize: None,
+    };
+    match client::exec(session, protocol, io).await? {
+        Outcome::Exited(_) => Ok(()),
+        Outcome::Failed(msg) => bail!("attach: {msg}"),
     }
 }
 

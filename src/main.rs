@@ -66,6 +66,15 @@ enum MonitorCommand {
         exit_file: PathBuf,
         #[arg(long)]
         cgroup: String,
+        /// Serve CRI Attach on this unix socket.
+        #[arg(long)]
+        attach: Option<PathBuf>,
+        /// Give the container a stdin pipe (attach writes to it).
+        #[arg(long)]
+        stdin: bool,
+        /// Close that stdin when the first attach ends.
+        #[arg(long)]
+        stdin_once: bool,
     },
     /// Be pid 1 of a pod's shared pid namespace (pid mode POD).
     PodInit {
@@ -279,6 +288,9 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             log,
             exit_file,
             cgroup,
+            attach,
+            stdin,
+            stdin_once,
         } => shim::monitor::run(shim::monitor::MonitorArgs {
             id,
             bundle,
@@ -286,6 +298,9 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             log,
             exit_file,
             cgroup,
+            attach,
+            stdin,
+            stdin_once,
         }),
         MonitorCommand::PodInit { sandbox: _ } => shim::pod_init::run(),
         MonitorCommand::Exec {

@@ -150,7 +150,10 @@ const SHIM: &[(&str, &[&str])] = &[
         "runtime_service",
         &["cri_metrics", "error", "runtime", "streaming"],
     ),
-    ("streaming", &["container_exec", "error", "runtime"]),
+    (
+        "streaming",
+        &["container_exec", "error", "monitor", "runtime"],
+    ),
     ("image_service", &["error"]),
     ("import_service", &["error"]),
     (

@@ -310,6 +310,75 @@ async fn port_forward_carries_bytes_both_ways_on_two_connections_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn attach_writes_stdin_once_and_streams_output_until_the_exit() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "attach").await;
+    let script = "echo started; while read l; do echo got:$l; echo err:$l >&2; done; echo stdin-closed; sleep 1; echo bye";
+    let mut cfg = cri::container("app", "busybox", &["sh", "-c", script]);
+    cfg.stdin = true;
+    cfg.stdin_once = true;
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    let url = c
+        .attach(cri_proto::v1::AttachRequest {
+            container_id: id.clone(),
+            stdin: true,
+            tty: false,
+            stdout: true,
+            stderr: true,
+        })
+        .await
+        .expect("Attach")
+        .into_inner()
+        .url;
+    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .expect("upgrade");
+    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
+    let (err_w, mut err_r) = tokio::io::duplex(64 << 10);
+    let readers = tokio::spawn(async move {
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        let (a, b) = tokio::join!(out_r.read_to_end(&mut o), err_r.read_to_end(&mut e));
+        a.and(b).expect("read outputs");
+        (o, e)
+    });
+    // Our stdin ends after two lines: stdin_once closes the container's.
+    let outcome = client::exec(
+        session,
+        protocol,
+        ExecIo {
+            stdin: Some(std::io::Cursor::new(b"one\ntwo\n".to_vec())),
+            stdout: Some(out_w),
+            stderr: Some(err_w),
+            tty: false,
+            resize: None,
+        },
+    )
+    .await
+    .expect("attach session");
+    let (out, err) = readers.await.expect("readers");
+    let (out, err) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
+    // The attach ends with the container, after everything it wrote.
+    assert_eq!(outcome, Outcome::Exited(0));
+    assert!(out.contains("got:one\ngot:two\nstdin-closed\n"), "{out:?}");
+    assert!(out.ends_with("bye\n"), "{out:?}");
+    assert_eq!(err, "err:one\nerr:two\n");
+    let st = cri::status(&mut c, &id).await;
+    assert_eq!(
+        st.state,
+        cri_proto::v1::ContainerState::ContainerExited as i32
+    );
+    // The log has it all too.
+    let log = std::fs::read_to_string(&st.log_path).expect("log");
+    assert!(
+        log.contains("stdout F got:two") && log.contains("stderr F err:one"),
+        "{log}"
+    );
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bad_streaming_requests_are_refused_by_name() {
     require_root!();
     let (shim, mut c) = ready_shim().await;

@@ -68,6 +68,11 @@ impl LineSplitter {
         Self::with_max(stream, MAX_LINE)
     }
 
+    /// The stream whose lines this splits.
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
     pub fn with_max(stream: Stream, max: usize) -> Self {
         Self {
             stream,

@@ -116,6 +116,19 @@ impl Runtime {
     }
 }
 
+impl Runtime {
+    /// The attach socket of running container `id` (its monitor serves it).
+    pub(crate) fn attach_target(&self, id: &str) -> Result<std::path::PathBuf, Error> {
+        let rec = self.container(id)?;
+        if self.state_of(&rec).0 != ContainerState::ContainerRunning {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is not running"
+            )));
+        }
+        Ok(self.attach_socket(id))
+    }
+}
+
 /// Reads up to the cap, then keeps draining so the writer never blocks.
 async fn read_capped<R: tokio::io::AsyncRead + Unpin>(
     r: &mut tokio::io::Take<R>,

@@ -100,6 +100,10 @@ impl Runtime {
     pub(crate) fn container_run_dir(&self, id: &str) -> PathBuf {
         self.paths.run_dir.join("containers").join(id)
     }
+    /// The container's attach socket, served by its monitor.
+    pub(crate) fn attach_socket(&self, id: &str) -> PathBuf {
+        self.container_run_dir(id).join("attach")
+    }
     pub(crate) fn libcontainer_root(&self) -> PathBuf {
         self.paths.run_dir.join("libcontainer")
     }

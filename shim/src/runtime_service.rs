@@ -1,6 +1,6 @@
 //! CRI RuntimeService: thin handlers over [`Runtime`] and the streaming
-//! server. Not yet implemented (UNIMPLEMENTED): Attach,
-//! CheckpointContainer, the pod sandbox stats RPCs and the metrics RPCs.
+//! server. Not yet implemented (UNIMPLEMENTED): CheckpointContainer, the
+//! pod sandbox stats RPCs and the metrics RPCs.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -320,9 +320,19 @@ impl RuntimeService for RuntimeSvc {
 
     async fn attach(
         &self,
-        _req: Request<AttachRequest>,
+        req: Request<AttachRequest>,
     ) -> Result<Response<AttachResponse>, Status> {
-        unimplemented("Attach")
+        let r = req.into_inner();
+        id_of(&r.container_id, "container_id")?;
+        self.rt.container_status(&r.container_id)?;
+        let channels = Channels {
+            stdin: r.stdin,
+            stdout: r.stdout,
+            stderr: r.stderr,
+            tty: r.tty,
+        };
+        let url = self.streaming.attach_url(r.container_id, channels)?;
+        Ok(Response::new(AttachResponse { url }))
     }
 
     async fn port_forward(

@@ -243,6 +243,13 @@ impl Runtime {
         if let Some(l) = &rec.log_path {
             cmd.arg("--log").arg(l);
         }
+        cmd.arg("--attach").arg(self.attach_socket(&rec.id));
+        if rec.config.stdin {
+            cmd.arg("--stdin");
+            if rec.config.stdin_once {
+                cmd.arg("--stdin-once");
+            }
+        }
         let monitor_log = fs::File::create(rec.dir.join("monitor.log"))
             .map_err(|e| Error::Internal(format!("create monitor log: {e}")))?;
         cmd.stdin(Stdio::null())

@@ -5,8 +5,10 @@
 //! in the shim, on `--streaming-address` (default 127.0.0.1, a random port).
 //!
 //! The wire protocols are in [`cri_proto::streaming`]; [`remotecommand`]
-//! runs exec sessions, [`portforward`] forwarded connections.
+//! runs exec sessions, [`attach`] attach sessions (through the container's
+//! monitor), [`portforward`] forwarded connections.
 
+mod attach;
 mod portforward;
 mod pty;
 mod remotecommand;
@@ -44,6 +46,10 @@ enum Pending {
         cmd: Vec<String>,
         channels: Channels,
     },
+    Attach {
+        container_id: String,
+        channels: Channels,
+    },
     PortForward {
         sandbox_id: String,
     },
@@ -53,6 +59,7 @@ impl Pending {
     fn path(&self) -> &'static str {
         match self {
             Pending::Exec { .. } => "exec",
+            Pending::Attach { .. } => "attach",
             Pending::PortForward { .. } => "portforward",
         }
     }
@@ -87,19 +94,19 @@ impl Streaming {
         if cmd.is_empty() {
             return Err(Error::InvalidArgument("cmd: must not be empty".into()));
         }
-        if !(channels.stdin || channels.stdout || channels.stderr) {
-            return Err(Error::InvalidArgument(
-                "one of stdin, stdout, or stderr must be set".into(),
-            ));
-        }
-        if channels.tty && channels.stderr {
-            return Err(Error::InvalidArgument(
-                "tty and stderr cannot both be true".into(),
-            ));
-        }
+        validate(channels)?;
         self.insert(Pending::Exec {
             container_id,
             cmd,
+            channels,
+        })
+    }
+
+    /// The URL for an Attach request (validated as kubelet validates it).
+    pub fn attach_url(&self, container_id: String, channels: Channels) -> Result<String, Error> {
+        validate(channels)?;
+        self.insert(Pending::Attach {
+            container_id,
             channels,
         })
     }
@@ -180,7 +187,7 @@ impl Streaming {
             );
         }
         let supported: &[&'static str] = match pending {
-            Pending::Exec { .. } => REMOTECOMMAND_PROTOCOLS,
+            Pending::Exec { .. } | Pending::Attach { .. } => REMOTECOMMAND_PROTOCOLS,
             Pending::PortForward { .. } => &[PORTFORWARD_V1],
         };
         let offered = header_values(&req, proto::PROTOCOL_HEADER);
@@ -212,6 +219,10 @@ impl Streaming {
                     remotecommand::serve_exec(session, protocol, rt, container_id, cmd, channels)
                         .await
                 }
+                Pending::Attach {
+                    container_id,
+                    channels,
+                } => attach::serve_attach(session, protocol, rt, container_id, channels).await,
                 Pending::PortForward { sandbox_id } => {
                     let netns = match rt.sandbox(&sandbox_id) {
                         Ok(rec) => rec.netns,
@@ -239,6 +250,21 @@ impl Streaming {
         );
         resp
     }
+}
+
+/// kubelet's checks of an Exec or Attach request's channels.
+fn validate(channels: Channels) -> Result<(), Error> {
+    if !(channels.stdin || channels.stdout || channels.stderr) {
+        return Err(Error::InvalidArgument(
+            "one of stdin, stdout, or stderr must be set".into(),
+        ));
+    }
+    if channels.tty && channels.stderr {
+        return Err(Error::InvalidArgument(
+            "tty and stderr cannot both be true".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn header_values<B>(req: &Request<B>, name: &str) -> Vec<String> {

@@ -36,12 +36,12 @@ pub struct Channels {
 
 /// The streams of one session, by type.
 #[derive(Default)]
-struct Streams {
-    error: Option<Stream>,
-    stdin: Option<Stream>,
-    stdout: Option<Stream>,
-    stderr: Option<Stream>,
-    resize: Option<Stream>,
+pub(super) struct Streams {
+    pub(super) error: Option<Stream>,
+    pub(super) stdin: Option<Stream>,
+    pub(super) stdout: Option<Stream>,
+    pub(super) stderr: Option<Stream>,
+    pub(super) resize: Option<Stream>,
 }
 
 impl Streams {
@@ -62,7 +62,7 @@ impl Streams {
 
 /// Accepts the streams `ch` calls for under `protocol` (resize only with a
 /// tty, from v3 on; stderr not with a tty).
-async fn wait_for_streams(
+pub(super) async fn wait_for_streams(
     session: &mut Session,
     protocol: &str,
     ch: Channels,
@@ -124,8 +124,14 @@ pub async fn serve_exec(
         }
     };
     let outcome = run(&mut streams, &rt, &id, &cmd, ch).await;
+    finish(session, protocol, &streams, &outcome).await;
+}
+
+/// Reports `outcome` on the error stream, half-closes every stream and
+/// ends the connection (the client waits for all three).
+pub(super) async fn finish(session: Session, protocol: &str, streams: &Streams, outcome: &Outcome) {
     if let Some(err) = &streams.error {
-        let msg = proto::status_message(protocol, &outcome);
+        let msg = proto::status_message(protocol, outcome);
         if !msg.is_empty() {
             let _ = err.writer.write(&msg).await;
         }

@@ -10,7 +10,12 @@
 //!
 //! It keeps running when the shim dies, so containers survive shim restarts.
 //!
+//! It also serves CRI Attach for its container ([`attach`]): the
+//! container's stdin (when its config asks for one) and a copy of its output.
+//!
 //! `picolet monitor exec` (ExecSync) is [`crate::nsexec`].
+
+pub mod attach;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -44,6 +49,12 @@ pub struct MonitorArgs {
     pub exit_file: PathBuf,
     /// Container cgroup path (for the OOM counter).
     pub cgroup: String,
+    /// Where to serve attach (a unix socket path).
+    pub attach: Option<PathBuf>,
+    /// Give the container a stdin pipe (CRI `stdin`); closed when the first
+    /// attach that brought stdin ends (`stdin_once`).
+    pub stdin: bool,
+    pub stdin_once: bool,
 }
 
 /// The handshake line the monitor prints once the container is created.
@@ -71,9 +82,23 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return fail(format!("pipe: {e}")),
     };
-    let devnull = match File::open("/dev/null") {
-        Ok(f) => OwnedFd::from(f),
-        Err(e) => return fail(format!("open /dev/null: {e}")),
+    let (stdin_r, stdin_w) = if args.stdin {
+        match pipe2(OFlag::O_CLOEXEC) {
+            Ok((r, w)) => {
+                let _ = fcntl(w.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+                (r, Some(File::from(w)))
+            }
+            Err(e) => return fail(format!("pipe: {e}")),
+        }
+    } else {
+        match File::open("/dev/null") {
+            Ok(f) => (OwnedFd::from(f), None),
+            Err(e) => return fail(format!("open /dev/null: {e}")),
+        }
+    };
+    let listener = match args.attach.as_deref().map(bind_attach).transpose() {
+        Ok(l) => l,
+        Err(e) => return fail(e),
     };
     // Compile seccomp here, in the parent, so a bad profile fails the create
     // with a clear message; the container's init only installs the result.
@@ -89,7 +114,7 @@ pub fn run(args: MonitorArgs) -> i32 {
     let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
         .with_root_path(&args.state_root)
         .map(|b| {
-            b.with_stdin(devnull)
+            b.with_stdin(stdin_r)
                 .with_stdout(out_w)
                 .with_stderr(err_w)
                 .with_executor(crate::seccomp::SeccompExecutor { filters })
@@ -143,8 +168,9 @@ pub fn run(args: MonitorArgs) -> i32 {
     if let Ok(null) = OpenOptions::new().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
     }
-    let exit = pump(&args, pid, out_r, err_r);
-    match images::fsutil::write_atomic(
+    let mut attach = attach::Attach::new(listener, stdin_w, args.stdin_once);
+    let exit = pump(&args, pid, out_r, err_r, &mut attach);
+    let code = match images::fsutil::write_atomic(
         &args.exit_file,
         &serde_json::to_vec(&exit).unwrap_or_default(),
     ) {
@@ -153,7 +179,28 @@ pub fn run(args: MonitorArgs) -> i32 {
             tracing::error!(error = %e, "cannot record exit");
             1
         }
+    };
+    // After the record: an attach that ends finds the container exited.
+    drop(attach);
+    if let Some(p) = &args.attach {
+        let _ = std::fs::remove_file(p);
     }
+    code
+}
+
+/// Binds the attach socket at `path` (a stale one from a dead monitor of
+/// the same container is replaced). A path past the 107 bytes a socket
+/// address holds is reached through /proc/self/fd of its folder.
+fn bind_attach(path: &Path) -> Result<std::os::unix::net::UnixListener, String> {
+    let _ = std::fs::remove_file(path);
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path.file_name().unwrap_or_default();
+    let dir_fd = File::open(dir).map_err(|e| format!("open {}: {e}", dir.display()))?;
+    let via = Path::new("/proc/self/fd")
+        .join(dir_fd.as_raw_fd().to_string())
+        .join(name);
+    std::os::unix::net::UnixListener::bind(&via)
+        .map_err(|e| format!("bind the attach socket {}: {e}", path.display()))
 }
 
 fn fail(msg: String) -> i32 {
@@ -166,7 +213,13 @@ fn fail(msg: String) -> i32 {
 }
 
 /// Copies output into the log until init exits; returns its exit record.
-fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRecord {
+fn pump(
+    args: &MonitorArgs,
+    pid: Pid,
+    out_r: OwnedFd,
+    err_r: OwnedFd,
+    attach: &mut attach::Attach,
+) -> ExitRecord {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGUSR1);
     // SIGCHLD wakes the loop the moment init exits (exit time and StopContainer
@@ -194,30 +247,34 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
         for (i, p) in pipes.iter().enumerate() {
             if let Some((f, _)) = p {
                 fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-                which.push(Some(i));
+                which.push(Woke::Pipe(i));
             }
         }
         if let Some(s) = &sigfd {
             fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
-            which.push(None);
+            which.push(Woke::Signal);
+        }
+        for (fd, flags, tag) in attach.poll_fds() {
+            fds.push(PollFd::new(fd, flags));
+            which.push(Woke::Attach(tag));
         }
         let _ = poll(&mut fds, wait);
         wait = PollTimeout::from(10_000u16);
-        let ready: Vec<Option<usize>> = fds
+        let ready: Vec<(Woke, PollFlags)> = fds
             .iter()
             .zip(&which)
-            .filter(|(fd, _)| fd.revents().is_some_and(|r| !r.is_empty()))
-            .map(|(_, w)| *w)
+            .filter_map(|(fd, w)| fd.revents().filter(|r| !r.is_empty()).map(|r| (*w, r)))
             .collect();
         drop(fds);
-        for w in ready {
+        for (w, revents) in ready {
             match w {
-                Some(i) => {
-                    if !drain(&mut pipes[i], &mut log) {
+                Woke::Pipe(i) => {
+                    if !drain(&mut pipes[i], &mut log, attach) {
                         pipes[i] = None;
                     }
                 }
-                None => {
+                Woke::Attach(tag) => attach.ready(tag, revents),
+                Woke::Signal => {
                     let mut reopen = false;
                     if let Some(s) = &sigfd {
                         while let Ok(Some(info)) = s.read_signal() {
@@ -230,6 +287,7 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
                 }
             }
         }
+        attach.sweep();
         match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) => continue,
             Ok(s) => break Some(s),
@@ -240,7 +298,7 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
     // Init is gone: take what is left in the pipes without waiting for EOF
     // (a leftover grandchild may hold them open).
     for p in pipes.iter_mut() {
-        drain(p, &mut log);
+        drain(p, &mut log, attach);
         if let Some((_, split)) = p {
             write_log(&mut log, &split.flush(SystemTime::now()));
         }
@@ -258,9 +316,23 @@ fn pump(args: &MonitorArgs, pid: Pid, out_r: OwnedFd, err_r: OwnedFd) -> ExitRec
     }
 }
 
-/// Reads what is available; false at EOF.
-fn drain(pipe: &mut Option<(File, LineSplitter)>, log: &mut Option<File>) -> bool {
+/// What woke the poll loop.
+#[derive(Debug, Clone, Copy)]
+enum Woke {
+    Pipe(usize),
+    Signal,
+    Attach(attach::Tag),
+}
+
+/// Reads what is available into the log and to attached clients; false at
+/// EOF.
+fn drain(
+    pipe: &mut Option<(File, LineSplitter)>,
+    log: &mut Option<File>,
+    attach: &mut attach::Attach,
+) -> bool {
     let Some((f, split)) = pipe else { return false };
+    let stream = split.stream();
     let mut buf = [0u8; 16 * 1024];
     loop {
         match f.read(&mut buf) {
@@ -272,6 +344,7 @@ fn drain(pipe: &mut Option<(File, LineSplitter)>, log: &mut Option<File>) -> boo
             Ok(n) => {
                 let records = split.push(&buf[..n], SystemTime::now());
                 write_log(log, &records);
+                attach.broadcast(stream, &buf[..n]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

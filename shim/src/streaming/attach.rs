@@ -1,0 +1,130 @@
+//! Attach over an upgraded SPDY connection: the same streams as exec
+//! (kubelet's remotecommand), joined to the container's monitor through
+//! its attach socket (`monitor::attach` describes the socket's framing).
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use cri_proto::streaming::Outcome;
+use cri_proto::streaming::session::{Session, StreamWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use super::remotecommand::{Channels, Streams, finish, wait_for_streams};
+use crate::runtime::Runtime;
+
+/// The largest output frame the monitor sends (its reads are 16 KiB).
+const MAX_FRAME: usize = 1 << 20;
+
+/// Serves one attach session to its end (the container's exit, or the
+/// client leaving).
+pub async fn serve_attach(
+    mut session: Session,
+    protocol: &'static str,
+    rt: Arc<Runtime>,
+    id: String,
+    ch: Channels,
+) {
+    let mut streams = match wait_for_streams(&mut session, protocol, ch).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(container_id = %id, error = %e, "attach: no session");
+            session.close().await;
+            return;
+        }
+    };
+    let outcome = match rt.attach_target(&id) {
+        Ok(socket) => run(&mut streams, &socket, ch).await,
+        Err(e) => Outcome::Failed(e.to_string()),
+    };
+    finish(session, protocol, &streams, &outcome).await;
+}
+
+/// Connects to the monitor's socket (through /proc/self/fd of its folder:
+/// a socket path may not be longer than 107 bytes).
+fn connect(socket: &Path) -> std::io::Result<UnixStream> {
+    let dir = std::fs::File::open(socket.parent().unwrap_or(Path::new("/")))?;
+    let via = Path::new("/proc/self/fd")
+        .join(dir.as_raw_fd().to_string())
+        .join(socket.file_name().unwrap_or_default());
+    let s = std::os::unix::net::UnixStream::connect(via)?;
+    s.set_nonblocking(true)?;
+    UnixStream::from_std(s)
+}
+
+async fn run(streams: &mut Streams, socket: &Path, ch: Channels) -> Outcome {
+    let sock = match connect(socket) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(format!("attach to {}: {e}", socket.display())),
+    };
+    let (mut rd, mut wr) = sock.into_split();
+    let hello = u8::from(streams.stdin.is_some());
+    if let Err(e) = wr.write_all(&[hello]).await {
+        return Outcome::Failed(format!("attach: {e}"));
+    }
+    let stdin_task = streams.stdin.take().map(|mut s| {
+        tokio::spawn(async move {
+            while let Some(chunk) = s.read().await {
+                if wr.write_all(&chunk).await.is_err() {
+                    return;
+                }
+            }
+            // The client's stdin ended: the container's too, under stdin_once.
+            let _ = wr.shutdown().await;
+            // Keep the write half (and so the connection) until dropped.
+            std::future::pending::<()>().await;
+        })
+    });
+    let out = streams.stdout.as_ref().map(|s| s.writer.clone());
+    // With a tty there is no stderr stream: both go to stdout.
+    let err = if ch.tty {
+        out.clone()
+    } else {
+        streams.stderr.as_ref().map(|s| s.writer.clone())
+    };
+    let result = copy_frames(&mut rd, out, err).await;
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    match result {
+        Ok(()) => Outcome::Exited(0),
+        Err(e) => Outcome::Failed(e),
+    }
+}
+
+/// Reads the monitor's frames until it closes the socket (the container
+/// exited) and sends each to its stream; ends early if the client is gone.
+async fn copy_frames(
+    rd: &mut tokio::net::unix::OwnedReadHalf,
+    out: Option<StreamWriter>,
+    err: Option<StreamWriter>,
+) -> Result<(), String> {
+    let mut head = [0u8; 5];
+    let mut buf = Vec::new();
+    loop {
+        match rd.read_exact(&mut head).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(format!("attach: read from the monitor: {e}")),
+        }
+        let len = usize::try_from(u32::from_be_bytes([head[1], head[2], head[3], head[4]]))
+            .unwrap_or(usize::MAX);
+        if len > MAX_FRAME {
+            return Err(format!("attach: a frame of {len} bytes from the monitor"));
+        }
+        buf.resize(len, 0);
+        rd.read_exact(&mut buf)
+            .await
+            .map_err(|e| format!("attach: read from the monitor: {e}"))?;
+        let to = match head[0] {
+            crate::monitor::attach::FRAME_STDERR => &err,
+            _ => &out,
+        };
+        if let Some(w) = to
+            && w.write(&buf).await.is_err()
+        {
+            return Ok(()); // the client left
+        }
+    }
+}
