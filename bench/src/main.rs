@@ -1,6 +1,6 @@
 //! `cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni]`: drives one CRI runtime the way kubelet
 //! does — RunPodSandbox, CreateContainer, StartContainer, ExecSync (`true`,
-//! as an exec probe), StopContainer,
+//! as an exec probe), Exec (streaming `echo`, as `kubectl exec`), StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
 //! of each call in milliseconds as JSON (`{"RunPodSandbox": [..], ...}`).
 //! The same client runs against picolet and containerd, so only the runtimes
@@ -108,6 +108,44 @@ async fn main() -> Result<()> {
             bail!("ExecSync true: exit {}", exec.exit_code);
         }
         record("ExecSync", t);
+        // `kubectl exec`'s path: Exec for a URL, the SPDY upgrade, the
+        // streams, `echo`, its output and exit status (crictl's v4 streams).
+        let t = Instant::now();
+        let url = c
+            .exec(ExecRequest {
+                container_id: id.clone(),
+                cmd: vec!["echo".into(), "x".into()],
+                stdout: true,
+                stderr: true,
+                ..Default::default()
+            })
+            .await
+            .context("Exec")?
+            .into_inner()
+            .url;
+        let (session, protocol) = cri_proto::streaming::client::connect(
+            &url,
+            cri_proto::streaming::REMOTECOMMAND_PROTOCOLS,
+        )
+        .await
+        .context("streaming upgrade")?;
+        let outcome = cri_proto::streaming::client::exec(
+            session,
+            protocol,
+            cri_proto::streaming::client::ExecIo {
+                stdin: None::<tokio::io::Empty>,
+                stdout: Some(tokio::io::sink()),
+                stderr: Some(tokio::io::sink()),
+                tty: false,
+                resize: None,
+            },
+        )
+        .await
+        .context("streaming exec")?;
+        if outcome != cri_proto::streaming::Outcome::Exited(0) {
+            bail!("Exec echo: {outcome:?}");
+        }
+        record("Exec (streaming)", t);
         let t = Instant::now();
         c.stop_container(StopContainerRequest {
             container_id: id.clone(),
