@@ -9,9 +9,9 @@ use cri_proto::picolet::images_client::ImagesClient;
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
-    ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest, ExecSyncRequest,
-    ImageSpec, LinuxContainerResources, ListContainersRequest, ListImagesRequest,
-    ListPodSandboxRequest, PodSandboxState, RemoveImageRequest, UpdateContainerResourcesRequest,
+    ContainerFilter, ContainerState, ContainerStateValue, ExecSyncRequest, ImageSpec,
+    LinuxContainerResources, ListContainersRequest, ListImagesRequest, ListPodSandboxRequest,
+    PodSandboxState, RemoveImageRequest, UpdateContainerResourcesRequest,
 };
 use edge_config::DEFAULT_SOCKET;
 
@@ -56,6 +56,10 @@ enum CtlCommand {
         /// Only the last N lines.
         #[arg(long)]
         tail: Option<usize>,
+        /// Keep printing what the container writes until it exits (and
+        /// across log rotation).
+        #[arg(short = 'f', long)]
+        follow: bool,
     },
     /// Run a command in a running container: ExecSync, or a streaming
     /// session (CRI Exec, as `crictl exec`) with `-i` or `-t`.
@@ -159,7 +163,15 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
         CtlCommand::Rmi { images } => rmi(channel, images).await,
         CtlCommand::Pods => pods(channel).await,
         CtlCommand::Ps { all } => ps(channel, all).await,
-        CtlCommand::Logs { container, tail } => logs(channel, &container, tail).await,
+        CtlCommand::Logs {
+            container,
+            tail,
+            follow,
+        } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            let id = resolve(&mut client, &container).await?;
+            crate::ctl_logs::logs(&mut client, id, tail, follow).await
+        }
         CtlCommand::Exec {
             stdin: false,
             tty: false,
@@ -246,7 +258,7 @@ async fn resolve_pod(
 }
 
 /// The one container whose ID starts with `prefix`.
-async fn resolve(
+pub(crate) async fn resolve(
     client: &mut RuntimeServiceClient<cri_proto::Channel>,
     prefix: &str,
 ) -> Result<String> {
@@ -265,46 +277,6 @@ async fn resolve(
         [] => anyhow::bail!("no container {prefix:?}"),
         _ => anyhow::bail!("{prefix:?} matches {} containers", hits.len()),
     }
-}
-
-async fn logs(channel: cri_proto::Channel, prefix: &str, tail: Option<usize>) -> Result<()> {
-    use std::io::Write;
-    let mut client = RuntimeServiceClient::new(channel);
-    let id = resolve(&mut client, prefix).await?;
-    let status = client
-        .container_status(ContainerStatusRequest {
-            container_id: id.clone(),
-            verbose: false,
-        })
-        .await?
-        .into_inner()
-        .status
-        .unwrap_or_default();
-    if status.log_path.is_empty() {
-        anyhow::bail!("container {id} has no log");
-    }
-    let text = std::fs::read_to_string(&status.log_path)
-        .with_context(|| format!("read {}", status.log_path))?;
-    // Whole lines: partial records join the next one of the same stream.
-    let mut lines: Vec<(cri_proto::log::Stream, String)> = Vec::new();
-    let mut open: [Option<String>; 2] = [None, None];
-    for rec in text.lines().filter_map(cri_proto::log::parse_record) {
-        let slot = &mut open[rec.stream as usize];
-        let line = slot.get_or_insert_with(String::new);
-        line.push_str(rec.text);
-        if !rec.partial {
-            lines.push((rec.stream, slot.take().unwrap_or_default()));
-        }
-    }
-    let skip = tail.map_or(0, |n| lines.len().saturating_sub(n));
-    let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
-    for (stream, line) in &lines[skip..] {
-        match stream {
-            cri_proto::log::Stream::Stdout => writeln!(out, "{line}")?,
-            cri_proto::log::Stream::Stderr => writeln!(err, "{line}")?,
-        }
-    }
-    Ok(())
 }
 
 async fn exec(

@@ -2,6 +2,7 @@
 //! calls into the crates; no logic lives here.
 
 mod ctl;
+mod ctl_logs;
 mod ctl_stream;
 
 use std::path::PathBuf;

@@ -379,6 +379,52 @@ async fn attach_writes_stdin_once_and_streams_output_until_the_exit() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn ctl_logs_follow_prints_every_line_across_a_rotation_until_the_exit() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "follow").await;
+    let script = "for i in 1 2 3 4 5 6 7 8; do echo line-$i; sleep 0.25; done";
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("app", "busybox", &["sh", "-c", script]),
+    )
+    .await;
+    cri::start(&mut c, &id).await;
+    let log_path = cri::status(&mut c, &id).await.log_path;
+    let socket = shim.socket();
+    let follow = tokio::task::spawn_blocking({
+        let id = id.clone();
+        move || {
+            std::process::Command::new(common::picolet())
+                .args(["ctl", "--socket"])
+                .arg(&socket)
+                .args(["logs", "-f", &id])
+                .output()
+                .expect("ctl logs -f")
+        }
+    });
+    // Rotate as kubelet does: rename, then ReopenContainerLog.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    std::fs::rename(&log_path, format!("{log_path}.1")).expect("rotate");
+    c.reopen_container_log(cri_proto::v1::ReopenContainerLogRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .expect("ReopenContainerLog");
+    let out = tokio::time::timeout(Duration::from_secs(20), follow)
+        .await
+        .expect("ctl logs -f ends when the container exits")
+        .expect("join");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let want: String = (1..=8).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(text, want);
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn bad_streaming_requests_are_refused_by_name() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
