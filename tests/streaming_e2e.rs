@@ -320,6 +320,19 @@ async fn attach_writes_stdin_once_and_streams_output_until_the_exit() {
     cfg.stdin_once = true;
     let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
     cri::start(&mut c, &id).await;
+    // The monitor's attach socket is root's alone.
+    let socket = shim
+        .dir
+        .path()
+        .join("run/containers")
+        .join(&id)
+        .join("attach");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&socket)
+            .expect("attach socket")
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
     let url = c
         .attach(cri_proto::v1::AttachRequest {
             container_id: id.clone(),

@@ -22,6 +22,8 @@ const STREAM_QUEUE: usize = 16;
 /// How long a client waits for the SYN_REPLY of a stream it opened
 /// (apimachinery's createStreamResponseTimeout).
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// After our GOAWAY, how long the peer has to hang up.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// Which end of the connection we are: clients open odd streams, servers
 /// even ones, and servers answer every SYN_STREAM.
@@ -150,8 +152,16 @@ impl Session {
             next_id: if role == Role::Client { 1 } else { 2 },
             ..State::default()
         }));
-        tokio::spawn(write_loop(wr, out_rx, state.clone()));
-        tokio::spawn(read_loop(rd, role, out_tx.clone(), in_tx, state.clone()));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        tokio::spawn(write_loop(wr, out_rx, state.clone(), stop_tx));
+        tokio::spawn(read_loop(
+            rd,
+            role,
+            out_tx.clone(),
+            in_tx,
+            state.clone(),
+            stop_rx,
+        ));
         Self {
             out: out_tx,
             incoming: in_rx,
@@ -218,56 +228,52 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-async fn write_loop<W: AsyncWrite>(wr: W, mut rx: mpsc::Receiver<Out>, state: Arc<Mutex<State>>) {
+async fn write_loop<W: AsyncWrite>(
+    wr: W,
+    mut rx: mpsc::Receiver<Out>,
+    state: Arc<Mutex<State>>,
+    stop_reader: oneshot::Sender<()>,
+) {
     tokio::pin!(wr);
     let mut codec = Codec::new();
     let mut buf = Vec::with_capacity(MAX_DATA_CHUNK + 64);
-    while let Some(msg) = rx.recv().await {
+    let mut next = rx.recv().await;
+    let mut closing = false;
+    while let Some(msg) = next.take() {
+        // This message, then whatever is already queued, in one write.
+        let mut msg = Some(msg);
         buf.clear();
-        let close = match msg {
-            Out::Frame(f) => {
-                codec.encode(&f, &mut buf);
-                false
-            }
-            Out::Close => {
-                let last_stream = lock(&state).last_peer_stream;
-                let goaway = Frame::GoAway {
-                    last_stream,
-                    status: 0,
-                };
-                codec.encode(&goaway, &mut buf);
-                true
-            }
-        };
-        // Batch what is already queued into one write.
-        while !close && buf.len() < MAX_DATA_CHUNK {
-            match rx.try_recv() {
-                Ok(Out::Frame(f)) => codec.encode(&f, &mut buf),
-                Ok(Out::Close) => {
+        while let Some(m) = msg.take() {
+            match m {
+                Out::Frame(f) => codec.encode(&f, &mut buf),
+                Out::Close => {
                     let last_stream = lock(&state).last_peer_stream;
-                    codec.encode(
-                        &Frame::GoAway {
-                            last_stream,
-                            status: 0,
-                        },
-                        &mut buf,
-                    );
-                    let _ = wr.write_all(&buf).await;
-                    let _ = wr.shutdown().await;
-                    return;
+                    let goaway = Frame::GoAway {
+                        last_stream,
+                        status: 0,
+                    };
+                    codec.encode(&goaway, &mut buf);
+                    closing = true;
+                    break;
                 }
-                Err(_) => break,
+            }
+            if buf.len() < MAX_DATA_CHUNK {
+                msg = rx.try_recv().ok();
             }
         }
-        if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() {
+        if wr.write_all(&buf).await.is_err() || wr.flush().await.is_err() || closing {
             break;
         }
-        if close {
-            let _ = wr.shutdown().await;
-            break;
-        }
+        next = rx.recv().await;
     }
+    let _ = wr.shutdown().await;
     lock(&state).closed = true;
+    if closing {
+        // The peer reads the GOAWAY and hangs up; one that does not is
+        // hung up on after a grace, so no connection outlives its session.
+        tokio::time::sleep(CLOSE_GRACE).await;
+    }
+    let _ = stop_reader.send(());
 }
 
 async fn read_loop<R: AsyncRead>(
@@ -276,6 +282,7 @@ async fn read_loop<R: AsyncRead>(
     out: mpsc::Sender<Out>,
     incoming: mpsc::Sender<Stream>,
     state: Arc<Mutex<State>>,
+    mut stop: oneshot::Receiver<()>,
 ) {
     tokio::pin!(rd);
     let mut codec = Codec::new();
@@ -383,7 +390,11 @@ async fn read_loop<R: AsyncRead>(
                 Frame::Ignored(_) => {}
             }
         }
-        match rd.read(&mut chunk).await {
+        let read = tokio::select! {
+            r = rd.read(&mut chunk) => r,
+            _ = &mut stop => break,
+        };
+        match read {
             Ok(0) => break,
             Err(e) => {
                 tracing::debug!(error = %e, "spdy: read");
@@ -397,4 +408,74 @@ async fn read_loop<R: AsyncRead>(
     st.closed = true;
     st.data.clear();
     st.replies.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed(t: &str) -> Headers {
+        vec![("streamtype".to_string(), t.to_string())]
+    }
+
+    #[tokio::test]
+    async fn streams_carry_data_both_ways_and_end_with_fin_reset_or_goaway() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let client = Session::new(a, Role::Client);
+        let mut server = Session::new(b, Role::Server);
+
+        let mut s1 = client.open(typed("stdout")).await.expect("open 1");
+        let mut s3 = client.open(typed("stdin")).await.expect("open 3");
+        assert_eq!((s1.id, s3.id), (1, 3), "clients open odd streams");
+        let mut in1 = server.accept().await.expect("accept 1");
+        let mut in3 = server.accept().await.expect("accept 3");
+        assert_eq!(in1.header("streamType"), Some("stdout"));
+
+        // 100 KiB goes out in 32 KiB frames and arrives whole.
+        let big = vec![7u8; 100 << 10];
+        in1.writer.write(&big).await.expect("write");
+        in1.writer.close().await.expect("fin");
+        assert_eq!(s1.read_to_end(1 << 20).await, big);
+
+        s3.writer.write(b"hello").await.expect("write");
+        assert_eq!(in3.read().await.as_deref(), Some(&b"hello"[..]));
+        // A reset ends the peer's reads.
+        s3.writer.reset().await.expect("reset");
+        assert_eq!(in3.read().await, None);
+
+        // GOAWAY and the server's hang-up: the client's streams end and
+        // its opens fail (at once, not after the reply timeout).
+        server.close().await;
+        assert_eq!(s1.read().await, None);
+        let t = std::time::Instant::now();
+        let mut refused = false;
+        for _ in 0..100 {
+            if client.open(typed("error")).await.is_err() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            refused && t.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_refuses_streams_the_server_opens() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut client = Session::new(a, Role::Client);
+        let server = Session::new(b, Role::Server);
+        let e = server.open(typed("x")).await.expect_err("refused");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        drop(server);
+        // Nothing was offered to the client's accept.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), client.accept())
+                .await
+                .map_or(true, |s| s.is_none())
+        );
+    }
 }

@@ -199,8 +199,13 @@ fn bind_attach(path: &Path) -> Result<std::os::unix::net::UnixListener, String> 
     let via = Path::new("/proc/self/fd")
         .join(dir_fd.as_raw_fd().to_string())
         .join(name);
-    std::os::unix::net::UnixListener::bind(&via)
-        .map_err(|e| format!("bind the attach socket {}: {e}", path.display()))
+    // Only root may connect (it writes to the container's stdin and reads
+    // its output): the socket is made 0600, never briefly wider. The
+    // monitor is single-threaded, so the umask change is ours alone.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = std::os::unix::net::UnixListener::bind(&via);
+    nix::sys::stat::umask(old);
+    bound.map_err(|e| format!("bind the attach socket {}: {e}", path.display()))
 }
 
 fn fail(msg: String) -> i32 {

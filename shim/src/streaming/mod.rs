@@ -157,7 +157,10 @@ impl Streaming {
                     let (st, rt) = (st.clone(), rt.clone());
                     async move { Ok::<_, Infallible>(st.handle(req, rt)) }
                 });
+                // A client that never finishes its request is hung up on.
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(30))
                     .serve_connection(TokioIo::new(tcp), svc)
                     .with_upgrades();
                 if let Err(e) = conn.await {
