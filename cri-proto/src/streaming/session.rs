@@ -425,9 +425,9 @@ mod tests {
         let mut server = Session::new(b, Role::Server);
 
         let mut s1 = client.open(typed("stdout")).await.expect("open 1");
-        let mut s3 = client.open(typed("stdin")).await.expect("open 3");
+        let s3 = client.open(typed("stdin")).await.expect("open 3");
         assert_eq!((s1.id, s3.id), (1, 3), "clients open odd streams");
-        let mut in1 = server.accept().await.expect("accept 1");
+        let in1 = server.accept().await.expect("accept 1");
         let mut in3 = server.accept().await.expect("accept 3");
         assert_eq!(in1.header("streamType"), Some("stdout"));
 
