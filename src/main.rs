@@ -76,6 +76,9 @@ enum MonitorCommand {
         /// Close that stdin when the first attach ends.
         #[arg(long)]
         stdin_once: bool,
+        /// The container has a terminal (spec `terminal`).
+        #[arg(long)]
+        tty: bool,
     },
     /// Be pid 1 of a pod's shared pid namespace (pid mode POD).
     PodInit {
@@ -292,6 +295,7 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             attach,
             stdin,
             stdin_once,
+            tty,
         } => shim::monitor::run(shim::monitor::MonitorArgs {
             id,
             bundle,
@@ -302,6 +306,7 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             attach,
             stdin,
             stdin_once,
+            tty,
         }),
         MonitorCommand::PodInit { sandbox: _ } => shim::pod_init::run(),
         MonitorCommand::Exec {

@@ -392,6 +392,79 @@ async fn attach_writes_stdin_once_and_streams_output_until_the_exit() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_tty_container_has_a_terminal_that_attach_types_into_and_resizes() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "ttyc").await;
+    let mut cfg = cri::container("app", "busybox", &["sh"]);
+    cfg.stdin = true;
+    cfg.tty = true;
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    let url = c
+        .attach(cri_proto::v1::AttachRequest {
+            container_id: id.clone(),
+            stdin: true,
+            tty: true,
+            stdout: true,
+            stderr: false,
+        })
+        .await
+        .expect("Attach")
+        .into_inner()
+        .url;
+    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .expect("upgrade");
+    let (size_tx, size_rx) = tokio::sync::mpsc::channel(1);
+    size_tx
+        .send(TermSize {
+            width: 91,
+            height: 21,
+        })
+        .await
+        .expect("size");
+    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
+    let reader = tokio::spawn(async move {
+        let mut o = Vec::new();
+        out_r.read_to_end(&mut o).await.expect("read");
+        o
+    });
+    // The shell reads its terminal: a pause, then what a user would type.
+    let (mut typing, keys) = tokio::io::duplex(1024);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let _ = typing
+            .write_all(b"stty size; tty; echo term=$TERM\rexit 3\r")
+            .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let outcome = client::exec(
+        session,
+        protocol,
+        ExecIo {
+            stdin: Some(keys),
+            stdout: Some(out_w),
+            stderr: None::<tokio::io::Sink>,
+            tty: true,
+            resize: Some(size_rx),
+        },
+    )
+    .await
+    .expect("attach session");
+    drop(size_tx);
+    let out = String::from_utf8_lossy(&reader.await.expect("reader")).into_owned();
+    assert_eq!(outcome, Outcome::Exited(0), "{out}");
+    assert!(out.contains("21 91"), "the size sent: {out:?}");
+    // A terminal of the container's own devpts, as runc gives it.
+    assert!(out.contains("/dev/pts/0"), "{out:?}");
+    assert!(out.contains("term=xterm"), "{out:?}");
+    let st = cri::status(&mut c, &id).await;
+    assert_eq!(st.exit_code, 3);
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn ctl_logs_follow_prints_every_line_across_a_rotation_until_the_exit() {
     require_root!();
     let (shim, mut c) = ready_shim().await;

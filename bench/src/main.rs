@@ -110,42 +110,13 @@ async fn main() -> Result<()> {
         record("ExecSync", t);
         // `kubectl exec`'s path: Exec for a URL, the SPDY upgrade, the
         // streams, `echo`, its output and exit status (crictl's v4 streams).
-        let t = Instant::now();
-        let url = c
-            .exec(ExecRequest {
-                container_id: id.clone(),
-                cmd: vec!["echo".into(), "x".into()],
-                stdout: true,
-                stderr: true,
-                ..Default::default()
-            })
-            .await
-            .context("Exec")?
-            .into_inner()
-            .url;
-        let (session, protocol) = cri_proto::streaming::client::connect(
-            &url,
-            cri_proto::streaming::REMOTECOMMAND_PROTOCOLS,
-        )
-        .await
-        .context("streaming upgrade")?;
-        let outcome = cri_proto::streaming::client::exec(
-            session,
-            protocol,
-            cri_proto::streaming::client::ExecIo {
-                stdin: None::<tokio::io::Empty>,
-                stdout: Some(tokio::io::sink()),
-                stderr: Some(tokio::io::sink()),
-                tty: false,
-                resize: None,
-            },
-        )
-        .await
-        .context("streaming exec")?;
-        if outcome != cri_proto::streaming::Outcome::Exited(0) {
-            bail!("Exec echo: {outcome:?}");
+        // Not in the cni runs: the runtime then lives in a network namespace
+        // of the bench's own, its streaming server on that loopback.
+        if net != "cni" {
+            let t = Instant::now();
+            streaming_exec(&mut c, &id).await?;
+            record("Exec (streaming)", t);
         }
-        record("Exec (streaming)", t);
         let t = Instant::now();
         c.stop_container(StopContainerRequest {
             container_id: id.clone(),
@@ -175,5 +146,43 @@ async fn main() -> Result<()> {
         record("RemovePodSandbox", t);
     }
     println!("{}", serde_json::to_string(&times)?);
+    Ok(())
+}
+
+/// A streaming exec of `echo x` in `id`: Exec for a URL, the SPDY upgrade,
+/// the streams, the output and the exit status.
+async fn streaming_exec(c: &mut RuntimeServiceClient<cri_proto::Channel>, id: &str) -> Result<()> {
+    use cri_proto::streaming::{self, client};
+    let url = c
+        .exec(ExecRequest {
+            container_id: id.to_string(),
+            cmd: vec!["echo".into(), "x".into()],
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        })
+        .await
+        .context("Exec")?
+        .into_inner()
+        .url;
+    let (session, protocol) = client::connect(&url, streaming::REMOTECOMMAND_PROTOCOLS)
+        .await
+        .context("streaming upgrade")?;
+    let outcome = client::exec(
+        session,
+        protocol,
+        client::ExecIo {
+            stdin: None::<tokio::io::Empty>,
+            stdout: Some(tokio::io::sink()),
+            stderr: Some(tokio::io::sink()),
+            tty: false,
+            resize: None,
+        },
+    )
+    .await
+    .context("streaming exec")?;
+    if outcome != streaming::Outcome::Exited(0) {
+        bail!("Exec echo: {outcome:?}");
+    }
     Ok(())
 }

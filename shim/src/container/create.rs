@@ -244,6 +244,9 @@ impl Runtime {
             cmd.arg("--log").arg(l);
         }
         cmd.arg("--attach").arg(self.attach_socket(&rec.id));
+        if rec.config.tty {
+            cmd.arg("--tty");
+        }
         if rec.config.stdin {
             cmd.arg("--stdin");
             if rec.config.stdin_once {

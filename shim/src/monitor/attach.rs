@@ -4,6 +4,8 @@
 //! only reads), then whatever it writes goes to the container's stdin; the
 //! container's output comes back framed as `[1 stdout | 2 stderr][u32 big
 //! endian length][bytes]`. The socket closes when the container exits.
+//! A tty container's terminal is resized by a client whose byte is 2: it
+//! then sends sizes, 4 bytes each (width, height; u16 big endian).
 //!
 //! The monitor is single-threaded: nothing here blocks. A client that does
 //! not keep up with the output is dropped (the container and its log never
@@ -31,6 +33,8 @@ struct Client {
     sock: UnixStream,
     /// None until the hello byte; then whether it brings stdin.
     stdin: Option<bool>,
+    /// A resize client (hello 2): what it sent of a size so far.
+    resize: Option<Vec<u8>>,
     /// Hung up or failed: removed by [`Attach::sweep`].
     closed: bool,
 }
@@ -52,10 +56,17 @@ pub struct Attach {
     stdin: Option<File>,
     pending: Vec<u8>,
     stdin_once: bool,
+    /// A tty container's pty master (for its size).
+    console: Option<std::os::fd::OwnedFd>,
 }
 
 impl Attach {
-    pub fn new(listener: Option<UnixListener>, stdin: Option<File>, stdin_once: bool) -> Self {
+    pub fn new(
+        listener: Option<UnixListener>,
+        stdin: Option<File>,
+        stdin_once: bool,
+        console: Option<std::os::fd::OwnedFd>,
+    ) -> Self {
         if let Some(l) = &listener {
             let _ = l.set_nonblocking(true);
         }
@@ -65,6 +76,7 @@ impl Attach {
             stdin,
             pending: Vec::new(),
             stdin_once,
+            console,
         }
     }
 
@@ -78,7 +90,7 @@ impl Attach {
         for (i, c) in self.clients.iter().enumerate() {
             // Only the hello, stdin (while there is room) and hang-ups are
             // read; a client without stdin is polled for hang-ups only.
-            let wants = c.stdin.is_none() || (c.stdin == Some(true) && room);
+            let wants = c.stdin.is_none() || c.resize.is_some() || (c.stdin == Some(true) && room);
             let flags = if wants {
                 PollFlags::POLLIN
             } else {
@@ -124,6 +136,7 @@ impl Attach {
             self.clients.push(Client {
                 sock,
                 stdin: None,
+                resize: None,
                 closed: false,
             });
         }
@@ -136,20 +149,23 @@ impl Attach {
         };
         let mut buf = [0u8; 16 << 10];
         let mut gone = revents.intersects(PollFlags::POLLERR | PollFlags::POLLNVAL);
-        let want = if c.stdin.is_none() {
-            1
-        } else {
-            room.min(buf.len())
+        let want = match (&c.stdin, &c.resize) {
+            (None, _) => 1,
+            (_, Some(_)) => 64,
+            _ => room.min(buf.len()),
         };
         let mut got = 0..0;
         let mut stdin_ended = false;
-        if !gone && want > 0 && c.stdin != Some(false) {
+        if !gone && want > 0 && (c.stdin != Some(false) || c.resize.is_some()) {
             match c.sock.read(&mut buf[..want]) {
                 // A half-close ends the client's stdin, not its output.
                 Ok(0) if c.stdin == Some(true) => stdin_ended = true,
                 Ok(0) => gone = true,
                 Ok(n) if c.stdin.is_none() => {
                     c.stdin = Some(buf[0] == 1);
+                    if buf[0] == 2 {
+                        c.resize = Some(Vec::new());
+                    }
                     got = 1..n;
                 }
                 Ok(n) => got = 0..n,
@@ -160,6 +176,21 @@ impl Attach {
             gone = true;
         }
         c.closed |= gone;
+        if let Some(partial) = c.resize.as_mut() {
+            partial.extend_from_slice(&buf[got.clone()]);
+            let mut last = None;
+            while partial.len() >= 4 {
+                let r: Vec<u8> = partial.drain(..4).collect();
+                last = Some((
+                    u16::from_be_bytes([r[0], r[1]]),
+                    u16::from_be_bytes([r[2], r[3]]),
+                ));
+            }
+            if let (Some((w, h)), Some(master)) = (last, &self.console) {
+                super::console::set_size(master, w, h);
+            }
+            return;
+        }
         let brings_stdin = c.stdin == Some(true);
         if brings_stdin && self.stdin.is_some() && !got.is_empty() {
             self.pending.extend_from_slice(&buf[got]);

@@ -16,6 +16,7 @@
 //! `picolet monitor exec` (ExecSync) is [`crate::nsexec`].
 
 pub mod attach;
+mod console;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -55,6 +56,9 @@ pub struct MonitorArgs {
     /// attach that brought stdin ends (`stdin_once`).
     pub stdin: bool,
     pub stdin_once: bool,
+    /// The container has a terminal (its spec says `terminal`): take the
+    /// pty master from libcontainer on a console socket beside `attach`.
+    pub tty: bool,
 }
 
 /// The handshake line the monitor prints once the container is created.
@@ -100,6 +104,15 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(l) => l,
         Err(e) => return fail(e),
     };
+    let console_path = args
+        .attach
+        .as_deref()
+        .filter(|_| args.tty)
+        .map(|a| a.with_file_name("console"));
+    let console_listener = match console_path.as_deref().map(bind_attach).transpose() {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
     // Compile seccomp here, in the parent, so a bad profile fails the create
     // with a clear message; the container's init only installs the result.
     let config = args.bundle.join("config.json");
@@ -115,6 +128,7 @@ pub fn run(args: MonitorArgs) -> i32 {
         .with_root_path(&args.state_root)
         .map(|b| {
             b.with_stdin(stdin_r)
+                .with_console_socket(console_path.as_deref())
                 .with_stdout(out_w)
                 .with_stderr(err_w)
                 .with_executor(crate::seccomp::SeccompExecutor { filters })
@@ -140,6 +154,20 @@ pub fn run(args: MonitorArgs) -> i32 {
     let Some(pid) = container.pid() else {
         return fail("create container: no init pid".into());
     };
+    let master = match console_listener.as_ref().map(console::receive_master) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => {
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+            let _ = container.delete(true);
+            return fail(format!("create container: {e}"));
+        }
+    };
+    drop(console_listener);
+    if let Some(p) = &console_path {
+        let _ = std::fs::remove_file(p);
+    }
     // cgroup v2 has no devices controller and libcontainer (without libbpf)
     // leaves the rules out: attach them now, before anything runs.
     if let Some(dir) = crate::devices::v2_dir(&args.cgroup)
@@ -168,7 +196,21 @@ pub fn run(args: MonitorArgs) -> i32 {
     if let Ok(null) = OpenOptions::new().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2(null.as_raw_fd(), 1);
     }
-    let mut attach = attach::Attach::new(listener, stdin_w, args.stdin_once);
+    // A terminal is the container's output, its stdin and what resizes it.
+    let (out_r, err_r, stdin_w, console) = match master {
+        Some(m) => {
+            let _ = fcntl(m.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+            let input = if args.stdin {
+                m.try_clone().ok().map(File::from)
+            } else {
+                None
+            };
+            let resize = m.try_clone().ok();
+            (m, None, input, resize)
+        }
+        None => (out_r, Some(err_r), stdin_w, None),
+    };
+    let mut attach = attach::Attach::new(listener, stdin_w, args.stdin_once, console);
     let exit = pump(&args, pid, out_r, err_r, &mut attach);
     let code = match images::fsutil::write_atomic(
         &args.exit_file,
@@ -222,7 +264,7 @@ fn pump(
     args: &MonitorArgs,
     pid: Pid,
     out_r: OwnedFd,
-    err_r: OwnedFd,
+    err_r: Option<OwnedFd>,
     attach: &mut attach::Attach,
 ) -> ExitRecord {
     let mut mask = SigSet::empty();
@@ -233,13 +275,13 @@ fn pump(
     let sigfd = mask.thread_block().ok().and_then(|()| {
         SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).ok()
     });
-    for fd in [&out_r, &err_r] {
+    for fd in std::iter::once(&out_r).chain(err_r.as_ref()) {
         let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     }
     let mut log = open_log(args.log.as_deref());
     let mut pipes = [
         Some((File::from(out_r), LineSplitter::new(Stream::Stdout))),
-        Some((File::from(err_r), LineSplitter::new(Stream::Stderr))),
+        err_r.map(|e| (File::from(e), LineSplitter::new(Stream::Stderr))),
     ];
     // SIGCHLD (in the signalfd) and output wake the loop; the timeout is a
     // backstop, so an idle container costs its monitor no wake-ups. The

@@ -142,6 +142,11 @@ pub fn process_env(
         let (k, v) = kv.split_once('=').unwrap_or((&kv, ""));
         set(k, v);
     }
+    // A terminal gets TERM=xterm, as containerd's WithTTY; the pod's own
+    // env may say otherwise.
+    if config.tty {
+        set("TERM", "xterm");
+    }
     for kv in &config.envs {
         set(&kv.key, &kv.value);
     }
@@ -339,9 +344,9 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     let spec = json!({
         "ociVersion": "1.0.2",
         "process": {
-            // No pty yet (it needs Attach streaming): tty containers run with
-            // pipes, their output logged as usual.
-            "terminal": false,
+            // A tty container gets a pty from libcontainer (in the
+            // container's devpts, its /dev/console), handed to the monitor.
+            "terminal": c.tty,
             "user": {"uid": user.uid, "gid": user.gid, "additionalGids": user.additional_gids},
             "args": args,
             "env": env,

@@ -76,6 +76,37 @@ async fn run(streams: &mut Streams, socket: &Path, ch: Channels) -> Outcome {
             std::future::pending::<()>().await;
         })
     });
+    // A tty's size goes over a second connection (hello 2): 4 bytes each.
+    let resize_task = match streams.resize.take() {
+        Some(mut s) if ch.tty => match connect(socket) {
+            Ok(mut conn) => Some(tokio::spawn(async move {
+                if conn.write_all(&[2]).await.is_err() {
+                    return;
+                }
+                let mut buf = Vec::new();
+                while let Some(chunk) = s.read().await {
+                    buf.extend_from_slice(&chunk);
+                    let (sizes, used) = cri_proto::streaming::parse_resizes(&buf);
+                    buf.drain(..used);
+                    for z in sizes {
+                        let mut rec = z.width.to_be_bytes().to_vec();
+                        rec.extend_from_slice(&z.height.to_be_bytes());
+                        if conn.write_all(&rec).await.is_err() {
+                            return;
+                        }
+                    }
+                    if buf.len() > 4096 {
+                        buf.clear();
+                    }
+                }
+            })),
+            Err(e) => {
+                tracing::debug!(error = %e, "attach: resize connection");
+                None
+            }
+        },
+        _ => None,
+    };
     let out = streams.stdout.as_ref().map(|s| s.writer.clone());
     // With a tty there is no stderr stream: both go to stdout.
     let err = if ch.tty {
@@ -84,7 +115,7 @@ async fn run(streams: &mut Streams, socket: &Path, ch: Channels) -> Outcome {
         streams.stderr.as_ref().map(|s| s.writer.clone())
     };
     let result = copy_frames(&mut rd, out, err).await;
-    if let Some(t) = stdin_task {
+    for t in [stdin_task, resize_task].into_iter().flatten() {
         t.abort();
     }
     match result {
