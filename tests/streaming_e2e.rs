@@ -55,6 +55,87 @@ async fn exec_url(c: &mut Client, id: &str, cmd: &[&str], stdin: bool, tty: bool
     .url
 }
 
+/// A streaming session (exec or attach) at `url` with pipes: `stdin` sent
+/// and closed; returns how it ended, stdout and stderr.
+async fn with_pipes(url: &str, stdin: Vec<u8>) -> (Outcome, Vec<u8>, Vec<u8>) {
+    let (session, protocol) = client::connect(url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .expect("upgrade");
+    assert_eq!(protocol, "v4.channel.k8s.io");
+    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
+    let (err_w, mut err_r) = tokio::io::duplex(64 << 10);
+    let readers = tokio::spawn(async move {
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        let (a, b) = tokio::join!(out_r.read_to_end(&mut o), err_r.read_to_end(&mut e));
+        a.and(b).expect("read outputs");
+        (o, e)
+    });
+    let outcome = client::exec(
+        session,
+        protocol,
+        ExecIo {
+            stdin: Some(std::io::Cursor::new(stdin)),
+            stdout: Some(out_w),
+            stderr: Some(err_w),
+            tty: false,
+            resize: None,
+        },
+    )
+    .await
+    .expect("streaming session");
+    let (out, err) = readers.await.expect("readers");
+    (outcome, out, err)
+}
+
+/// A streaming session at `url` on a terminal of `size`, typing `keys`;
+/// returns how it ended and what the terminal showed.
+async fn on_a_tty<K>(url: &str, size: TermSize, keys: K) -> (Outcome, String)
+where
+    K: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let (session, protocol) = client::connect(url, REMOTECOMMAND_PROTOCOLS)
+        .await
+        .expect("upgrade");
+    let (size_tx, size_rx) = tokio::sync::mpsc::channel(1);
+    size_tx.send(size).await.expect("size");
+    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
+    let reader = tokio::spawn(async move {
+        let mut o = Vec::new();
+        out_r.read_to_end(&mut o).await.expect("read");
+        o
+    });
+    let outcome = client::exec(
+        session,
+        protocol,
+        ExecIo {
+            stdin: Some(keys),
+            stdout: Some(out_w),
+            stderr: None::<tokio::io::Sink>,
+            tty: true,
+            resize: Some(size_rx),
+        },
+    )
+    .await
+    .expect("streaming session");
+    drop(size_tx);
+    let out = String::from_utf8_lossy(&reader.await.expect("reader")).into_owned();
+    (outcome, out)
+}
+
+async fn attach_url(c: &mut Client, id: &str, tty: bool) -> String {
+    c.attach(cri_proto::v1::AttachRequest {
+        container_id: id.into(),
+        stdin: true,
+        tty,
+        stdout: true,
+        stderr: !tty,
+    })
+    .await
+    .expect("Attach")
+    .into_inner()
+    .url
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn crictl_exec_bytes_are_served() {
     require_root!();
@@ -137,34 +218,9 @@ async fn exec_carries_stdin_stdout_stderr_and_the_exit_code() {
         false,
     )
     .await;
-    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
-        .await
-        .expect("upgrade");
-    assert_eq!(protocol, "v4.channel.k8s.io");
     // 1 MiB through the container and back, past any one frame or buffer.
     let input = pattern(1 << 20, 0);
-    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
-    let (err_w, mut err_r) = tokio::io::duplex(64 << 10);
-    let readers = tokio::spawn(async move {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let (a, b) = tokio::join!(out_r.read_to_end(&mut o), err_r.read_to_end(&mut e));
-        a.and(b).expect("read outputs");
-        (o, e)
-    });
-    let outcome = client::exec(
-        session,
-        protocol,
-        ExecIo {
-            stdin: Some(std::io::Cursor::new(input.clone())),
-            stdout: Some(out_w),
-            stderr: Some(err_w),
-            tty: false,
-            resize: None,
-        },
-    )
-    .await
-    .expect("exec session");
-    let (out, err) = readers.await.expect("readers");
+    let (outcome, out, err) = with_pipes(&url, input.clone()).await;
     assert_eq!(outcome, Outcome::Exited(3));
     assert!(
         out == input,
@@ -204,38 +260,11 @@ async fn exec_on_a_tty_gets_a_terminal_its_size_and_input() {
     let script =
         "[ -t 0 ] && echo stdin-is-a-tty; sleep 0.5; stty size; read x; echo got-$x; exit 5";
     let url = exec_url(&mut c, &id, &["sh", "-c", script], true, true).await;
-    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
-        .await
-        .expect("upgrade");
-    let (size_tx, size_rx) = tokio::sync::mpsc::channel(1);
-    size_tx
-        .send(TermSize {
-            width: 100,
-            height: 30,
-        })
-        .await
-        .expect("size");
-    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
-    let reader = tokio::spawn(async move {
-        let mut o = Vec::new();
-        out_r.read_to_end(&mut o).await.expect("read");
-        o
-    });
-    let outcome = client::exec(
-        session,
-        protocol,
-        ExecIo {
-            stdin: Some(std::io::Cursor::new(b"hello\r".to_vec())),
-            stdout: Some(out_w),
-            stderr: None::<tokio::io::Sink>,
-            tty: true,
-            resize: Some(size_rx),
-        },
-    )
-    .await
-    .expect("exec session");
-    drop(size_tx);
-    let out = String::from_utf8_lossy(&reader.await.expect("reader")).into_owned();
+    let size = TermSize {
+        width: 100,
+        height: 30,
+    };
+    let (outcome, out) = on_a_tty(&url, size, std::io::Cursor::new(b"hello\r".to_vec())).await;
     assert_eq!(outcome, Outcome::Exited(5), "{out}");
     assert!(out.contains("stdin-is-a-tty"), "{out:?}");
     assert!(
@@ -333,44 +362,9 @@ async fn attach_writes_stdin_once_and_streams_output_until_the_exit() {
             .permissions(),
     );
     assert_eq!(mode & 0o777, 0o600, "{}", socket.display());
-    let url = c
-        .attach(cri_proto::v1::AttachRequest {
-            container_id: id.clone(),
-            stdin: true,
-            tty: false,
-            stdout: true,
-            stderr: true,
-        })
-        .await
-        .expect("Attach")
-        .into_inner()
-        .url;
-    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
-        .await
-        .expect("upgrade");
-    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
-    let (err_w, mut err_r) = tokio::io::duplex(64 << 10);
-    let readers = tokio::spawn(async move {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        let (a, b) = tokio::join!(out_r.read_to_end(&mut o), err_r.read_to_end(&mut e));
-        a.and(b).expect("read outputs");
-        (o, e)
-    });
+    let url = attach_url(&mut c, &id, false).await;
     // Our stdin ends after two lines: stdin_once closes the container's.
-    let outcome = client::exec(
-        session,
-        protocol,
-        ExecIo {
-            stdin: Some(std::io::Cursor::new(b"one\ntwo\n".to_vec())),
-            stdout: Some(out_w),
-            stderr: Some(err_w),
-            tty: false,
-            resize: None,
-        },
-    )
-    .await
-    .expect("attach session");
-    let (out, err) = readers.await.expect("readers");
+    let (outcome, out, err) = with_pipes(&url, b"one\ntwo\n".to_vec()).await;
     let (out, err) = (String::from_utf8_lossy(&out), String::from_utf8_lossy(&err));
     // The attach ends with the container, after everything it wrote.
     assert_eq!(outcome, Outcome::Exited(0));
@@ -401,35 +395,7 @@ async fn a_tty_container_has_a_terminal_that_attach_types_into_and_resizes() {
     cfg.tty = true;
     let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
     cri::start(&mut c, &id).await;
-    let url = c
-        .attach(cri_proto::v1::AttachRequest {
-            container_id: id.clone(),
-            stdin: true,
-            tty: true,
-            stdout: true,
-            stderr: false,
-        })
-        .await
-        .expect("Attach")
-        .into_inner()
-        .url;
-    let (session, protocol) = client::connect(&url, REMOTECOMMAND_PROTOCOLS)
-        .await
-        .expect("upgrade");
-    let (size_tx, size_rx) = tokio::sync::mpsc::channel(1);
-    size_tx
-        .send(TermSize {
-            width: 91,
-            height: 21,
-        })
-        .await
-        .expect("size");
-    let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
-    let reader = tokio::spawn(async move {
-        let mut o = Vec::new();
-        out_r.read_to_end(&mut o).await.expect("read");
-        o
-    });
+    let url = attach_url(&mut c, &id, true).await;
     // The shell reads its terminal: a pause, then what a user would type.
     let (mut typing, keys) = tokio::io::duplex(1024);
     tokio::spawn(async move {
@@ -439,21 +405,11 @@ async fn a_tty_container_has_a_terminal_that_attach_types_into_and_resizes() {
             .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
     });
-    let outcome = client::exec(
-        session,
-        protocol,
-        ExecIo {
-            stdin: Some(keys),
-            stdout: Some(out_w),
-            stderr: None::<tokio::io::Sink>,
-            tty: true,
-            resize: Some(size_rx),
-        },
-    )
-    .await
-    .expect("attach session");
-    drop(size_tx);
-    let out = String::from_utf8_lossy(&reader.await.expect("reader")).into_owned();
+    let size = TermSize {
+        width: 91,
+        height: 21,
+    };
+    let (outcome, out) = on_a_tty(&url, size, keys).await;
     assert_eq!(outcome, Outcome::Exited(0), "{out}");
     assert!(out.contains("21 91"), "the size sent: {out:?}");
     // A terminal of the container's own devpts, as runc gives it.
