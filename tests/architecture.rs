@@ -152,7 +152,7 @@ const SHIM: &[(&str, &[&str])] = &[
     ),
     (
         "streaming",
-        &["container_exec", "error", "monitor", "runtime"],
+        &["container_exec", "error", "host", "monitor", "runtime"],
     ),
     ("image_service", &["error"]),
     ("import_service", &["error"]),

@@ -258,7 +258,7 @@ async fn exec_on_a_tty_gets_a_terminal_its_size_and_input() {
     let (shim, mut c) = ready_shim().await;
     let (pod_id, id) = sleeper(&shim, &mut c, "exec-tty", "sleep 600").await;
     let script =
-        "[ -t 0 ] && echo stdin-is-a-tty; sleep 0.5; stty size; read x; echo got-$x; exit 5";
+        "[ -t 0 ] && echo stdin-is-a-tty; tty; sleep 0.5; stty size; read x; echo got-$x; exit 5";
     let url = exec_url(&mut c, &id, &["sh", "-c", script], true, true).await;
     let size = TermSize {
         width: 100,
@@ -267,6 +267,8 @@ async fn exec_on_a_tty_gets_a_terminal_its_size_and_input() {
     let (outcome, out) = on_a_tty(&url, size, std::io::Cursor::new(b"hello\r".to_vec())).await;
     assert_eq!(outcome, Outcome::Exited(5), "{out}");
     assert!(out.contains("stdin-is-a-tty"), "{out:?}");
+    // The terminal is the container's own (its devpts), as runc makes it.
+    assert!(out.contains("\r\n/dev/pts/"), "{out:?}");
     assert!(
         out.contains("30 100"),
         "the terminal has the size sent: {out:?}"

@@ -67,3 +67,56 @@ pub(crate) fn reset_signals() -> Result<(), String> {
         .thread_set_mask()
         .map_err(|e| format!("signal mask: {e}"))
 }
+
+/// Sends `fd` over the unix socket `sock` (SCM_RIGHTS), with one byte.
+pub fn send_fd(
+    sock: std::os::fd::BorrowedFd<'_>,
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let fds = [fd.as_raw_fd()];
+    let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(b"t")];
+    nix::sys::socket::sendmsg::<nix::sys::socket::UnixAddr>(
+        sock.as_raw_fd(),
+        &iov,
+        &cmsg,
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .map(|_| ())
+    .map_err(|e| format!("send the terminal: {e}"))
+}
+
+/// Receives a descriptor sent over the unix socket `sock` (SCM_RIGHTS);
+/// `Ok(None)` when the peer closed without sending one. `sock` may be
+/// non-blocking (then EAGAIN comes back as an error of kind WouldBlock).
+#[allow(unsafe_code)]
+pub fn recv_fd(sock: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixAddr, recvmsg};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    let mut buf = [0u8; 256];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let msg = recvmsg::<UnixAddr>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(std::io::Error::from)?;
+    let mut got = None;
+    for c in msg.cmsgs().map_err(std::io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for fd in fds {
+                // SAFETY: SCM_RIGHTS just installed `fd` in this process and
+                // nothing else refers to it: we own it (extras are closed).
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                if got.is_none() {
+                    got = Some(owned);
+                }
+            }
+        }
+    }
+    Ok(got)
+}

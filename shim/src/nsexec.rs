@@ -47,8 +47,10 @@ pub struct ExecArgs {
     pub pid: i32,
     pub start_time: Option<u64>,
     pub timeout: Option<Duration>,
-    /// stdin is a terminal: the command gets it as its controlling
-    /// terminal (a new session) and TERM=xterm unless the spec sets TERM.
+    /// A terminal: stdin is a unix socket on which the child sends the
+    /// master of a pty it opens in the container's devpts; the slave is the
+    /// command's stdio and controlling terminal (a new session);
+    /// TERM=xterm unless the spec sets TERM.
     pub tty: bool,
     pub cmd: Vec<String>,
 }
@@ -371,12 +373,6 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
     if !matches!(File::from(go).read(&mut byte), Ok(1)) {
         exit_now(126);
     }
-    if plan.tty
-        && let Err(e) = take_terminal()
-    {
-        eprintln!("picolet exec: {e}");
-        exit_now(126);
-    }
     if let Err(e) = become_the_container(&plan) {
         eprintln!("picolet exec: {e}");
         exit_now(126);
@@ -396,14 +392,40 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
     exit_now(if e == Errno::ENOENT { 127 } else { 126 })
 }
 
-/// A new session whose controlling terminal is stdin (the pty's slave).
-fn take_terminal() -> Result<(), String> {
+/// The command's terminal, made as runc makes it: a pty of the
+/// container's own devpts (we are in its mount namespace now), whose
+/// master goes back over stdin — the console socket the shim gave the
+/// helper — and whose slave becomes stdio and the controlling terminal of
+/// a new session.
+fn container_terminal() -> Result<(), String> {
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+        .map_err(|e| format!("open /dev/ptmx: {e}"))?;
+    nix::pty::grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
+    nix::pty::unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
+    let name = nix::pty::ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&name)
+        .map_err(|e| format!("open {name}: {e}"))?;
+    let console = std::io::stdin();
+    // SAFETY: the master's raw fd is open for the duration of the call.
+    let master_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(master.as_raw_fd()) };
+    crate::host::send_fd(console.as_fd(), master_fd)?;
+    drop(master);
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    for n in 0..3 {
+        nix::unistd::dup2(slave.as_raw_fd(), n).map_err(|e| format!("dup2 the terminal: {e}"))?;
+    }
+    drop(slave);
     // SAFETY: TIOCSCTTY takes an int argument (0: do not steal a terminal
-    // another session holds); fd 0 is ours.
+    // another session holds); fd 0 is now the slave.
     if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } != 0 {
         return Err(format!(
-            "make stdin the controlling terminal: {}",
+            "make the terminal the controlling terminal: {}",
             std::io::Error::last_os_error()
         ));
     }
@@ -431,6 +453,9 @@ fn become_the_container(plan: &Plan) -> Result<(), String> {
     }
     nix::unistd::chdir(plan.cwd.as_c_str())
         .map_err(|e| format!("chdir {:?}: {e}", plan.cwd.to_string_lossy()))?;
+    if plan.tty {
+        container_terminal()?;
+    }
     if let Some(m) = plan.umask {
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(m));
     }

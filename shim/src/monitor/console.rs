@@ -5,13 +5,11 @@
 //! its size.
 #![allow(unsafe_code)]
 
-use std::io::IoSliceMut;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixAddr, recvmsg};
 
 /// How long libcontainer's init has to send the master after the create.
 const WAIT: Duration = Duration::from_secs(10);
@@ -30,35 +28,9 @@ pub fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
     let (conn, _) = listener
         .accept()
         .map_err(|e| format!("accept on the console socket: {e}"))?;
-    let mut buf = [0u8; 256];
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<UnixAddr>(
-        conn.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| format!("receive the terminal: {e}"))?;
-    let cmsgs = msg
-        .cmsgs()
-        .map_err(|e| format!("receive the terminal: {e}"))?;
-    for c in cmsgs {
-        if let ControlMessageOwned::ScmRights(fds) = c
-            && let Some(&fd) = fds.first()
-        {
-            // SAFETY: SCM_RIGHTS just installed `fd` in this process; we
-            // are its only owner (any further fds of the message are
-            // closed below).
-            let master = unsafe { OwnedFd::from_raw_fd(fd) };
-            for &extra in &fds[1..] {
-                // SAFETY: as above; these are not ours to keep.
-                drop(unsafe { OwnedFd::from_raw_fd(extra) });
-            }
-            return Ok(master);
-        }
-    }
-    Err("the console socket message carried no terminal".into())
+    crate::host::recv_fd(std::os::fd::AsFd::as_fd(&conn))
+        .map_err(|e| format!("receive the terminal: {e}"))?
+        .ok_or_else(|| "the console socket message carried no terminal".to_string())
 }
 
 /// Sets the terminal's size (the container's foreground job gets SIGWINCH).

@@ -1,11 +1,7 @@
-//! A pseudo-terminal for `tty: true` execs: the slave becomes the exec'd
-//! command's stdio (and controlling terminal, see `nsexec`), the streaming
-//! server reads and writes the master without blocking a thread.
-//!
-//! The pty is the host's (/dev/pts of the shim's mount namespace), as the
-//! helper opens nothing inside the container; `tty` inside names a device
-//! the container's /dev/pts does not show. runc allocates it inside the
-//! container instead; that needs a console socket round trip.
+//! The master of a `tty: true` exec's terminal, read and written without
+//! blocking a thread. The exec child opens the pty in the container's own
+//! devpts (as runc does; `nsexec`) and sends the master back over a socket
+//! pair; the slave is the command's stdio and controlling terminal.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -26,21 +22,19 @@ impl std::fmt::Debug for Master {
     }
 }
 
-/// Opens a pty pair: (master, slave).
-pub fn open() -> io::Result<(Master, OwnedFd)> {
-    let pair = nix::pty::openpty(None, None).map_err(io::Error::from)?;
-    let raw = pair.master.as_raw_fd();
+/// Makes `fd` (a pty master) non-blocking and registers it.
+pub fn master(fd: OwnedFd) -> io::Result<Master> {
+    let raw = fd.as_raw_fd();
     let flags = fcntl(raw, FcntlArg::F_GETFL).map_err(io::Error::from)?;
     fcntl(
         raw,
         FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
     )
     .map_err(io::Error::from)?;
-    fcntl(raw, FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).map_err(io::Error::from)?;
     // SAFETY: an OwnedFd's descriptor is open and its own until it drops,
     // which happens only with the AsyncFd.
-    let fd = unsafe { AsyncFd::register(pair.master) }.map_err(io::Error::from)?;
-    Ok((Master { fd }, pair.slave))
+    let fd = unsafe { AsyncFd::register(fd) }.map_err(io::Error::from)?;
+    Ok(Master { fd })
 }
 
 impl Master {

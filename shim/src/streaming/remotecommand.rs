@@ -211,24 +211,45 @@ async fn run_pipes(streams: &mut Streams, mut c: tokio::process::Command) -> Out
 }
 
 async fn run_tty(streams: &mut Streams, mut c: tokio::process::Command) -> Outcome {
-    let (master, slave) = match pty::open() {
+    // The helper's stdin is our console socket: its child sends the
+    // master of the pty it opens inside the container.
+    let (ours, theirs) = match std::os::unix::net::UnixStream::pair() {
         Ok(p) => p,
-        Err(e) => return Outcome::Failed(format!("open a pty: {e}")),
+        Err(e) => return Outcome::Failed(format!("console socket pair: {e}")),
     };
-    let stdio = || slave.try_clone().map(Stdio::from);
-    match (stdio(), stdio(), stdio()) {
-        (Ok(i), Ok(o), Ok(e)) => {
-            c.stdin(i).stdout(o).stderr(e);
-        }
-        _ => return Outcome::Failed("duplicate the pty's slave".into()),
-    }
-    let master = Arc::new(master);
+    c.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let mut child = match c.spawn() {
         Ok(ch) => ch,
         Err(e) => return Outcome::Failed(format!("start exec helper: {e}")),
     };
     drop(c);
-    drop(slave);
+    let helper_err = child.stderr.take();
+    let master = match tokio::time::timeout(STREAM_CREATION_TIMEOUT, receive_master(ours)).await {
+        Ok(Ok(Some(fd))) => pty::master(fd),
+        Ok(Ok(None)) => Err(std::io::Error::other("the exec helper sent no terminal")),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(std::io::Error::other(
+            "no terminal from the exec helper in time",
+        )),
+    };
+    let master = match master {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            // What the helper said (the command could not start) goes to
+            // the user's terminal, then its exit code.
+            if let (Some(mut err), Some(out)) = (helper_err, &streams.stdout) {
+                let mut said = Vec::new();
+                let _ = (&mut err).take(64 << 10).read_to_end(&mut said).await;
+                let _ = out.writer.write(&said).await;
+            }
+            return match child.wait().await {
+                Ok(st) if st.code().is_some() => Outcome::Exited(exit_code(st)),
+                _ => Outcome::Failed(format!("exec on a terminal: {e}")),
+            };
+        }
+    };
     let mut tasks: Vec<JoinHandle<()>> = Vec::new();
     if let Some(mut s) = streams.resize.take() {
         let m = master.clone();
@@ -279,6 +300,25 @@ async fn run_tty(streams: &mut Streams, mut c: tokio::process::Command) -> Outco
     match status {
         Ok(st) => Outcome::Exited(exit_code(st)),
         Err(e) => Outcome::Failed(format!("wait for the exec helper: {e}")),
+    }
+}
+
+/// The pty master the exec child sends on the console socket; None if the
+/// helper closed it without (it failed first).
+async fn receive_master(
+    sock: std::os::unix::net::UnixStream,
+) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::AsFd;
+    sock.set_nonblocking(true)?;
+    let sock = tokio::net::UnixStream::from_std(sock)?;
+    loop {
+        sock.readable().await?;
+        match sock.try_io(tokio::io::Interest::READABLE, || {
+            crate::host::recv_fd(sock.as_fd())
+        }) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
     }
 }
 
