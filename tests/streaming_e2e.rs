@@ -11,8 +11,11 @@ use std::time::Duration;
 use common::cri::{self, Client};
 use common::rt::{new_pod, ready_shim};
 use cri_proto::streaming::client::{self, ExecIo};
+use cri_proto::streaming::session::Conn;
 use cri_proto::streaming::spdy::{Codec, Frame};
-use cri_proto::streaming::{Outcome, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS, TermSize};
+use cri_proto::streaming::{
+    Outcome, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS, REMOTECOMMAND_V4, TermSize, ws,
+};
 use cri_proto::v1::{ExecRequest, PortForwardRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -62,6 +65,11 @@ async fn with_pipes(url: &str, stdin: Vec<u8>) -> (Outcome, Vec<u8>, Vec<u8>) {
         .await
         .expect("upgrade");
     assert_eq!(protocol, "v4.channel.k8s.io");
+    pipes_on(session, protocol, stdin).await
+}
+
+/// The same over a connection already made (SPDY or WebSocket).
+async fn pipes_on<C: Conn>(conn: C, protocol: &str, stdin: Vec<u8>) -> (Outcome, Vec<u8>, Vec<u8>) {
     let (out_w, mut out_r) = tokio::io::duplex(64 << 10);
     let (err_w, mut err_r) = tokio::io::duplex(64 << 10);
     let readers = tokio::spawn(async move {
@@ -71,7 +79,7 @@ async fn with_pipes(url: &str, stdin: Vec<u8>) -> (Outcome, Vec<u8>, Vec<u8>) {
         (o, e)
     });
     let outcome = client::exec(
-        session,
+        conn,
         protocol,
         ExecIo {
             stdin: Some(std::io::Cursor::new(stdin)),
@@ -201,6 +209,78 @@ async fn crictl_exec_bytes_are_served() {
     assert_eq!(String::from_utf8_lossy(&stdout), "piped-in\ndone\n");
     let status: serde_json::Value = serde_json::from_slice(&error).expect("v4 status JSON");
     assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "4", "{status}");
+    cri::teardown(&mut c, &pod_id).await;
+}
+
+/// `echo piped-in | <client-go 0.29's WebSocket executor, v5> exec ID sh
+/// -c 'cat; echo done; exit 4'` (a throwaway Go program over cri-tools'
+/// vendored client-go): its upgrade request and its frames after it.
+const CLIENT_GO_WS_HTTP: &[u8] =
+    include_bytes!("../cri-proto/testdata/client-go-0.29-ws-exec-i.http");
+const CLIENT_GO_WS_FRAMES: &[u8] =
+    include_bytes!("../cri-proto/testdata/client-go-0.29-ws-exec-i.ws");
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_go_websocket_exec_bytes_are_served() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod_id, id) = sleeper(&shim, &mut c, "ws-replay", "sleep 600").await;
+    let url = exec_url(
+        &mut c,
+        &id,
+        &["sh", "-c", "cat; echo done; exit 4"],
+        true,
+        false,
+    )
+    .await;
+    let (addr, path) = url
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once('/'))
+        .expect("http URL");
+    let request =
+        String::from_utf8_lossy(CLIENT_GO_WS_HTTP).replace("/exec/TOKEN", &format!("/{path}"));
+    let addr = addr.to_string();
+    let (head, wire) = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        s.write_all(request.as_bytes()).expect("request");
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).expect("response head");
+            head.push(b[0]);
+        }
+        // Its data and stdin's half-close; its close frame (the last 8
+        // bytes) came after the session was over.
+        s.write_all(&CLIENT_GO_WS_FRAMES[..CLIENT_GO_WS_FRAMES.len() - 8])
+            .expect("frames");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        (String::from_utf8_lossy(&head).into_owned(), rest)
+    })
+    .await
+    .expect("replay");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // The accept key for the recorded Sec-WebSocket-Key.
+    assert!(
+        head.contains("Sec-WebSocket-Accept: ") || head.contains("sec-websocket-accept: "),
+        "{head}"
+    );
+    assert!(head.to_lowercase().contains("v5.channel.k8s.io"), "{head}");
+    let mut buf = wire;
+    let (mut stdout, mut status) = (Vec::new(), Vec::new());
+    while let Some((_, op, m)) = ws::decode(&mut buf).expect("frames from the shim") {
+        match (op, m.first()) {
+            (2, Some(1)) => stdout.extend_from_slice(&m[1..]),
+            (2, Some(3)) => status.extend_from_slice(&m[1..]),
+            (2, Some(255)) => panic!("a server half-close client-go cannot read: {m:?}"),
+            _ => {}
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&stdout), "piped-in\ndone\n");
+    let status: serde_json::Value = serde_json::from_slice(&status).expect("v4 status JSON");
     assert_eq!(status["details"]["causes"][0]["message"], "4", "{status}");
     cri::teardown(&mut c, &pod_id).await;
 }
@@ -420,6 +500,52 @@ async fn a_tty_container_has_a_terminal_that_attach_types_into_and_resizes() {
     let st = cri::status(&mut c, &id).await;
     assert_eq!(st.exit_code, 3);
     cri::teardown(&mut c, &pod_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_and_attach_run_over_websocket_v5_and_v4() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod_id, id) = sleeper(&shim, &mut c, "exec-ws", "sleep 600").await;
+    // v5 half-closes stdin ([255, 0]): `cat` sees its end.
+    let cmd = ["sh", "-c", "cat; echo to-err >&2; exit 3"];
+    let url = exec_url(&mut c, &id, &cmd, true, false).await;
+    let (conn, protocol) = client::connect_ws(&url, ws::WS_PROTOCOLS)
+        .await
+        .expect("websocket upgrade");
+    assert_eq!(protocol, ws::REMOTECOMMAND_V5);
+    let input = pattern(300 << 10, 3);
+    let (outcome, out, err) = pipes_on(conn, protocol, input.clone()).await;
+    assert_eq!(outcome, Outcome::Exited(3));
+    assert!(out == input, "{} bytes back of {}", out.len(), input.len());
+    assert_eq!(String::from_utf8_lossy(&err), "to-err\n");
+    // v4 has no half-close: a command that reads a line, not to the end.
+    let cmd = ["sh", "-c", "read l; echo got:$l; echo e >&2; exit 4"];
+    let url = exec_url(&mut c, &id, &cmd, true, false).await;
+    let (conn, protocol) = client::connect_ws(&url, &[REMOTECOMMAND_V4])
+        .await
+        .expect("websocket upgrade");
+    assert_eq!(protocol, REMOTECOMMAND_V4);
+    let (outcome, out, err) = pipes_on(conn, protocol, b"x\n".to_vec()).await;
+    assert_eq!(outcome, Outcome::Exited(4));
+    assert_eq!(String::from_utf8_lossy(&out), "got:x\n");
+    assert_eq!(String::from_utf8_lossy(&err), "e\n");
+    // Attach over WebSocket: a container that echoes its stdin.
+    let (pod, pod2) = new_pod(&shim, &mut c, "attach-ws").await;
+    let mut cfg = cri::container("app", "busybox", &["sh", "-c", "read l; echo got:$l"]);
+    cfg.stdin = true;
+    cfg.stdin_once = true;
+    let aid = cri::create(&mut c, &pod2, &pod, cfg).await;
+    cri::start(&mut c, &aid).await;
+    let url = attach_url(&mut c, &aid, false).await;
+    let (conn, protocol) = client::connect_ws(&url, ws::WS_PROTOCOLS)
+        .await
+        .expect("websocket upgrade");
+    let (outcome, out, _) = pipes_on(conn, protocol, b"hi\n".to_vec()).await;
+    assert_eq!(outcome, Outcome::Exited(0));
+    assert_eq!(String::from_utf8_lossy(&out), "got:hi\n");
+    cri::teardown(&mut c, &pod_id).await;
+    cri::teardown(&mut c, &pod2).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

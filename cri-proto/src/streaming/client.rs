@@ -8,7 +8,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::session::{Role, Session};
+use super::session::{Conn, Role, Session};
+use super::ws::WsSession;
 use super::{
     Outcome, PORT_HEADER, PROTOCOL_HEADER, REMOTECOMMAND_V1, REMOTECOMMAND_V2, REQUEST_ID_HEADER,
     STREAM_DATA, STREAM_ERROR, STREAM_RESIZE, STREAM_STDERR, STREAM_STDIN, STREAM_STDOUT,
@@ -28,6 +29,59 @@ fn bad(msg: impl Into<String>) -> io::Error {
 /// offering `protocols`; returns the session and the protocol the server
 /// chose.
 pub async fn connect(url: &str, protocols: &[&'static str]) -> io::Result<(Session, &'static str)> {
+    let (tcp, protocol, _) = upgrade(url, "SPDY/3.1", PROTOCOL_HEADER, protocols, &[]).await?;
+    Ok((Session::new(tcp, Role::Client), protocol))
+}
+
+/// The same over WebSocket (client-go's WebSocket executor: a GET,
+/// `Sec-WebSocket-Protocol` offering `protocols`).
+pub async fn connect_ws(
+    url: &str,
+    protocols: &[&'static str],
+) -> io::Result<(WsSession, &'static str)> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u8(1);
+    let mut nonce = h.finish().to_le_bytes().to_vec();
+    nonce.extend_from_slice(&h.finish().rotate_left(17).to_le_bytes());
+    let key = super::ws::base64(&nonce);
+    let extra = [
+        ("Sec-WebSocket-Version", "13".to_string()),
+        ("Sec-WebSocket-Key", key.clone()),
+    ];
+    let offered = protocols.join(", ");
+    let (tcp, protocol, head) = upgrade(
+        url,
+        "websocket",
+        "Sec-WebSocket-Protocol",
+        protocols,
+        &extra,
+    )
+    .await
+    .map_err(|e| io::Error::new(e.kind(), format!("{e} (offered {offered})")))?;
+    let accept = head
+        .split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case("Sec-WebSocket-Accept"))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    if accept != super::ws::accept_key(&key) {
+        return Err(bad(format!("bad Sec-WebSocket-Accept {accept:?}")));
+    }
+    Ok((WsSession::new(tcp, Role::Client, protocol), protocol))
+}
+
+/// An HTTP/1.1 upgrade of a request to `url` to `upgrade`, offering
+/// `protocols` in `protocol_header` (one header each for SPDY, one list
+/// for WebSocket); returns the connection, the protocol chosen and the
+/// response head.
+async fn upgrade(
+    url: &str,
+    upgrade: &str,
+    protocol_header: &str,
+    protocols: &[&'static str],
+    extra: &[(&str, String)],
+) -> io::Result<(TcpStream, &'static str, String)> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| bad(format!("{url}: only http:// streaming URLs are supported")))?;
@@ -36,17 +90,28 @@ pub async fn connect(url: &str, protocols: &[&'static str]) -> io::Result<(Sessi
         None => (rest, "/"),
     };
     let mut tcp = TcpStream::connect(host).await?;
+    let method = if upgrade == "websocket" {
+        "GET"
+    } else {
+        "POST"
+    };
     let mut req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: {upgrade}\r\n"
     );
-    for p in protocols {
-        req.push_str(&format!("{PROTOCOL_HEADER}: {p}\r\n"));
+    if upgrade == "websocket" {
+        req.push_str(&format!("{protocol_header}: {}\r\n", protocols.join(", ")));
+    } else {
+        for p in protocols {
+            req.push_str(&format!("{protocol_header}: {p}\r\n"));
+        }
+    }
+    for (n, v) in extra {
+        req.push_str(&format!("{n}: {v}\r\n"));
     }
     req.push_str("\r\n");
     tcp.write_all(req.as_bytes()).await?;
     // Byte by byte up to the blank line: nothing after it may be taken
-    // from the session (the server sends nothing before our streams, but
-    // a reply may come right after them).
+    // from the session.
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         if head.len() > MAX_RESPONSE_HEAD {
@@ -54,15 +119,15 @@ pub async fn connect(url: &str, protocols: &[&'static str]) -> io::Result<(Sessi
         }
         head.push(tcp.read_u8().await?);
     }
-    let head = String::from_utf8_lossy(&head);
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap_or("");
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status = head.split("\r\n").next().unwrap_or("");
     if !status.starts_with("HTTP/1.1 101") {
         return Err(bad(format!("the server did not upgrade: {status}")));
     }
-    let chosen = lines
+    let chosen = head
+        .split("\r\n")
         .filter_map(|l| l.split_once(':'))
-        .find(|(n, _)| n.trim().eq_ignore_ascii_case(PROTOCOL_HEADER))
+        .find(|(n, _)| n.trim().eq_ignore_ascii_case(protocol_header))
         .map(|(_, v)| v.trim().to_string())
         .unwrap_or_default();
     let protocol = protocols
@@ -70,7 +135,7 @@ pub async fn connect(url: &str, protocols: &[&'static str]) -> io::Result<(Sessi
         .find(|p| **p == chosen)
         .copied()
         .ok_or_else(|| bad(format!("the server chose protocol {chosen:?}")))?;
-    Ok((Session::new(tcp, Role::Client), protocol))
+    Ok((tcp, protocol, head))
 }
 
 /// Where an exec's channels go. `stdin`: `None` for no stdin stream.
@@ -86,12 +151,13 @@ pub struct ExecIo<I, O, E> {
 /// Runs an exec session as client-go's v4 protocol does: open error,
 /// stdin, stdout, stderr (not with a tty) and resize (with a tty, from v3)
 /// streams, copy, and read how it ended from the error stream.
-pub async fn exec<I, O, E>(
-    session: Session,
+pub async fn exec<C, I, O, E>(
+    session: C,
     protocol: &str,
     io: ExecIo<I, O, E>,
 ) -> io::Result<Outcome>
 where
+    C: Conn,
     I: AsyncRead + Unpin + Send + 'static,
     O: AsyncWrite + Unpin + Send + 'static,
     E: AsyncWrite + Unpin + Send + 'static,

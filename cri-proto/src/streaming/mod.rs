@@ -7,7 +7,8 @@
 //! the error stream carries is the negotiated subprotocol:
 //! `v4.channel.k8s.io` (exit codes as a `metav1.Status` JSON), down to
 //! `channel.k8s.io`; port forwarding is `portforward.k8s.io`, a data and an
-//! error stream per connection, paired by `requestID`. These are kubelet's
+//! error stream per connection, paired by `requestID`. Exec and attach also
+//! run over WebSocket ([`ws`], `v5.channel.k8s.io`). These are kubelet's
 //! protocols (`k8s.io/apimachinery/pkg/util/remotecommand`,
 //! `k8s.io/kubelet/pkg/cri/streaming`), as crictl, kubectl and the API
 //! server speak them.
@@ -15,6 +16,7 @@
 pub mod client;
 pub mod session;
 pub mod spdy;
+pub mod ws;
 
 /// Request/response header that carries the subprotocol.
 pub const PROTOCOL_HEADER: &str = "X-Stream-Protocol-Version";
@@ -55,6 +57,11 @@ pub fn negotiate<'a>(client: &[&str], server: &[&'a str]) -> Option<&'a str> {
         .find_map(|c| server.iter().find(|s| **s == c).copied())
 }
 
+/// v4 and v5 (WebSocket) report a `metav1.Status`; earlier ones text.
+fn status_is_json(protocol: &str) -> bool {
+    protocol == REMOTECOMMAND_V4 || protocol == ws::REMOTECOMMAND_V5
+}
+
 /// How a remote command ended, as the error stream reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -67,7 +74,7 @@ pub enum Outcome {
 /// The error stream's final message for `outcome` under `protocol`:
 /// `metav1.Status` JSON for v4, plain text before (nothing on success).
 pub fn status_message(protocol: &str, outcome: &Outcome) -> Vec<u8> {
-    if protocol != REMOTECOMMAND_V4 {
+    if !status_is_json(protocol) {
         return match outcome {
             Outcome::Exited(0) => Vec::new(),
             Outcome::Exited(code) => {
@@ -98,7 +105,7 @@ pub fn status_message(protocol: &str, outcome: &Outcome) -> Vec<u8> {
 
 /// What a client makes of the error stream (v4 JSON, or v1–v3 text).
 pub fn parse_status(protocol: &str, message: &[u8]) -> Outcome {
-    if protocol != REMOTECOMMAND_V4 {
+    if !status_is_json(protocol) {
         return if message.is_empty() {
             Outcome::Exited(0)
         } else {

@@ -8,6 +8,7 @@
 //! grows memory. spdystream has no per-stream flow control either.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +26,25 @@ pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 /// After our GOAWAY, how long the peer has to hang up.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
+/// A streaming connection, SPDY or WebSocket: streams are opened by type
+/// (`streamType` header), then closed together.
+pub trait Conn: Send + Sync {
+    /// A stream for `headers` (SPDY: a SYN_STREAM and its reply; WebSocket:
+    /// the channel of its `streamType`).
+    fn open(&self, headers: Headers) -> impl Future<Output = io::Result<Stream>> + Send;
+    /// Ends the connection once what is queued is written.
+    fn close(&self) -> impl Future<Output = ()> + Send;
+}
+
+impl Conn for Session {
+    fn open(&self, headers: Headers) -> impl Future<Output = io::Result<Stream>> + Send {
+        Session::open(self, headers)
+    }
+    fn close(&self) -> impl Future<Output = ()> + Send {
+        Session::close(self)
+    }
+}
+
 /// Which end of the connection we are: clients open odd streams, servers
 /// even ones, and servers answer every SYN_STREAM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,8 +53,10 @@ pub enum Role {
     Server,
 }
 
-enum Out {
+pub(super) enum Out {
     Frame(Frame),
+    /// A WebSocket pong (the SPDY writer never sees one).
+    Pong(Vec<u8>),
     /// GOAWAY, flush, shut the write half down.
     Close,
 }
@@ -67,15 +89,15 @@ pub struct Stream {
     pub id: u32,
     /// The headers of the SYN_STREAM that opened it.
     pub headers: Headers,
-    rx: mpsc::Receiver<Vec<u8>>,
+    pub(super) rx: mpsc::Receiver<Vec<u8>>,
     pub writer: StreamWriter,
 }
 
 /// The sending half of a stream; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct StreamWriter {
-    id: u32,
-    out: mpsc::Sender<Out>,
+    pub(super) id: u32,
+    pub(super) out: mpsc::Sender<Out>,
 }
 
 fn closed() -> io::Error {
@@ -246,6 +268,7 @@ async fn write_loop<W: AsyncWrite>(
         while let Some(m) = msg.take() {
             match m {
                 Out::Frame(f) => codec.encode(&f, &mut buf),
+                Out::Pong(_) => {}
                 Out::Close => {
                     let last_stream = lock(&state).last_peer_stream;
                     let goaway = Frame::GoAway {

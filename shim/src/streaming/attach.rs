@@ -7,38 +7,31 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cri_proto::streaming::Outcome;
-use cri_proto::streaming::session::{Session, StreamWriter};
+use cri_proto::streaming::session::{Conn, StreamWriter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-use super::remotecommand::{Channels, Streams, finish, wait_for_streams};
+use super::remotecommand::{Channels, Streams, finish};
 use crate::runtime::Runtime;
 
 /// The largest output frame the monitor sends (its reads are 16 KiB).
 const MAX_FRAME: usize = 1 << 20;
 
 /// Serves one attach session to its end (the container's exit, or the
-/// client leaving).
-pub async fn serve_attach(
-    mut session: Session,
+/// client leaving), on the streams the client opened.
+pub async fn serve_attach<C: Conn>(
+    conn: C,
+    mut streams: Streams,
     protocol: &'static str,
     rt: Arc<Runtime>,
     id: String,
     ch: Channels,
 ) {
-    let mut streams = match wait_for_streams(&mut session, protocol, ch).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(container_id = %id, error = %e, "attach: no session");
-            session.close().await;
-            return;
-        }
-    };
     let outcome = match rt.attach_target(&id) {
         Ok(socket) => run(&mut streams, &socket, ch).await,
         Err(e) => Outcome::Failed(e.to_string()),
     };
-    finish(session, protocol, &streams, &outcome).await;
+    finish(&conn, protocol, &streams, &outcome).await;
 }
 
 /// Connects to the monitor's socket (through /proc/self/fd of its folder:

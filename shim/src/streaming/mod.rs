@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use cri_proto::streaming::session::{Role, Session};
-use cri_proto::streaming::{self as proto, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS};
+use cri_proto::streaming::session::{Conn, Role, Session};
+use cri_proto::streaming::{self as proto, PORTFORWARD_V1, REMOTECOMMAND_PROTOCOLS, ws};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -56,6 +56,19 @@ enum Pending {
 }
 
 impl Pending {
+    /// An exec's or attach's channels (none for port-forward).
+    fn channels(&self) -> Channels {
+        match self {
+            Pending::Exec { channels, .. } | Pending::Attach { channels, .. } => *channels,
+            Pending::PortForward { .. } => Channels {
+                stdin: false,
+                stdout: false,
+                stderr: false,
+                tty: false,
+            },
+        }
+    }
+
     fn path(&self) -> &'static str {
         match self {
             Pending::Exec { .. } => "exec",
@@ -183,10 +196,13 @@ impl Streaming {
             );
         }
         let upgrade = header_values(&req, hyper::header::UPGRADE.as_str());
+        if upgrade.iter().any(|u| u.eq_ignore_ascii_case("websocket")) {
+            return websocket(req, pending, rt);
+        }
         if !upgrade.iter().any(|u| u.eq_ignore_ascii_case("spdy/3.1")) {
             return reply(
                 StatusCode::BAD_REQUEST,
-                "unable to upgrade: only SPDY/3.1 is served (Upgrade: SPDY/3.1)",
+                "unable to upgrade: SPDY/3.1 or websocket is served (the Upgrade header)",
             );
         }
         let supported: &[&'static str] = match pending {
@@ -196,12 +212,7 @@ impl Streaming {
         let offered = header_values(&req, proto::PROTOCOL_HEADER);
         let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
         let Some(protocol) = proto::negotiate(&offered, supported) else {
-            return reply(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {supported:?}"
-                ),
-            );
+            return unnegotiated(&offered, supported);
         };
         let on_upgrade = hyper::upgrade::on(&mut req);
         tokio::spawn(async move {
@@ -212,47 +223,138 @@ impl Streaming {
                     return;
                 }
             };
-            let session = Session::new(io, Role::Server);
-            match pending {
-                Pending::Exec {
-                    container_id,
-                    cmd,
-                    channels,
-                } => {
-                    remotecommand::serve_exec(session, protocol, rt, container_id, cmd, channels)
-                        .await
-                }
-                Pending::Attach {
-                    container_id,
-                    channels,
-                } => attach::serve_attach(session, protocol, rt, container_id, channels).await,
-                Pending::PortForward { sandbox_id } => {
-                    let netns = match rt.sandbox(&sandbox_id) {
-                        Ok(rec) => rec.netns,
-                        Err(e) => {
-                            tracing::debug!(error = %e, "port-forward: sandbox gone");
-                            session.close().await;
-                            return;
-                        }
-                    };
-                    portforward::serve(session, sandbox_id, netns).await
+            let mut session = Session::new(io, Role::Server);
+            if let Pending::PortForward { sandbox_id } = pending {
+                let netns = match rt.sandbox(&sandbox_id) {
+                    Ok(rec) => rec.netns,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "port-forward: sandbox gone");
+                        session.close().await;
+                        return;
+                    }
+                };
+                return portforward::serve(session, sandbox_id, netns).await;
+            }
+            let channels = pending.channels();
+            match remotecommand::wait_for_streams(&mut session, protocol, channels).await {
+                Ok(streams) => run(pending, session, streams, protocol, rt).await,
+                Err(e) => {
+                    tracing::debug!(error = %e, "streaming: no session");
+                    session.close().await;
                 }
             }
         });
-        let mut resp = Response::new(Full::new(Bytes::new()));
-        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-        let h = resp.headers_mut();
-        h.insert(
-            hyper::header::CONNECTION,
-            "Upgrade".parse().expect("static"),
-        );
-        h.insert(hyper::header::UPGRADE, "SPDY/3.1".parse().expect("static"));
-        h.insert(
-            proto::PROTOCOL_HEADER,
-            protocol.parse().expect("a known token"),
-        );
-        resp
+        switching(&[
+            (hyper::header::UPGRADE.as_str(), "SPDY/3.1"),
+            (proto::PROTOCOL_HEADER, protocol),
+        ])
     }
+}
+
+/// Runs an exec or attach session on its streams.
+async fn run<C: Conn>(
+    pending: Pending,
+    conn: C,
+    streams: remotecommand::Streams,
+    protocol: &'static str,
+    rt: Arc<Runtime>,
+) {
+    match pending {
+        Pending::Exec {
+            container_id,
+            cmd,
+            channels,
+        } => {
+            remotecommand::serve_exec(conn, streams, protocol, rt, container_id, cmd, channels)
+                .await
+        }
+        Pending::Attach {
+            container_id,
+            channels,
+        } => attach::serve_attach(conn, streams, protocol, rt, container_id, channels).await,
+        Pending::PortForward { .. } => conn.close().await,
+    }
+}
+
+/// The WebSocket upgrade (exec and attach, `v5.channel.k8s.io` and
+/// `v4.channel.k8s.io`, as client-go's WebSocket executor speaks them).
+fn websocket(
+    mut req: Request<Incoming>,
+    pending: Pending,
+    rt: Arc<Runtime>,
+) -> Response<Full<Bytes>> {
+    if matches!(pending, Pending::PortForward { .. }) {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            "port-forward is served over SPDY/3.1 only",
+        );
+    }
+    let key = header_values(&req, "Sec-WebSocket-Key");
+    let version = header_values(&req, "Sec-WebSocket-Version");
+    let (Some(key), true) = (key.first(), version.iter().any(|v| v.trim() == "13")) else {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            "websocket: Sec-WebSocket-Key and Sec-WebSocket-Version 13 are required",
+        );
+    };
+    let offered = header_values(&req, "Sec-WebSocket-Protocol");
+    let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+    let Some(protocol) = proto::negotiate(&offered, ws::WS_PROTOCOLS) else {
+        return unnegotiated(&offered, ws::WS_PROTOCOLS);
+    };
+    let accept = ws::accept_key(key);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let io = match on_upgrade.await {
+            Ok(u) => TokioIo::new(u),
+            Err(e) => {
+                tracing::debug!(error = %e, "streaming server: upgrade");
+                return;
+            }
+        };
+        let conn = ws::WsSession::new(io, Role::Server, protocol);
+        match remotecommand::ws_streams(&conn, pending.channels()).await {
+            Ok(streams) => run(pending, conn, streams, protocol, rt).await,
+            Err(e) => {
+                tracing::debug!(error = %e, "websocket: no channels");
+                conn.close().await;
+            }
+        }
+    });
+    switching(&[
+        (hyper::header::UPGRADE.as_str(), "websocket"),
+        ("Sec-WebSocket-Accept", accept.as_str()),
+        ("Sec-WebSocket-Protocol", protocol),
+    ])
+}
+
+/// A 101 with `Connection: Upgrade` and `headers`.
+fn switching(headers: &[(&str, &str)]) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::CONNECTION,
+        "Upgrade".parse().expect("static"),
+    );
+    for (n, v) in headers {
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(n.as_bytes()),
+            hyper::header::HeaderValue::from_str(v),
+        ) {
+            h.insert(n, v);
+        }
+    }
+    resp
+}
+
+fn unnegotiated(offered: &[&str], supported: &[&str]) -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::FORBIDDEN,
+        &format!(
+            "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server supports {supported:?}"
+        ),
+    )
 }
 
 /// kubelet's checks of an Exec or Attach request's channels.

@@ -7,7 +7,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cri_proto::streaming::session::{Session, Stream, StreamWriter};
+use cri_proto::streaming::session::{Conn, Session, Stream, StreamWriter};
+use cri_proto::streaming::ws::WsSession;
 use cri_proto::streaming::{
     self as proto, Outcome, REMOTECOMMAND_V1, REMOTECOMMAND_V2, STREAM_ERROR, STREAM_RESIZE,
     STREAM_STDERR, STREAM_STDIN, STREAM_STDOUT,
@@ -106,30 +107,57 @@ pub(super) async fn wait_for_streams(
     Ok(s)
 }
 
-/// Serves one exec session to its end.
-pub async fn serve_exec(
-    mut session: Session,
+/// Serves one exec session to its end, on the streams the client opened.
+pub async fn serve_exec<C: Conn>(
+    conn: C,
+    mut streams: Streams,
     protocol: &'static str,
     rt: Arc<Runtime>,
     id: String,
     cmd: Vec<String>,
     ch: Channels,
 ) {
-    let mut streams = match wait_for_streams(&mut session, protocol, ch).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(container_id = %id, error = %e, "exec: no session");
-            session.close().await;
-            return;
-        }
-    };
     let outcome = run(&mut streams, &rt, &id, &cmd, ch).await;
-    finish(session, protocol, &streams, &outcome).await;
+    finish(&conn, protocol, &streams, &outcome).await;
+}
+
+/// The WebSocket channels `ch` calls for (they exist once the connection
+/// does; nothing to wait for).
+pub(super) async fn ws_streams(conn: &WsSession, ch: Channels) -> std::io::Result<Streams> {
+    let open = |t: &str| conn.open(vec![(proto::STREAM_TYPE.to_string(), t.to_string())]);
+    Ok(Streams {
+        error: Some(open(STREAM_ERROR).await?),
+        stdin: if ch.stdin {
+            Some(open(STREAM_STDIN).await?)
+        } else {
+            None
+        },
+        stdout: if ch.stdout {
+            Some(open(STREAM_STDOUT).await?)
+        } else {
+            None
+        },
+        stderr: if ch.stderr && !ch.tty {
+            Some(open(STREAM_STDERR).await?)
+        } else {
+            None
+        },
+        resize: if ch.tty {
+            Some(open(STREAM_RESIZE).await?)
+        } else {
+            None
+        },
+    })
 }
 
 /// Reports `outcome` on the error stream, half-closes every stream and
 /// ends the connection (the client waits for all three).
-pub(super) async fn finish(session: Session, protocol: &str, streams: &Streams, outcome: &Outcome) {
+pub(super) async fn finish<C: Conn>(
+    conn: &C,
+    protocol: &str,
+    streams: &Streams,
+    outcome: &Outcome,
+) {
     if let Some(err) = &streams.error {
         let msg = proto::status_message(protocol, outcome);
         if !msg.is_empty() {
@@ -139,7 +167,7 @@ pub(super) async fn finish(session: Session, protocol: &str, streams: &Streams, 
     for w in streams.writers() {
         let _ = w.close().await;
     }
-    session.close().await;
+    conn.close().await;
 }
 
 async fn run(
