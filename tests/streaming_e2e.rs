@@ -144,6 +144,38 @@ async fn attach_url(c: &mut Client, id: &str, tty: bool) -> String {
     .url
 }
 
+/// Sends a recorded upgrade request (its token replaced by `url`'s), reads
+/// the response head, sends the recorded bytes after it, and returns the
+/// head and all the server sent until it closed.
+async fn replay(url: &str, http: &[u8], body: &'static [u8]) -> (String, Vec<u8>) {
+    let (addr, path) = url
+        .strip_prefix("http://")
+        .and_then(|r| r.split_once('/'))
+        .expect("http URL");
+    let kind = path.split('/').next().unwrap_or("");
+    let request =
+        String::from_utf8_lossy(http).replace(&format!("/{kind}/TOKEN"), &format!("/{path}"));
+    let addr = addr.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        s.write_all(request.as_bytes()).expect("request");
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).expect("response head");
+            head.push(b[0]);
+        }
+        s.write_all(body).expect("recorded bytes");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        (String::from_utf8_lossy(&head).into_owned(), rest)
+    })
+    .await
+    .expect("replay")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn crictl_exec_bytes_are_served() {
     require_root!();
@@ -157,33 +189,7 @@ async fn crictl_exec_bytes_are_served() {
         false,
     )
     .await;
-    let (addr, path) = url
-        .strip_prefix("http://")
-        .and_then(|r| r.split_once('/'))
-        .expect("http URL");
-    let request =
-        String::from_utf8_lossy(CRICTL_EXEC_HTTP).replace("/exec/TOKEN", &format!("/{path}"));
-    let replay = tokio::task::spawn_blocking({
-        let addr = addr.to_string();
-        move || {
-            let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-            s.set_read_timeout(Some(Duration::from_secs(20)))
-                .expect("timeout");
-            s.write_all(request.as_bytes()).expect("request");
-            // The response head, then crictl's frames.
-            let mut head = Vec::new();
-            let mut b = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                s.read_exact(&mut b).expect("response head");
-                head.push(b[0]);
-            }
-            s.write_all(CRICTL_EXEC_SPDY).expect("frames");
-            let mut rest = Vec::new();
-            let _ = s.read_to_end(&mut rest);
-            (String::from_utf8_lossy(&head).into_owned(), rest)
-        }
-    });
-    let (head, wire) = replay.await.expect("replay");
+    let (head, wire) = replay(&url, CRICTL_EXEC_HTTP, CRICTL_EXEC_SPDY).await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     assert!(head.contains("v4.channel.k8s.io"), "{head}");
     let mut codec = Codec::new();
@@ -234,34 +240,10 @@ async fn client_go_websocket_exec_bytes_are_served() {
         false,
     )
     .await;
-    let (addr, path) = url
-        .strip_prefix("http://")
-        .and_then(|r| r.split_once('/'))
-        .expect("http URL");
-    let request =
-        String::from_utf8_lossy(CLIENT_GO_WS_HTTP).replace("/exec/TOKEN", &format!("/{path}"));
-    let addr = addr.to_string();
-    let (head, wire) = tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("timeout");
-        s.write_all(request.as_bytes()).expect("request");
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut b).expect("response head");
-            head.push(b[0]);
-        }
-        // Its data and stdin's half-close; its close frame (the last 8
-        // bytes) came after the session was over.
-        s.write_all(&CLIENT_GO_WS_FRAMES[..CLIENT_GO_WS_FRAMES.len() - 8])
-            .expect("frames");
-        let mut rest = Vec::new();
-        let _ = s.read_to_end(&mut rest);
-        (String::from_utf8_lossy(&head).into_owned(), rest)
-    })
-    .await
-    .expect("replay");
+    // Its data and stdin's half-close; its close frame (the last 8 bytes)
+    // came after the session was over.
+    let frames = &CLIENT_GO_WS_FRAMES[..CLIENT_GO_WS_FRAMES.len() - 8];
+    let (head, wire) = replay(&url, CLIENT_GO_WS_HTTP, frames).await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     // The accept key for the recorded Sec-WebSocket-Key.
     assert!(
