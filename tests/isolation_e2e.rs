@@ -320,3 +320,75 @@ async fn pid_namespace_modes_pod_and_target_share_processes() {
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
+
+/// `cmd` as uid/gid 65534 (nobody): its status and stderr.
+fn as_nobody(cmd: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(cmd)
+        .output()
+        .expect("setpriv (util-linux)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_local_user_cannot_read_or_write_picolets_state() {
+    require_root!();
+    use std::os::unix::fs::PermissionsExt;
+    let (mut shim, mut c) = ready_shim().await;
+    // As on a device: the data root and run dir under world-traversable
+    // folders (/var/lib, /run), and a shim dir an older picolet made 0755,
+    // which the next start must fix.
+    let open = |p: &std::path::Path| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod")
+    };
+    let (root, run) = (shim.root(), shim.dir.path().join("run"));
+    for p in [shim.dir.path(), &root, &run, &root.join("shim")] {
+        open(p);
+    }
+    shim.kill9();
+    shim.spawn();
+    let mut c2 = cri::client(&shim.socket()).await;
+    drop(std::mem::replace(&mut c, c2.clone()));
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&root.join("shim")), 0o700, "fixed at start");
+
+    let (pod, pod_id) = new_pod(&shim, &mut c2, "private").await;
+    let mut cfg = cri::container("app", "busybox", &["sleep", "600"]);
+    cfg.envs = vec![cri_proto::v1::KeyValue {
+        key: "SECRET".into(),
+        value: "hunter2".into(),
+    }];
+    let id = cri::create(&mut c2, &pod_id, &pod, cfg).await;
+    cri::start(&mut c2, &id).await;
+    let config = root
+        .join("shim/containers")
+        .join(&id)
+        .join("bundle/config.json");
+    let rootfs = run.join("containers").join(&id).join("rootfs");
+    // The paths are right: root reads the secret and the container's /tmp.
+    let text = std::fs::read_to_string(&config).expect("config.json");
+    assert!(text.contains("SECRET=hunter2"));
+    assert!(rootfs.join("tmp").is_dir(), "{}", rootfs.display());
+    for cmd in [
+        vec!["cat".to_string(), config.display().to_string()],
+        vec!["ls".into(), rootfs.display().to_string()],
+        vec!["touch".into(), rootfs.join("tmp/x").display().to_string()],
+        vec!["ls".into(), root.join("shim/images").display().to_string()],
+    ] {
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let (ok, err) = as_nobody(&args);
+        assert!(
+            !ok && err.contains("Permission denied"),
+            "{cmd:?} as nobody: {err}"
+        );
+    }
+    for d in ["containers", "sandboxes", "libcontainer"] {
+        assert_eq!(mode(&run.join(d)), 0o700, "{d}");
+    }
+    cri::teardown(&mut c2, &pod_id).await;
+}

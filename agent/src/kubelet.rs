@@ -47,6 +47,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     .await
     .map_err(|e| Error::Owner(format!("claim the data dir: {e}")))?
     .map_err(Error::Owner)?;
+    // Pod dirs (volumes, etc-hosts) are root's alone, fixed at every start.
+    let pods_root = config.data_dir.join("agent");
+    edge_config::private_dir(&pods_root).map_err(|source| Error::Io {
+        what: format!("make {} private", pods_root.display()),
+        source,
+    })?;
     // The runtime may still be starting (`picolet up`, boot): wait for it.
     let socket = config.cri_socket.clone();
     let metrics = Arc::new(metrics::AgentMetrics::default());

@@ -30,6 +30,18 @@ pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
 pub const DEFAULT_CNI_BIN_DIR: &str = "/opt/cni/bin,/usr/lib/cni";
 
 /// A comma-separated folder list (`--cni-bin-dir`); empty entries are dropped.
+/// Creates `dir` (and its parents) and makes it root's alone (0700), also
+/// when it already existed with a wider mode: what picolet keeps there —
+/// bundles with the pods' environment, container upper dirs and rootfs
+/// mounts, volumes — is no other local user's to read or write (issue 21).
+/// Containers do not need to traverse it: their rootfs, volumes and
+/// sockets reach them through mounts made by root.
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 pub fn split_dirs(list: &str) -> Vec<PathBuf> {
     list.split(',')
         .map(str::trim)

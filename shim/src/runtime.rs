@@ -61,11 +61,19 @@ impl Runtime {
         for d in [
             paths.shim_dir().join("sandboxes"),
             paths.shim_dir().join("containers"),
+        ] {
+            std::fs::create_dir_all(&d).map_err(Error::io("create", &d))?;
+        }
+        // Private to root, and fixed at every start: records, bundles
+        // (the pods' environment), the image store and upper dirs; in the
+        // run dir, rootfs mounts, the pods' /dev/shm, attach sockets.
+        for d in [
+            paths.shim_dir(),
             paths.run_dir.join("sandboxes"),
             paths.run_dir.join("containers"),
             paths.run_dir.join("libcontainer"),
         ] {
-            std::fs::create_dir_all(&d).map_err(Error::io("create", &d))?;
+            edge_config::private_dir(&d).map_err(Error::io("make private", &d))?;
         }
         let (events, _) = broadcast::channel(1024);
         let cni = crate::cni::Cni::new(paths.cni_conf_dir.clone(), paths.cni_bin_dirs.clone());
