@@ -120,3 +120,15 @@ pub fn recv_fd(sock: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Option<std:
     }
     Ok(got)
 }
+
+/// `path` reached through /proc/self/fd of its folder, for a unix socket
+/// whose path is longer than the 107 bytes a socket address holds; the
+/// folder stays open as long as the returned file lives.
+pub fn via_dir_fd(path: &std::path::Path) -> std::io::Result<(std::fs::File, std::path::PathBuf)> {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::File::open(path.parent().unwrap_or(std::path::Path::new("/")))?;
+    let via = std::path::Path::new("/proc/self/fd")
+        .join(dir.as_raw_fd().to_string())
+        .join(path.file_name().unwrap_or_default());
+    Ok((dir, via))
+}

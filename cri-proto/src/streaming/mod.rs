@@ -150,21 +150,35 @@ impl TermSize {
     }
 }
 
-/// Splits the resize stream into sizes: JSON objects one after another,
-/// as Go's json.Encoder writes them. Returns the sizes and how many bytes
-/// were used (a cut object stays for the next read).
-pub fn parse_resizes(buf: &[u8]) -> (Vec<TermSize>, usize) {
-    let mut sizes = Vec::new();
-    let mut it = serde_json::Deserializer::from_slice(buf).into_iter::<serde_json::Value>();
-    let mut used = 0;
-    while let Some(Ok(v)) = it.next() {
-        used = it.byte_offset();
-        let dim = |k: &str| v[k].as_u64().and_then(|n| u16::try_from(n).ok());
-        if let (Some(width), Some(height)) = (dim("Width"), dim("Height")) {
-            sizes.push(TermSize { width, height });
+/// Reads the resize stream: JSON objects one after another, as Go's
+/// json.Encoder writes them; a cut object waits for the rest, and at most
+/// 4 KiB waits (what is not sizes is dropped rather than kept).
+#[derive(Debug, Default)]
+pub struct Resizes {
+    buf: Vec<u8>,
+}
+
+impl Resizes {
+    /// The sizes completed by `chunk`.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<TermSize> {
+        self.buf.extend_from_slice(chunk);
+        let mut sizes = Vec::new();
+        let mut it =
+            serde_json::Deserializer::from_slice(&self.buf).into_iter::<serde_json::Value>();
+        let mut used = 0;
+        while let Some(Ok(v)) = it.next() {
+            used = it.byte_offset();
+            let dim = |k: &str| v[k].as_u64().and_then(|n| u16::try_from(n).ok());
+            if let (Some(width), Some(height)) = (dim("Width"), dim("Height")) {
+                sizes.push(TermSize { width, height });
+            }
         }
+        self.buf.drain(..used);
+        if self.buf.len() > 4096 {
+            self.buf.clear();
+        }
+        sizes
     }
-    (sizes, used)
 }
 
 #[cfg(test)]
@@ -213,8 +227,8 @@ mod tests {
 
     #[test]
     fn resizes_are_split_and_a_cut_object_waits() {
-        let (s, used) =
-            parse_resizes(b"{\"Width\":80,\"Height\":24}\n{\"Width\":100,\"Height\":40}\n{\"Wid");
+        let mut r = Resizes::default();
+        let s = r.push(b"{\"Width\":80,\"Height\":24}\n{\"Width\":100,\"Height\":40}\n{\"Wid");
         assert_eq!(
             s,
             vec![
@@ -228,6 +242,16 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(used, 50);
+        // The cut object completes with the next chunk.
+        assert_eq!(
+            r.push(b"th\":1,\"Height\":2}"),
+            vec![TermSize {
+                width: 1,
+                height: 2
+            }]
+        );
+        // Garbage is dropped past 4 KiB, not kept.
+        assert!(r.push(&[b'{'; 5000]).is_empty());
+        assert!(r.buf.is_empty());
     }
 }

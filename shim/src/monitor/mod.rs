@@ -231,16 +231,11 @@ pub fn run(args: MonitorArgs) -> i32 {
 }
 
 /// Binds the attach socket at `path` (a stale one from a dead monitor of
-/// the same container is replaced). A path past the 107 bytes a socket
-/// address holds is reached through /proc/self/fd of its folder.
+/// the same container is replaced), through `host::via_dir_fd`.
 fn bind_attach(path: &Path) -> Result<std::os::unix::net::UnixListener, String> {
     let _ = std::fs::remove_file(path);
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let name = path.file_name().unwrap_or_default();
-    let dir_fd = File::open(dir).map_err(|e| format!("open {}: {e}", dir.display()))?;
-    let via = Path::new("/proc/self/fd")
-        .join(dir_fd.as_raw_fd().to_string())
-        .join(name);
+    let (_dir, via) = crate::host::via_dir_fd(path)
+        .map_err(|e| format!("open the folder of {}: {e}", path.display()))?;
     // Only root may connect (it writes to the container's stdin and reads
     // its output): the socket is made 0600, never briefly wider. The
     // monitor is single-threaded, so the umask change is ours alone.

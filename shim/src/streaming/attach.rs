@@ -2,7 +2,6 @@
 //! (kubelet's remotecommand), joined to the container's monitor through
 //! its attach socket (`monitor::attach` describes the socket's framing).
 
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,13 +33,10 @@ pub async fn serve_attach<C: Conn>(
     finish(&conn, protocol, &streams, &outcome).await;
 }
 
-/// Connects to the monitor's socket (through /proc/self/fd of its folder:
-/// a socket path may not be longer than 107 bytes).
+/// Connects to the monitor's socket (its path may be longer than a socket
+/// address holds: `host::via_dir_fd`).
 fn connect(socket: &Path) -> std::io::Result<UnixStream> {
-    let dir = std::fs::File::open(socket.parent().unwrap_or(Path::new("/")))?;
-    let via = Path::new("/proc/self/fd")
-        .join(dir.as_raw_fd().to_string())
-        .join(socket.file_name().unwrap_or_default());
+    let (_dir, via) = crate::host::via_dir_fd(socket)?;
     let s = std::os::unix::net::UnixStream::connect(via)?;
     s.set_nonblocking(true)?;
     UnixStream::from_std(s)
@@ -76,20 +72,14 @@ async fn run(streams: &mut Streams, socket: &Path, ch: Channels) -> Outcome {
                 if conn.write_all(&[2]).await.is_err() {
                     return;
                 }
-                let mut buf = Vec::new();
+                let mut resizes = cri_proto::streaming::Resizes::default();
                 while let Some(chunk) = s.read().await {
-                    buf.extend_from_slice(&chunk);
-                    let (sizes, used) = cri_proto::streaming::parse_resizes(&buf);
-                    buf.drain(..used);
-                    for z in sizes {
+                    for z in resizes.push(&chunk) {
                         let mut rec = z.width.to_be_bytes().to_vec();
                         rec.extend_from_slice(&z.height.to_be_bytes());
                         if conn.write_all(&rec).await.is_err() {
                             return;
                         }
-                    }
-                    if buf.len() > 4096 {
-                        buf.clear();
                     }
                 }
             })),

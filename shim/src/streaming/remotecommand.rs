@@ -282,18 +282,12 @@ async fn run_tty(streams: &mut Streams, mut c: tokio::process::Command) -> Outco
     if let Some(mut s) = streams.resize.take() {
         let m = master.clone();
         tasks.push(tokio::spawn(async move {
-            let mut buf = Vec::new();
+            let mut resizes = proto::Resizes::default();
             while let Some(chunk) = s.read().await {
-                buf.extend_from_slice(&chunk);
-                let (sizes, used) = proto::parse_resizes(&buf);
-                buf.drain(..used);
-                for size in sizes {
+                for size in resizes.push(&chunk) {
                     if let Err(e) = m.resize(size) {
                         tracing::debug!(error = %e, "exec: resize");
                     }
-                }
-                if buf.len() > 4096 {
-                    buf.clear(); // not JSON sizes: drop rather than grow
                 }
             }
         }));
