@@ -293,13 +293,13 @@ async fn exec_carries_stdin_stdout_stderr_and_the_exit_code() {
     assert_eq!(String::from_utf8_lossy(&err), "to-err\n");
 
     // A URL is good once; a second use is refused before any upgrade.
-    let again = reqwest_like_post(&url).await;
+    let again = post_upgrade(&url).await;
     assert!(again.starts_with("HTTP/1.1 404"), "{again}");
     cri::teardown(&mut c, &pod_id).await;
 }
 
 /// POSTs an upgrade to `url` and returns the response head.
-async fn reqwest_like_post(url: &str) -> String {
+async fn post_upgrade(url: &str) -> String {
     let (addr, path) = url
         .strip_prefix("http://")
         .and_then(|r| r.split_once('/'))
@@ -359,8 +359,24 @@ async fn port_forward_carries_bytes_both_ways_on_two_connections_at_once() {
         .await
         .expect("upgrade");
     let session = std::sync::Arc::new(session);
-    // nc listens a moment after the container starts.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // nc listens a moment after the container starts: until a forwarded
+    // connection is taken (nc -e cat ends it at our EOF), retry.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ours, theirs) = tokio::io::duplex(1024);
+        drop(ours);
+        let msg = client::forward(&session, 99, 9000, theirs)
+            .await
+            .expect("forward");
+        if msg.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nc never listened: {msg}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut runs = Vec::new();
     for n in 0..2u8 {
         let session = session.clone();
