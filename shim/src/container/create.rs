@@ -445,6 +445,15 @@ mod tests {
             .spawn()
             .expect("sh");
         let pid = i32::try_from(child.id()).expect("pid");
+        // spawn returns once the child's exec released the parent (vfork),
+        // before the kernel set the new arguments: /proc/<pid>/cmdline may
+        // read empty for a moment (CI hit it once). Wait for it, 2 s at most.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(creators_of(&id), vec![pid]);
         assert!(
             creators_of(&format!("{id}x")).is_empty(),
