@@ -35,20 +35,31 @@ pub fn picolet() -> &'static str {
 }
 
 /// The project's test images, built once per test binary.
+///
+/// Their folder is removed when the test binary exits (statics are never
+/// dropped, so a plain `TempDir` here left one folder in /tmp per run).
+#[allow(unsafe_code)]
 pub fn test_images() -> &'static xtask::TestImages {
-    static IMAGES: OnceLock<(tempfile::TempDir, xtask::TestImages)> = OnceLock::new();
-    &IMAGES
-        .get_or_init(|| {
-            let dir = tempfile::Builder::new()
-                .prefix("picolet-images-")
-                .tempdir()
-                .expect("tempdir");
-            let busybox = std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into());
-            let t = xtask::build_test_images(Path::new(&busybox), dir.path())
-                .expect("build test images (needs busybox-static)");
-            (dir, t)
-        })
-        .1
+    static DIR: std::sync::Mutex<Option<tempfile::TempDir>> = std::sync::Mutex::new(None);
+    static IMAGES: OnceLock<xtask::TestImages> = OnceLock::new();
+    extern "C" fn remove_dir() {
+        if let Ok(mut dir) = DIR.lock() {
+            drop(dir.take());
+        }
+    }
+    IMAGES.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("picolet-images-")
+            .tempdir()
+            .expect("tempdir");
+        let busybox = std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into());
+        let t = xtask::build_test_images(Path::new(&busybox), dir.path())
+            .expect("build test images (needs busybox-static)");
+        *DIR.lock().expect("images dir lock") = Some(dir);
+        // SAFETY: registers a plain function that takes no arguments.
+        unsafe { libc::atexit(remove_dir) };
+        t
+    })
 }
 
 /// A running `picolet shim` on private paths; killed (by PID) and cleaned up on drop.
