@@ -363,6 +363,29 @@ async fn pods_reach_each_other(net: Net) {
     assert_eq!(st.exit_code, 0, "masquerade: {log}");
     assert!(log.contains("hello-from-lan"), "{log}");
 
+    // The client's containers have all exited: its interfaces and counters
+    // are still reported (read in the pod's namespace, as containerd does),
+    // with a default interface, which the kubelet dereferences.
+    let stats = c
+        .pod_sandbox_stats(cri_proto::v1::PodSandboxStatsRequest {
+            pod_sandbox_id: client_id.clone(),
+        })
+        .await
+        .expect("PodSandboxStats")
+        .into_inner()
+        .stats
+        .and_then(|s| s.linux)
+        .expect("linux stats");
+    let eth0 = stats
+        .network
+        .and_then(|n| n.default_interface)
+        .expect("network usage with a default interface");
+    assert_eq!(eth0.name, "eth0");
+    assert!(
+        eth0.rx_bytes.map_or(0, |v| v.value) > 0,
+        "the client received pages: {eth0:?}"
+    );
+
     let ids = vec![web_id.clone(), client_id.clone()];
     // The leak check sees each kind of thing a running pod holds, so its
     // empty answer below means something.

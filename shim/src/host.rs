@@ -132,3 +132,27 @@ pub fn via_dir_fd(path: &std::path::Path) -> std::io::Result<(std::fs::File, std
         .join(path.file_name().unwrap_or_default());
     Ok((dir, via))
 }
+
+/// Runs `work` on a new thread that joined the network namespace at
+/// `netns` and returns its result. setns of a network namespace changes
+/// only the calling thread, and that thread ends with `work`: nothing
+/// else ever runs in the pod's namespace by mistake.
+pub fn in_netns<T: Send>(
+    netns: &std::path::Path,
+    work: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
+    use std::os::fd::AsFd;
+    let ns = std::fs::File::open(netns).map_err(|e| format!("open {}: {e}", netns.display()))?;
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("netns".into())
+            .spawn_scoped(s, || {
+                nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| format!("join {}: {e}", netns.display()))?;
+                work()
+            })
+            .map_err(|e| format!("spawn a thread for {}: {e}", netns.display()))?
+            .join()
+            .map_err(|_| format!("the thread in {} panicked", netns.display()))?
+    })
+}

@@ -70,14 +70,37 @@ fn cpu_memory(
     )
 }
 
-/// The pod's network counters, seen through one of its processes (the
-/// host's for host-network pods).
-pub(crate) fn pod_network(sb: &SandboxRecord, running: &[&ContainerRecord]) -> Vec<NetIf> {
-    match (&sb.netns, running.iter().find_map(|c| c.init_pid)) {
-        (None, _) => procfs::net_dev(1),
-        (Some(_), Some(pid)) => procfs::net_dev(u32::try_from(pid).unwrap_or(0)),
-        (Some(_), None) => Vec::new(),
+/// The pod's network counters (the host's for host-network pods), read
+/// in the pod's namespace itself, as containerd reads them: a pod whose
+/// containers have all exited still has its interfaces.
+pub(crate) fn pod_network(sb: &SandboxRecord) -> Vec<NetIf> {
+    let Some(netns) = &sb.netns else {
+        return procfs::net_dev(1);
+    };
+    let text = crate::host::in_netns(netns, || {
+        // /proc/thread-self/net is this thread's namespace, not the process's.
+        std::fs::read_to_string("/proc/thread-self/net/dev").map_err(|e| e.to_string())
+    });
+    match text {
+        Ok(t) => procfs::parse_net_dev(&t),
+        Err(e) => {
+            tracing::debug!(sandbox = %sb.id, error = %e, "pod network counters");
+            Vec::new()
+        }
     }
+}
+
+/// CRI network usage of these interfaces: eth0 (else the first) as the
+/// default; none without interfaces. Never a usage without a default
+/// interface: the kubelet (1.26, with PodAndContainerStatsFromCRI)
+/// dereferences it and crashes.
+fn network_usage(ifs: &[NetIf], now: i64) -> Option<NetworkUsage> {
+    let default = ifs.iter().find(|n| n.name == "eth0").or(ifs.first())?;
+    Some(NetworkUsage {
+        timestamp: now,
+        default_interface: Some(interface(default)),
+        interfaces: ifs.iter().map(interface).collect(),
+    })
 }
 
 fn interface(n: &NetIf) -> NetworkInterfaceUsage {
@@ -207,16 +230,7 @@ impl Runtime {
             cpu_memory(&format!("sandbox/{}", sb.id), &parent, now, last)
         };
         let running = self.running_in(containers, &sb.id);
-        let ifs = pod_network(sb, &running);
-        let network = Some(NetworkUsage {
-            timestamp: now,
-            default_interface: ifs
-                .iter()
-                .find(|n| n.name == "eth0")
-                .or(ifs.first())
-                .map(interface),
-            interfaces: ifs.iter().map(interface).collect(),
-        });
+        let network = network_usage(&pod_network(sb), now);
         // Without a pod cgroup: each container's count.
         let process_count = pod_pids.unwrap_or_else(|| {
             running
@@ -270,5 +284,33 @@ impl Runtime {
             })
             .map(|s| self.sandbox_stats_of(s, &containers, &mut last))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nic(name: &str, rx: u64) -> NetIf {
+        NetIf {
+            name: name.into(),
+            rx_bytes: rx,
+            ..NetIf::default()
+        }
+    }
+
+    #[test]
+    fn network_usage_always_has_a_default_interface_or_is_absent() {
+        // A pod with loopback only (parse_net_dev leaves lo out).
+        assert_eq!(network_usage(&[], 1), None);
+        let u = network_usage(&[nic("net1", 5), nic("eth0", 7)], 1).expect("usage");
+        let d = u.default_interface.expect("default interface");
+        assert_eq!(
+            (d.name.as_str(), d.rx_bytes),
+            ("eth0", Some(UInt64Value { value: 7 }))
+        );
+        assert_eq!(u.interfaces.len(), 2);
+        let u = network_usage(&[nic("net1", 5)], 1).expect("usage");
+        assert_eq!(u.default_interface.map(|d| d.name), Some("net1".into()));
     }
 }

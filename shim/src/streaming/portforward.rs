@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +14,6 @@ use cri_proto::streaming::session::{Session, Stream};
 use cri_proto::streaming::{
     PORT_HEADER, REQUEST_ID_HEADER, STREAM_DATA, STREAM_ERROR, STREAM_TYPE,
 };
-use nix::sched::{CloneFlags, setns};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -125,15 +123,7 @@ async fn forward(error: Stream, mut data: Stream, sandbox: String, netns: Option
 /// per thread), makes the socket there, and hands it back; the socket
 /// stays in the namespace it was made in.
 async fn connect(netns: Option<PathBuf>, port: u16) -> Result<TcpStream, String> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    // Its own thread, not spawn_blocking: pool threads are reused, and one
-    // that joined a pod's netns must never serve anything else.
-    let work = move || {
-        if let Some(ns) = &netns {
-            let f = std::fs::File::open(ns).map_err(|e| format!("open {}: {e}", ns.display()))?;
-            setns(f.as_fd(), CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("join {}: {e}", ns.display()))?;
-        }
+    let dial = move || {
         let mut errors = Vec::new();
         for ip in [
             SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
@@ -146,15 +136,12 @@ async fn connect(netns: Option<PathBuf>, port: u16) -> Result<TcpStream, String>
         }
         Err(errors.join("; "))
     };
-    std::thread::Builder::new()
-        .name("portforward".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .map_err(|e| format!("spawn the connect thread: {e}"))?;
-    let std_stream = rx
-        .await
-        .map_err(|_| "the connect thread died".to_string())??;
+    let std_stream = tokio::task::spawn_blocking(move || match &netns {
+        Some(ns) => crate::host::in_netns(ns, dial),
+        None => dial(),
+    })
+    .await
+    .map_err(|_| "the connect task died".to_string())??;
     std_stream
         .set_nonblocking(true)
         .map_err(|e| format!("set non-blocking: {e}"))?;

@@ -296,16 +296,9 @@ fn in_netns<T: Send>(
     netns: &Path,
     work: impl FnOnce(&mut Netlink) -> std::io::Result<T> + Send,
 ) -> Result<T, String> {
-    let ns = fs::File::open(netns).map_err(|e| format!("open netns {}: {e}", netns.display()))?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("join netns {}: {e}", netns.display()))?;
-            let mut nl = Netlink::open().map_err(|e| format!("netlink in the pod: {e}"))?;
-            work(&mut nl).map_err(|e| format!("in netns {}: {e}", netns.display()))
-        })
-        .join()
-        .map_err(|_| "netns thread panicked".to_string())?
+    crate::host::in_netns(netns, || {
+        let mut nl = Netlink::open().map_err(|e| format!("netlink in the pod: {e}"))?;
+        work(&mut nl).map_err(|e| format!("in netns {}: {e}", netns.display()))
     })
 }
 
