@@ -61,6 +61,23 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     let image = st.image.as_ref().map(|i| i.image.as_str()).unwrap_or("");
     assert!(image.contains("busybox:"), "status image {image:?}");
     assert!(st.image_ref.contains("sha256:"), "{}", st.image_ref);
+    // ListContainers as containerd's: `image` is the spec the client gave,
+    // `image_ref` the image's ID. The kubelet's image GC counts an image as
+    // in use when some container's image_ref is its ID; a digest there made
+    // it try to remove every image in use.
+    let listed = c
+        .list_containers(ListContainersRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .containers;
+    let listed = listed.iter().find(|x| x.id == id).expect("listed");
+    assert!(st.image_id.starts_with("sha256:"), "{}", st.image_id);
+    assert_eq!(listed.image_ref, st.image_id);
+    assert_eq!(
+        listed.image.as_ref().map(|i| i.image.as_str()),
+        Some("busybox")
+    );
     let log = std::fs::read_to_string(&st.log_path).expect("log file");
     let lines: Vec<&str> = log.lines().collect();
     assert!(

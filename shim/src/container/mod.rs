@@ -158,11 +158,11 @@ impl Runtime {
                 id: c.id.clone(),
                 pod_sandbox_id: c.sandbox_id.clone(),
                 metadata: c.config.metadata.clone(),
-                image: Some(ImageSpec {
-                    image: c.image_id.clone(),
-                    ..Default::default()
-                }),
-                image_ref: c.image_ref.clone(),
+                // As containerd's: the image spec the client gave, and the
+                // image's ID as `image_ref` (the kubelet's image GC counts
+                // an image as in use by that ID).
+                image: c.config.image.clone(),
+                image_ref: c.image_id.clone(),
                 state: st as i32,
                 created_at: c.created_at,
                 labels: c.config.labels.clone(),
