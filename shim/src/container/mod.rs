@@ -154,24 +154,28 @@ impl Runtime {
             .filter(|c| c.matches(&f.id, &f.pod_sandbox_id, &f.label_selector))
             .map(|c| (c, self.state_of(c).0))
             .filter(|(_, st)| f.state.as_ref().is_none_or(|s| s.state == *st as i32))
-            .map(|(c, st)| Container {
-                id: c.id.clone(),
-                pod_sandbox_id: c.sandbox_id.clone(),
-                metadata: c.config.metadata.clone(),
-                // As containerd's: the image spec the client gave, and the
-                // image's ID as `image_ref` (the kubelet's image GC counts
-                // an image as in use by that ID).
-                image: c.config.image.clone(),
-                image_ref: c.image_id.clone(),
-                state: st as i32,
-                created_at: c.created_at,
-                labels: c.config.labels.clone(),
-                annotations: c.config.annotations.clone(),
-                image_id: c.image_id.clone(),
-            })
+            .map(|(c, st)| listed(c, st))
             .collect();
         out.sort_by_key(|c| c.created_at);
         out
+    }
+}
+
+/// A container as ListContainers shows it, as containerd's: the image spec
+/// the client gave, and the image's ID as `image_ref` (the kubelet's image
+/// GC counts an image as in use by that ID).
+fn listed(c: &ContainerRecord, st: ContainerState) -> Container {
+    Container {
+        id: c.id.clone(),
+        pod_sandbox_id: c.sandbox_id.clone(),
+        metadata: c.config.metadata.clone(),
+        image: c.config.image.clone(),
+        image_ref: c.image_id.clone(),
+        state: st as i32,
+        created_at: c.created_at,
+        labels: c.config.labels.clone(),
+        annotations: c.config.annotations.clone(),
+        image_id: c.image_id.clone(),
     }
 }
 
@@ -200,6 +204,10 @@ pub fn parse_signal(s: &str) -> Option<Signal> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use cri_proto::v1::ContainerConfig;
+
     use super::*;
 
     #[test]
@@ -208,5 +216,41 @@ mod tests {
         assert_eq!(parse_signal("quit"), Some(Signal::SIGQUIT));
         assert_eq!(parse_signal("9"), Some(Signal::SIGKILL));
         assert_eq!(parse_signal("SIGNOPE"), None);
+    }
+
+    #[test]
+    fn listed_containers_carry_the_clients_image_spec_and_the_image_id_as_ref() {
+        let rec = ContainerRecord {
+            id: "c1".into(),
+            sandbox_id: "p1".into(),
+            config: ContainerConfig {
+                // The kubelet creates containers with the image's ID.
+                image: Some(ImageSpec {
+                    image: "sha256:5818ef".into(),
+                    user_specified_image: "busybox:latest".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            image_id: "sha256:5818ef".into(),
+            image_ref: "docker.io/library/busybox@sha256:eaace9".into(),
+            image_name: "docker.io/library/busybox:latest".into(),
+            created_at: 1,
+            started_at: None,
+            log_path: None,
+            stop_signal: None,
+            cgroup: String::new(),
+            monitor_pid: None,
+            monitor_start_time: None,
+            init_pid: None,
+            init_start_time: None,
+            dir: PathBuf::new(),
+            rootfs: PathBuf::new(),
+            complete: true,
+        };
+        let c = listed(&rec, ContainerState::ContainerRunning);
+        assert_eq!(c.image_ref, "sha256:5818ef");
+        assert_eq!(c.image, rec.config.image);
+        assert_eq!(c.state, ContainerState::ContainerRunning as i32);
     }
 }
