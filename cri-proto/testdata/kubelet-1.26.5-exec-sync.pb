@@ -1,0 +1,2 @@
+
+@27830f8166701f9a9f3ccd001c354b96f4fd3df02cd3ebc62a4109eef12e332bsh-ctrue
