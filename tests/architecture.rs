@@ -185,9 +185,9 @@ const SHIM: &[(&str, &[&str])] = &[
         ],
     ),
     ("cri_metrics", &["cgroupfs", "runtime", "state", "stats"]),
-    ("stats", &["cgroupfs", "error", "mutex", "runtime", "state"]),
+    ("stats", &["cgroupfs", "error", "host", "mutex", "runtime", "state"]),
     ("runtime", &["cni", "error", "mutex", "pidfd", "state"]),
-    ("cni", &[]),
+    ("cni", &["host"]),
     ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
     ("spec", &["error", "seccomp", "users"]),
     (
