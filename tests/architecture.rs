@@ -185,7 +185,10 @@ const SHIM: &[(&str, &[&str])] = &[
         ],
     ),
     ("cri_metrics", &["cgroupfs", "runtime", "state", "stats"]),
-    ("stats", &["cgroupfs", "error", "host", "mutex", "runtime", "state"]),
+    (
+        "stats",
+        &["cgroupfs", "error", "host", "mutex", "runtime", "state"],
+    ),
     ("runtime", &["cni", "error", "mutex", "pidfd", "state"]),
     ("cni", &["host"]),
     ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
