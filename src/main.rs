@@ -168,6 +168,10 @@ pub(crate) struct AgentArgs {
     /// Node name (`picolet.nodeName`; default: the hostname).
     #[arg(long)]
     node_name: Option<String>,
+    /// Join the cluster of this kubeconfig's API server as a node
+    /// (`picolet.kubeconfig`; kubelet's flag); none: static pods only.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
     /// `/healthz` port (`healthzPort`).
     #[arg(long)]
     healthz_port: Option<u16>,
@@ -239,6 +243,9 @@ impl AgentArgs {
         }
         if let Some(v) = &self.node_name {
             c.node_name = v.clone();
+        }
+        if let Some(v) = &self.kubeconfig {
+            c.kubeconfig = Some(v.clone());
         }
         if let Some(v) = self.healthz_port {
             c.healthz_port = v;

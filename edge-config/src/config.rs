@@ -79,6 +79,8 @@ struct Raw {
     cluster_domain: Option<String>,
     resolv_conf: Option<String>,
     node_status_update_frequency: Option<String>,
+    node_status_report_frequency: Option<String>,
+    node_lease_duration_seconds: Option<u32>,
     serialize_image_pulls: Option<bool>,
     pod_logs_dir: Option<String>,
     picolet: Option<RawPicolet>,
@@ -88,6 +90,8 @@ struct Raw {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawPicolet {
     node_name: Option<String>,
+    /// kubelet's `--kubeconfig`: join the cluster of this API server.
+    kubeconfig: Option<String>,
     #[serde(rename = "nodeIP")]
     node_ip: Option<String>,
     cri_socket: Option<String>,
@@ -151,10 +155,17 @@ pub struct Config {
     pub cluster_domain: String,
     pub resolv_conf: PathBuf,
     pub node_status_update_frequency: Duration,
+    /// A node status that did not change is still posted this often.
+    pub node_status_report_frequency: Duration,
+    /// The node lease's duration; it is renewed every quarter of it.
+    pub node_lease_duration_seconds: u32,
     pub serialize_image_pulls: bool,
     /// `podLogsDir`: where container logs go (kubelet: /var/log/pods).
     pub pod_logs_dir: PathBuf,
     pub node_name: String,
+    /// `picolet.kubeconfig` (kubelet's `--kubeconfig`): the API server to
+    /// join as a node; None: static pods only.
+    pub kubeconfig: Option<PathBuf>,
     /// `picolet.nodeIP` (kubelet's `--node-ip`): the node's address, the
     /// pod IP of host-network pods. `None`: the first non-loopback IPv4
     /// address of an interface that is up.
@@ -405,6 +416,10 @@ impl Config {
                     })
             })
             .transpose()?;
+        let node_lease_duration_seconds = raw.node_lease_duration_seconds.unwrap_or(40);
+        if node_lease_duration_seconds == 0 {
+            return Err(err("nodeLeaseDurationSeconds", "must be at least 1".into()));
+        }
         let max_pods = raw.max_pods.unwrap_or(110);
         if max_pods == 0 {
             return Err(err("maxPods", "must be at least 1".into()));
@@ -446,9 +461,16 @@ impl Config {
                 &raw.node_status_update_frequency,
                 "10s",
             )?,
+            node_status_report_frequency: dur(
+                "nodeStatusReportFrequency",
+                &raw.node_status_report_frequency,
+                "5m",
+            )?,
+            node_lease_duration_seconds,
             serialize_image_pulls: raw.serialize_image_pulls.unwrap_or(true),
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
+            kubeconfig: p.kubeconfig.map(PathBuf::from),
             node_ip,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
             data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),
