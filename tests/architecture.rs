@@ -24,6 +24,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "events",
             "health",
             "image_gc",
+            "kube",
             "logs",
             "metrics",
             "node",
@@ -96,6 +97,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("events", &["clock", "mutex"]),
     ("health", &["mutex"]),
     ("node", &["cri_config"]),
+    ("kube", &["cri_config", "httpc", "runtime"]),
     ("httpc", &[]),
     ("volumes", &[]),
     // Pure.
@@ -116,6 +118,9 @@ const AGENT: &[(&str, &[&str])] = &[
 /// Module paths whose files must stay pure (a path and everything below).
 const AGENT_PURE: &[&str] = &[
     "backoff",
+    "kube::config",
+    "kube::lease",
+    "kube::node",
     "clock",
     "cri_config",
     "kmsg",

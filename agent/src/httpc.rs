@@ -45,7 +45,7 @@ pub struct Response {
 /// Accepts any certificate, as kubelet's probes do (`InsecureSkipVerify`),
 /// but still checks the handshake signatures.
 #[derive(Debug)]
-struct AnyCert(WebPkiSupportedAlgorithms);
+pub(crate) struct AnyCert(pub(crate) WebPkiSupportedAlgorithms);
 
 impl ServerCertVerifier for AnyCert {
     fn verify_server_cert(

@@ -33,6 +33,8 @@ pub enum Error {
     },
     #[error("{0}")]
     Owner(String),
+    #[error("{0}")]
+    Kubeconfig(String),
 }
 
 /// Runs the agent until `shutdown` resolves. Containers keep running when
@@ -85,6 +87,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
     let node = Arc::new(node::info(&config.node_name, config.node_ip));
+    if let Some(path) = &config.kubeconfig {
+        let client = crate::kube::connect(path).map_err(Error::Kubeconfig)?;
+        tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
+        crate::kube::spawn(crate::kube::NodeSync {
+            client: Arc::new(client),
+            facts: crate::kube::facts(&config, &node),
+            cri: cri.clone(),
+            update_every: config.node_status_update_frequency,
+            report_every: config.node_status_report_frequency,
+            lease_seconds: config.node_lease_duration_seconds,
+        });
+    }
     let config = Arc::new(config);
     let recorder = Recorder::new(1000, &config.node_name);
     let statuses = status::Manager::default();

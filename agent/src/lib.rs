@@ -24,6 +24,7 @@ pub mod hooks;
 pub mod httpc;
 pub mod image_gc;
 pub mod kmsg;
+pub mod kube;
 mod kubelet;
 pub mod logs;
 pub mod manifest;

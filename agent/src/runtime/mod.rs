@@ -168,6 +168,51 @@ impl Cri {
         Ok(v.into_inner().runtime_name)
     }
 
+    /// `<runtime>://<version>`, as the node's containerRuntimeVersion.
+    pub async fn runtime_version(&self) -> Result<String> {
+        let v = self
+            .rt
+            .clone()
+            .version(self.req(VersionRequest::default()))
+            .await
+            .map_err(e("Version"))?
+            .into_inner();
+        Ok(format!("{}://{}", v.runtime_name, v.runtime_version))
+    }
+
+    /// Why the runtime is not ready for pods, as kubelet words it for the
+    /// node's Ready condition; None: RuntimeReady and NetworkReady.
+    pub async fn not_ready(&self) -> Result<Option<String>> {
+        let st = self
+            .rt
+            .clone()
+            .status(self.req(cri_proto::v1::StatusRequest { verbose: false }))
+            .await
+            .map_err(e("Status"))?
+            .into_inner()
+            .status
+            .unwrap_or_default();
+        for (kind, what) in [
+            (
+                "RuntimeReady",
+                "container runtime status check may not have completed yet",
+            ),
+            ("NetworkReady", "container runtime network not ready"),
+        ] {
+            match st.conditions.iter().find(|c| c.r#type == kind) {
+                Some(c) if c.status => {}
+                Some(c) => {
+                    return Ok(Some(format!(
+                        "{what}: {kind}=false reason:{} message:{}",
+                        c.reason, c.message
+                    )));
+                }
+                None => return Ok(Some(format!("{what}: no {kind} condition"))),
+            }
+        }
+        Ok(None)
+    }
+
     /// Every sandbox and container the runtime has for the pod `uid`.
     pub async fn observe(&self, uid: &str) -> Result<Observed> {
         let sandboxes = self

@@ -1,0 +1,244 @@
+//! A thin Kubernetes API client: JSON requests over one kept-alive
+//! HTTP/1.1 connection (TLS with the kubeconfig's CA, client certificate or
+//! bearer token), reconnected when it breaks. hyper and rustls are already
+//! in the binary; kube-rs would add its own stack of both and more (see
+//! docs/architecture.md). Every request has a deadline and every body a
+//! size cap.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::sync::Mutex;
+
+use super::config::KubeConfig;
+
+/// Deadline of one request, connection included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest response body read.
+const MAX_BODY: usize = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(String),
+    #[error("{method} {path}: {reason}")]
+    Transport {
+        method: Method,
+        path: String,
+        reason: String,
+    },
+    /// The server answered with a status other than 2xx.
+    #[error("{method} {path}: {status}: {message}")]
+    Status {
+        method: Method,
+        path: String,
+        status: StatusCode,
+        /// The Status object's `message`, else the body.
+        message: String,
+    },
+}
+
+impl Error {
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            Error::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+pub struct Client {
+    host: String,
+    port: u16,
+    server_name: ServerName<'static>,
+    tls: tokio_rustls::TlsConnector,
+    token: Option<String>,
+    user_agent: String,
+    conn: Mutex<Option<SendRequest<Full<Bytes>>>>,
+}
+
+impl Client {
+    pub fn new(cfg: &KubeConfig, user_agent: &str) -> Result<Self, Error> {
+        let bad = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let algs = provider.signature_verification_algorithms;
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad("TLS", &e))?;
+        let builder = match &cfg.ca {
+            Some(pem) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    roots
+                        .add(cert.map_err(|e| bad("the CA certificate", &e))?)
+                        .map_err(|e| bad("the CA certificate", &e))?;
+                }
+                if roots.is_empty() {
+                    return Err(Error::Config("the CA file holds no certificate".into()));
+                }
+                builder.with_root_certificates(roots)
+            }
+            None => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(crate::httpc::AnyCert(algs))),
+        };
+        let mut tls = match &cfg.client_cert {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| bad("the client certificate", &e))?;
+                let key =
+                    PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| bad("the client certificate", &e))?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let server_name = ServerName::try_from(cfg.host.clone())
+            .map_err(|e| bad(&format!("server name {:?}", cfg.host), &e))?;
+        Ok(Self {
+            host: cfg.host.clone(),
+            port: cfg.port,
+            server_name,
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            token: cfg.token.clone(),
+            user_agent: user_agent.into(),
+            conn: Mutex::new(None),
+        })
+    }
+
+    /// GET, decoded as JSON.
+    pub async fn get(&self, path: &str) -> Result<serde_json::Value, Error> {
+        self.json(Method::GET, path, None, None).await
+    }
+
+    /// A request with a JSON body (`content_type` for patches), its JSON
+    /// answer.
+    pub async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        content_type: Option<&str>,
+    ) -> Result<serde_json::Value, Error> {
+        let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+        let ct = content_type.unwrap_or("application/json");
+        let bytes = self.send(method.clone(), path, ct, body).await?;
+        if bytes.is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|e| Error::Transport {
+            method,
+            path: path.into(),
+            reason: format!("decode the answer: {e}"),
+        })
+    }
+
+    /// One request; its body on 2xx.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> Result<Bytes, Error> {
+        let transport = |reason: String| Error::Transport {
+            method: method.clone(),
+            path: path.into(),
+            reason,
+        };
+        let attempt = async {
+            let mut conn = self.conn.lock().await;
+            let sender = match conn.as_mut() {
+                Some(s) if s.is_ready() => s,
+                _ => conn.insert(self.connect().await.map_err(transport)?),
+            };
+            let mut req = Request::builder()
+                .method(method.clone())
+                .uri(path)
+                .header(
+                    hyper::header::HOST,
+                    crate::httpc::join_host_port(&self.host, self.port),
+                )
+                .header(hyper::header::USER_AGENT, &self.user_agent)
+                .header(hyper::header::ACCEPT, "application/json")
+                .header(hyper::header::CONTENT_TYPE, content_type);
+            if let Some(t) = &self.token {
+                req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+            }
+            let req = req
+                .body(Full::new(Bytes::from(body)))
+                .map_err(|e| transport(e.to_string()))?;
+            let resp = match sender.send_request(req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // The connection is gone: the next request makes a new one.
+                    *conn = None;
+                    return Err(transport(e.to_string()));
+                }
+            };
+            let status = resp.status();
+            let bytes = Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| transport(format!("read the answer: {e}")))?
+                .to_bytes();
+            Ok::<_, Error>((status, bytes))
+        };
+        let (status, bytes) = match tokio::time::timeout(REQUEST_TIMEOUT, attempt).await {
+            Ok(r) => r?,
+            Err(_) => {
+                *self.conn.lock().await = None;
+                return Err(transport(format!("no answer in {REQUEST_TIMEOUT:?}")));
+            }
+        };
+        if !status.is_success() {
+            return Err(Error::Status {
+                method,
+                path: path.into(),
+                status,
+                message: status_message(&bytes),
+            });
+        }
+        Ok(bytes)
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+        let addr = crate::httpc::join_host_port(&self.host, self.port);
+        let tcp = tokio::net::TcpStream::connect(&addr)
+            .await
+            .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let tls = self
+            .tls
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| format!("HTTP with {addr}: {e}"))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "API server connection closed");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// The `message` of a Kubernetes Status answer, else the body's start.
+pub fn status_message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("message")?.as_str().map(String::from))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned())
+}

@@ -1,0 +1,295 @@
+//! Cluster mode, the node's side (kubelet's `kubelet_node_status.go` and
+//! `nodelease`): with a kubeconfig the agent registers its Node, reports
+//! the node status every `nodeStatusUpdateFrequency` (posted when it
+//! changed, else every `nodeStatusReportFrequency`) and renews its Lease
+//! every quarter of `nodeLeaseDurationSeconds`. Only what a node may do
+//! under `Node,RBAC` and NodeRestriction: create its Node, PATCH (never
+//! GET) nodes/status, its own Lease. Pods from the API server are not yet
+//! run (issue 17's pod source comes next).
+//!
+//! [`config`] reads kubeconfigs, [`client`] is the thin HTTP client,
+//! [`node`] and [`lease`] build the objects (pure, tested against the real
+//! API server's recorded answers).
+
+pub mod client;
+pub mod config;
+pub mod lease;
+pub mod node;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::runtime::Cri;
+use client::Client;
+
+/// kubelet's registration back-off: 100 ms doubling to 7 s.
+const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(7);
+
+/// What the node loops need.
+pub struct NodeSync {
+    pub client: Arc<Client>,
+    pub facts: node::Facts,
+    pub cri: Cri,
+    pub update_every: Duration,
+    pub report_every: Duration,
+    pub lease_seconds: u32,
+}
+
+/// Registers the node, then keeps its status and lease up to date until
+/// the process ends; API errors are logged and retried, never fatal.
+pub fn spawn(ns: NodeSync) {
+    tokio::spawn(async move {
+        let ns = Arc::new(ns);
+        let uid = register(&ns).await;
+        tokio::spawn(renew_lease(ns.clone(), uid));
+        report_status(ns).await;
+    });
+}
+
+fn now() -> k8s_openapi::jiff::Timestamp {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    k8s_openapi::jiff::Timestamp::new(
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    )
+    .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+}
+
+/// Time (RFC 3339 in whole seconds), as conditions carry it.
+fn rfc3339(t: k8s_openapi::jiff::Timestamp) -> String {
+    format!("{t:.0}")
+}
+
+/// POSTs the Node until the API server has it (created now or before);
+/// its UID, when the answer gave one.
+async fn register(ns: &NodeSync) -> Option<String> {
+    let name = &ns.facts.name;
+    let body = node::registration(&ns.facts, &Default::default(), &[]);
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match ns
+            .client
+            .json(Method::POST, "/api/v1/nodes", Some(&body), None)
+            .await
+        {
+            Ok(created) => {
+                tracing::info!(node = %name, "registered the node with the API server");
+                return created["metadata"]["uid"].as_str().map(String::from);
+            }
+            Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
+                // Registered before (a restart): the node may read itself.
+                tracing::info!(node = %name, "the node was registered before");
+                return match ns.client.get(&format!("/api/v1/nodes/{name}")).await {
+                    Ok(n) => n["metadata"]["uid"].as_str().map(String::from),
+                    Err(e) => {
+                        tracing::warn!("read the node: {e}");
+                        None
+                    }
+                };
+            }
+            Err(e) => tracing::warn!(node = %name, "register the node: {e}"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(REGISTER_BACKOFF_MAX);
+    }
+}
+
+/// Every quarter of the lease's duration (kubelet: 10 s for 40 s).
+async fn renew_lease(ns: Arc<NodeSync>, uid: Option<String>) {
+    let name = ns.facts.name.clone();
+    let every = Duration::from_secs(u64::from(ns.lease_seconds)) / 4;
+    let mut last: Option<Value> = None;
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let at = lease::micro_time(now());
+        let result = match &last {
+            Some(l) => {
+                let body = lease::renewed(l, &name, uid.as_deref(), ns.lease_seconds, &at);
+                ns.client
+                    .json(Method::PUT, &lease::path(Some(&name)), Some(&body), None)
+                    .await
+            }
+            None => match ns.client.get(&lease::path(Some(&name))).await {
+                Ok(l) => {
+                    let body = lease::renewed(&l, &name, uid.as_deref(), ns.lease_seconds, &at);
+                    ns.client
+                        .json(Method::PUT, &lease::path(Some(&name)), Some(&body), None)
+                        .await
+                }
+                Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => {
+                    let body = lease::new(&name, uid.as_deref(), ns.lease_seconds, &at);
+                    ns.client
+                        .json(Method::POST, &lease::path(None), Some(&body), None)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Ok(l) => last = Some(l),
+            Err(e) => {
+                // A conflict (changed meanwhile) or no answer: read it again
+                // at the next tick.
+                tracing::warn!(node = %name, "renew the node lease: {e}");
+                last = None;
+            }
+        }
+    }
+}
+
+/// Checks the status every `update_every`; PATCHes it when it changed or
+/// when `report_every` passed since the last post.
+async fn report_status(ns: Arc<NodeSync>) {
+    let name = ns.facts.name.clone();
+    let path = format!("/api/v1/nodes/{name}/status");
+    let mut posted: Option<(Value, tokio::time::Instant)> = None;
+    let mut tick = tokio::time::interval(ns.update_every);
+    loop {
+        tick.tick().await;
+        let mut facts = ns.facts.clone();
+        if let Ok(v) = ns.cri.runtime_version().await {
+            facts.runtime_version = v;
+        }
+        let health = node::Health {
+            not_ready: match ns.cri.not_ready().await {
+                Ok(why) => why,
+                Err(e) => Some(format!("container runtime is down: {e}")),
+            },
+            ..node::Health::default()
+        };
+        let images = ns
+            .cri
+            .list_images()
+            .await
+            .map(|l| l.into_iter().map(|i| (i.names, i.size)).collect())
+            .unwrap_or_default();
+        let previous = posted
+            .as_ref()
+            .and_then(|(s, _)| s["conditions"].as_array().cloned())
+            .unwrap_or_default();
+        let conditions = node::conditions(&health, &previous, &rfc3339(now()));
+        let status = node::status(&facts, conditions, images);
+        let due = match &posted {
+            None => true,
+            Some((old, at)) => node::changed(old, &status) || at.elapsed() >= ns.report_every,
+        };
+        if !due {
+            continue;
+        }
+        let patch = json!({ "status": status });
+        match ns
+            .client
+            .json(
+                Method::PATCH,
+                &path,
+                Some(&patch),
+                Some("application/strategic-merge-patch+json"),
+            )
+            .await
+        {
+            Ok(_) => posted = Some((status, tokio::time::Instant::now())),
+            Err(e) => tracing::warn!(node = %name, "update the node status: {e}"),
+        }
+    }
+}
+
+/// The facts of this node for its Node object.
+pub fn facts(config: &edge_config::Config, info: &crate::cri_config::NodeInfo) -> node::Facts {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let os_image = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_else(|| "Linux".into());
+    let ephemeral_bytes = nix::sys::statvfs::statvfs(&config.data_dir)
+        .map(|s| s.blocks() * s.fragment_size())
+        .unwrap_or(0);
+    let threshold = |signal: &str, capacity: u64| match config.eviction_hard.get(signal) {
+        Some(edge_config::quantity::Threshold::Quantity(q)) => {
+            u64::try_from(*q).unwrap_or(u64::MAX)
+        }
+        Some(edge_config::quantity::Threshold::Percent(p)) => percent_of(capacity, *p),
+        None => 0,
+    };
+    let memory_bytes = u64::try_from(info.memory_bytes).unwrap_or(u64::MAX);
+    let mut hugepage_kib: Vec<u64> = std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    hugepage_kib.sort_unstable();
+    node::Facts {
+        name: config.node_name.clone(),
+        internal_ip: info.host_ip.clone(),
+        hostname: config.node_name.clone(),
+        cpus: u64::try_from(info.cpu_milli / 1000).unwrap_or(1),
+        memory_bytes,
+        ephemeral_bytes,
+        hugepage_kib,
+        max_pods: config.max_pods,
+        machine_id: read("/etc/machine-id"),
+        system_uuid: read("/sys/class/dmi/id/product_uuid"),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        os_image,
+        arch: node::goarch().into(),
+        runtime_version: String::new(),
+        kubelet_port: config.port,
+        reserved_memory: threshold("memory.available", memory_bytes),
+        reserved_ephemeral: threshold("nodefs.available", ephemeral_bytes),
+        reserved_cpu_milli: 0,
+    }
+}
+
+/// `percent` of `capacity`, in basis points.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn percent_of(capacity: u64, percent: f64) -> u64 {
+    // Clamped to 0..=10_000 basis points first: the cast cannot truncate.
+    let bp = (percent * 100.0).clamp(0.0, 10_000.0).round() as u64;
+    capacity / 10_000 * bp
+}
+
+/// Reads the kubeconfig and makes the client (errors name the file).
+pub fn connect(path: &std::path::Path) -> Result<Client, String> {
+    let cfg = config::load(path).map_err(|e| e.to_string())?;
+    Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION")))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_api_servers_refusals_are_read_for_their_message() {
+        let exists = include_bytes!("testdata/node-exists.json");
+        assert_eq!(
+            super::client::status_message(exists),
+            "nodes \"pk-node\" already exists"
+        );
+        let forbidden = include_bytes!("testdata/node-status-get-forbidden.json");
+        assert!(
+            super::client::status_message(forbidden)
+                .contains("cannot get resource \"nodes/status\""),
+        );
+        assert_eq!(super::client::status_message(b"not json"), "not json");
+    }
+}
