@@ -97,7 +97,10 @@ const AGENT: &[(&str, &[&str])] = &[
     ("events", &["clock", "mutex"]),
     ("health", &["mutex"]),
     ("node", &["cri_config"]),
-    ("kube", &["cri_config", "httpc", "runtime"]),
+    (
+        "kube",
+        &["cri_config", "httpc", "manifest", "runtime", "status"],
+    ),
     ("httpc", &[]),
     ("volumes", &[]),
     // Pure.
@@ -121,6 +124,7 @@ const AGENT_PURE: &[&str] = &[
     "kube::config",
     "kube::lease",
     "kube::node",
+    "kube::watch",
     "clock",
     "cri_config",
     "kmsg",

@@ -19,7 +19,7 @@ use crate::pod_workers::{self, PodWorkers};
 use crate::runtime::Cri;
 use crate::source::{self, ManifestErrors};
 use crate::stats::Stats;
-use crate::{image_gc, logs, metrics, node, oom, pleg, prober, server, status};
+use crate::{image_gc, kube, logs, metrics, node, oom, pleg, prober, server, status};
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -87,21 +87,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
     let node = Arc::new(node::info(&config.node_name, config.node_ip));
-    if let Some(path) = &config.kubeconfig {
-        let client = crate::kube::connect(path).map_err(Error::Kubeconfig)?;
-        tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
-        crate::kube::spawn(crate::kube::NodeSync {
-            client: Arc::new(client),
-            facts: crate::kube::facts(&config, &node),
-            cri: cri.clone(),
-            update_every: config.node_status_update_frequency,
-            report_every: config.node_status_report_frequency,
-            lease_seconds: config.node_lease_duration_seconds,
-        });
-    }
+    let api_client = match &config.kubeconfig {
+        Some(path) => {
+            let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
+            tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
+            crate::kube::spawn(crate::kube::NodeSync {
+                client: client.clone(),
+                facts: crate::kube::facts(&config, &node),
+                cri: cri.clone(),
+                update_every: config.node_status_update_frequency,
+                report_every: config.node_status_report_frequency,
+                lease_seconds: config.node_lease_duration_seconds,
+            });
+            Some(client)
+        }
+        None => None,
+    };
     let config = Arc::new(config);
     let recorder = Recorder::new(1000, &config.node_name);
     let statuses = status::Manager::default();
+    let statuses_for_api = statuses.clone();
     let health = Health::default();
     let probe_metrics = prober::Metrics::default();
     let ooms = oom::Kills::default();
@@ -199,8 +204,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         recorder,
         health: health.clone(),
         manifest_errors,
-        workers: workers.clone(),
     };
+
+    // Cluster mode: the API server's pods, merged with the static ones.
+    let mut api_rx = api_client.as_ref().map(|client| {
+        let rx = kube::pods::source(client.clone(), cfg.node_name.clone());
+        let has = workers.clone();
+        kube::pods::spawn_status(kube::pods::StatusSync {
+            client: client.clone(),
+            pods: rx.clone(),
+            statuses: statuses_for_api.clone(),
+            has_worker: Box::new(move |uid| has.has_worker(uid)),
+        });
+        rx
+    });
+    let mut invalid_api_pods = std::collections::HashMap::new();
+    let mut api_desired = BTreeMap::new();
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {
@@ -213,8 +232,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // (terminating) workers before any desired pod does, so a pod whose
     // manifest was replaced while the agent was down starts only after
     // its old version has terminated, as at any other time.
-    let mut desired = sources.scan(&mut src);
-    workers.cleanup_orphans(&desired).await;
+    let mut file_desired = sources.scan(&mut src);
+    let mut desired = merged(&file_desired, &api_desired);
+    // Orphans are what no source defines: not before the API server's pods
+    // were listed once (kubelet's sourcesReady).
+    let api_listed = |rx: &Option<tokio::sync::watch::Receiver<kube::pods::ApiPods>>| {
+        rx.as_ref().is_none_or(|rx| rx.borrow().is_some())
+    };
+    if api_listed(&api_rx) {
+        workers.cleanup_orphans(&desired).await;
+    }
     workers.update(&desired);
     let start = tokio::time::Instant::now();
     let mut tick =
@@ -225,16 +252,26 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tick.tick() => desired = sources.sync(&mut src),
+            _ = tick.tick() => file_desired = sources.scan(&mut src),
             Some(()) = rx.recv() => {
                 while rx.try_recv().is_ok() {}
-                desired = sources.sync(&mut src);
+                file_desired = sources.scan(&mut src);
+            }
+            Some(pods) = api_changed(&mut api_rx) => {
+                if let Some(pods) = pods {
+                    api_desired = kube::pods::desired(&pods, &mut invalid_api_pods);
+                }
             }
             _ = housekeeping.tick() => {
                 health.synced();
-                workers.cleanup_orphans(&desired).await;
+                if api_listed(&api_rx) {
+                    workers.cleanup_orphans(&desired).await;
+                }
+                continue;
             }
         }
+        desired = merged(&file_desired, &api_desired);
+        workers.update(&desired);
     }
     tracing::info!("agent stopping; containers keep running");
     Ok(())
@@ -246,18 +283,9 @@ struct Sources {
     recorder: Recorder,
     health: Health,
     manifest_errors: ManifestErrors,
-    workers: PodWorkers,
 }
 
 impl Sources {
-    /// Rescans the folder and starts/terminates workers to match; returns
-    /// the desired pods by UID.
-    fn sync(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
-        let desired = self.scan(src);
-        self.workers.update(&desired);
-        desired
-    }
-
     /// Rescans the folder: the desired pods by UID (maxPods applied).
     fn scan(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
         self.health.synced();
@@ -291,5 +319,28 @@ impl Sources {
             desired.insert(uid, pod);
         }
         desired
+    }
+}
+
+/// The static pods and the API server's, by UID.
+fn merged(
+    file: &BTreeMap<String, Arc<Pod>>,
+    api: &BTreeMap<String, Arc<Pod>>,
+) -> BTreeMap<String, Arc<Pod>> {
+    let mut all = api.clone();
+    all.extend(file.iter().map(|(k, v)| (k.clone(), v.clone())));
+    all
+}
+
+/// The API server's next set of pods; never, without one.
+async fn api_changed(
+    rx: &mut Option<tokio::sync::watch::Receiver<kube::pods::ApiPods>>,
+) -> Option<kube::pods::ApiPods> {
+    match rx {
+        Some(rx) => {
+            rx.changed().await.ok()?;
+            Some(rx.borrow_and_update().clone())
+        }
+        None => std::future::pending().await,
     }
 }

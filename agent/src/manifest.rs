@@ -101,6 +101,22 @@ pub fn parse(
     Ok(pods)
 }
 
+/// A pod the API server sent (already defaulted by it): its name, UID and
+/// node kept as they are; validated as a static pod is. The error names
+/// the field.
+pub fn api_pod(value: serde_json::Value) -> Result<Pod, String> {
+    let mut pod: Pod = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        format!("{path}: {}", e.into_inner())
+    })?;
+    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+        return Err("metadata.uid: required".into());
+    }
+    apply_defaults(&mut pod);
+    crate::validate::pod(&pod).map_err(|(field, message)| format!("{field}: {message}"))?;
+    Ok(pod)
+}
+
 /// kubelet's `applyDefaults` for file sources. The UID hashes the pod as
 /// written, the node and the file, so the same file gives the same UID
 /// across agent restarts and a changed file gives a new one (kubelet hashes

@@ -212,6 +212,60 @@ impl Client {
         Ok(bytes)
     }
 
+    /// A watch: a GET on a connection of its own, its body read as it
+    /// comes, one JSON event a line. The deadline covers the answer's head
+    /// only; the server ends the body (`timeoutSeconds`).
+    pub async fn watch(&self, path: &str) -> Result<Lines, Error> {
+        let transport = |reason: String| Error::Transport {
+            method: Method::GET,
+            path: path.into(),
+            reason,
+        };
+        let head = async {
+            let mut sender = self.connect().await.map_err(transport)?;
+            let mut req = Request::builder()
+                .method(Method::GET)
+                .uri(path)
+                .header(
+                    hyper::header::HOST,
+                    crate::httpc::join_host_port(&self.host, self.port),
+                )
+                .header(hyper::header::USER_AGENT, &self.user_agent)
+                .header(hyper::header::ACCEPT, "application/json");
+            if let Some(t) = &self.token {
+                req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+            }
+            let req = req
+                .body(Full::new(Bytes::new()))
+                .map_err(|e| transport(e.to_string()))?;
+            sender
+                .send_request(req)
+                .await
+                .map_err(|e| transport(e.to_string()))
+        };
+        let resp = tokio::time::timeout(REQUEST_TIMEOUT, head)
+            .await
+            .map_err(|_| transport(format!("no answer in {REQUEST_TIMEOUT:?}")))??;
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return Err(Error::Status {
+                method: Method::GET,
+                path: path.into(),
+                status,
+                message: status_message(&bytes),
+            });
+        }
+        Ok(Lines {
+            body: resp.into_body(),
+            buf: Vec::new(),
+        })
+    }
+
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
         let addr = crate::httpc::join_host_port(&self.host, self.port);
         let tcp = tokio::net::TcpStream::connect(&addr)
@@ -241,4 +295,38 @@ pub fn status_message(body: &[u8]) -> String {
         .ok()
         .and_then(|v| v.get("message")?.as_str().map(String::from))
         .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned())
+}
+
+/// The lines of a watch's body, each decoded as JSON.
+pub struct Lines {
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    /// The next event; None when the server ended the watch.
+    pub async fn next(&mut self) -> Option<Result<serde_json::Value, String>> {
+        loop {
+            if let Some(at) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=at).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Some(
+                    serde_json::from_slice(&line).map_err(|e| format!("a watch event: {e}")),
+                );
+            }
+            if self.buf.len() > MAX_BODY {
+                return Some(Err(format!("a watch event over {MAX_BODY} bytes")));
+            }
+            match self.body.frame().await? {
+                Ok(f) => {
+                    if let Ok(data) = f.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Err(e) => return Some(Err(format!("read the watch: {e}"))),
+            }
+        }
+    }
 }

@@ -4,17 +4,20 @@
 //! changed, else every `nodeStatusReportFrequency`) and renews its Lease
 //! every quarter of `nodeLeaseDurationSeconds`. Only what a node may do
 //! under `Node,RBAC` and NodeRestriction: create its Node, PATCH (never
-//! GET) nodes/status, its own Lease. Pods from the API server are not yet
-//! run (issue 17's pod source comes next).
+//! GET) nodes/status, its own Lease, the status and final delete of the
+//! pods bound to it.
 //!
 //! [`config`] reads kubeconfigs, [`client`] is the thin HTTP client,
-//! [`node`] and [`lease`] build the objects (pure, tested against the real
-//! API server's recorded answers).
+//! [`node`] and [`lease`] build the objects, [`watch`] keeps the node's
+//! pods from a list+watch (pure, tested against the real API server's
+//! recorded answers); [`pods`] is the pod source and status manager.
 
 pub mod client;
 pub mod config;
 pub mod lease;
 pub mod node;
+pub mod pods;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

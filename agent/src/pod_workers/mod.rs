@@ -122,6 +122,11 @@ impl PodWorkers {
         }))
     }
 
+    /// Whether pod `uid` has a worker (running, or terminating).
+    pub fn has_worker(&self, uid: &str) -> bool {
+        lock(&self.0.workers).contains_key(uid)
+    }
+
     /// Wakes the worker of pod `uid`, if any.
     pub fn notify(&self, uid: &str) {
         if let Some(h) = lock(&self.0.workers).get(uid) {
