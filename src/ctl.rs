@@ -498,7 +498,7 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
             .map(|i| {
                 if !i.user_specified_image.is_empty() {
                     i.user_specified_image
-                } else if let Some(tag) = tags.get(&i.image) {
+                } else if let Some(tag) = tags.get(&c.image_id).or_else(|| tags.get(&i.image)) {
                     tag.clone()
                 } else {
                     short(i.image.trim_start_matches("sha256:"))

@@ -183,7 +183,10 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
             .value
             >= 1
     );
-    assert!(linux.network.is_some());
+    // A loopback-only pod (no CNI config here) has no interface to report:
+    // no network usage rather than one without a default interface (which
+    // the kubelet dereferences). cni_e2e checks a pod with one.
+    assert!(linux.network.is_none(), "{:?}", linux.network);
     assert_eq!(linux.containers.len(), 1);
     assert_eq!(
         linux.containers[0]

@@ -162,22 +162,9 @@ impl Client {
                 Some(s) if s.is_ready() => s,
                 _ => conn.insert(self.connect().await.map_err(transport)?),
             };
-            let mut req = Request::builder()
-                .method(method.clone())
-                .uri(path)
-                .header(
-                    hyper::header::HOST,
-                    crate::httpc::join_host_port(&self.host, self.port),
-                )
-                .header(hyper::header::USER_AGENT, &self.user_agent)
-                .header(hyper::header::ACCEPT, "application/json")
-                .header(hyper::header::CONTENT_TYPE, content_type);
-            if let Some(t) = &self.token {
-                req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
-            }
-            let req = req
-                .body(Full::new(Bytes::from(body)))
-                .map_err(|e| transport(e.to_string()))?;
+            let req = self
+                .request(method.clone(), path, Some(content_type), body)
+                .map_err(transport)?;
             let resp = match sender.send_request(req).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -223,21 +210,9 @@ impl Client {
         };
         let head = async {
             let mut sender = self.connect().await.map_err(transport)?;
-            let mut req = Request::builder()
-                .method(Method::GET)
-                .uri(path)
-                .header(
-                    hyper::header::HOST,
-                    crate::httpc::join_host_port(&self.host, self.port),
-                )
-                .header(hyper::header::USER_AGENT, &self.user_agent)
-                .header(hyper::header::ACCEPT, "application/json");
-            if let Some(t) = &self.token {
-                req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
-            }
-            let req = req
-                .body(Full::new(Bytes::new()))
-                .map_err(|e| transport(e.to_string()))?;
+            let req = self
+                .request(Method::GET, path, None, Vec::new())
+                .map_err(transport)?;
             sender
                 .send_request(req)
                 .await
@@ -264,6 +239,33 @@ impl Client {
             body: resp.into_body(),
             buf: Vec::new(),
         })
+    }
+
+    /// A request with our headers and credentials.
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<Request<Full<Bytes>>, String> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(
+                hyper::header::HOST,
+                crate::httpc::join_host_port(&self.host, self.port),
+            )
+            .header(hyper::header::USER_AGENT, &self.user_agent)
+            .header(hyper::header::ACCEPT, "application/json");
+        if let Some(ct) = content_type {
+            req = req.header(hyper::header::CONTENT_TYPE, ct);
+        }
+        if let Some(t) = &self.token {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        req.body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())
     }
 
     async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {

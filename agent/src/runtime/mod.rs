@@ -157,26 +157,24 @@ impl Cri {
         r
     }
 
-    /// The runtime's name (`picolet`, `containerd`), for container IDs.
-    pub async fn runtime_name(&self) -> Result<String> {
-        let v = self
-            .rt
-            .clone()
-            .version(self.req(VersionRequest::default()))
-            .await
-            .map_err(e("Version"))?;
-        Ok(v.into_inner().runtime_name)
-    }
-
-    /// `<runtime>://<version>`, as the node's containerRuntimeVersion.
-    pub async fn runtime_version(&self) -> Result<String> {
-        let v = self
+    async fn version(&self) -> Result<cri_proto::v1::VersionResponse> {
+        Ok(self
             .rt
             .clone()
             .version(self.req(VersionRequest::default()))
             .await
             .map_err(e("Version"))?
-            .into_inner();
+            .into_inner())
+    }
+
+    /// The runtime's name (`picolet`, `containerd`), for container IDs.
+    pub async fn runtime_name(&self) -> Result<String> {
+        Ok(self.version().await?.runtime_name)
+    }
+
+    /// `<runtime>://<version>`, as the node's containerRuntimeVersion.
+    pub async fn runtime_version(&self) -> Result<String> {
+        let v = self.version().await?;
         Ok(format!("{}://{}", v.runtime_name, v.runtime_version))
     }
 
