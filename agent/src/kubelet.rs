@@ -207,8 +207,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
 
     // Cluster mode: the API server's pods, merged with the static ones.
+    let mut invalid_api_pods = std::collections::HashMap::new();
+    let mut api_desired = BTreeMap::new();
     let mut api_rx = api_client.as_ref().map(|client| {
-        let rx = kube::pods::source(client.clone(), cfg.node_name.clone());
+        // Until the API server answers, the pods it assigned last (a device
+        // rebooted without its uplink runs them again).
+        let mut checkpoint = kube::pods::Checkpoint::new(pods_root.join("api-pods.json"));
+        let saved = checkpoint.load();
+        if !saved.is_empty() {
+            tracing::info!(
+                pods = saved.len(),
+                "running the API server's pods from the checkpoint until it answers"
+            );
+        }
+        api_desired = kube::pods::desired(&saved, &mut invalid_api_pods);
+        let rx = kube::pods::source(client.clone(), cfg.node_name.clone(), checkpoint);
         let has = workers.clone();
         kube::pods::spawn_status(kube::pods::StatusSync {
             client: client.clone(),
@@ -218,8 +231,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         });
         rx
     });
-    let mut invalid_api_pods = std::collections::HashMap::new();
-    let mut api_desired = BTreeMap::new();
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
     source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {

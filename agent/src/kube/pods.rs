@@ -34,8 +34,83 @@ fn watch_timeout(node: &str) -> u32 {
     300 + node.bytes().map(u32::from).sum::<u32>() % 300
 }
 
-/// Starts the source; the receiver sees every change of the set.
-pub fn source(client: Arc<Client>, node: String) -> chan::Receiver<ApiPods> {
+/// The pods the API server assigned, on disk: a device that reboots
+/// without its uplink runs them again (beyond kubelet, as KubeEdge). Only
+/// what defines a pod is kept (no status, managed fields or resource
+/// version), so status updates never rewrite the file; it is rewritten,
+/// atomically, before the sync loop hears of a change, so a pod whose
+/// deletion the agent has seen is never in it.
+pub struct Checkpoint {
+    pub path: std::path::PathBuf,
+    last: Vec<u8>,
+}
+
+impl Checkpoint {
+    pub fn new(path: std::path::PathBuf) -> Self {
+        Self {
+            path,
+            last: Vec::new(),
+        }
+    }
+
+    /// The pods saved last; none when there is no (readable) file.
+    pub fn load(&mut self) -> BTreeMap<String, Value> {
+        let Ok(bytes) = std::fs::read(&self.path) else {
+            return BTreeMap::new();
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(pods) => {
+                self.last = bytes;
+                pods
+            }
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), "pod checkpoint unreadable, ignored: {e}");
+                BTreeMap::new()
+            }
+        }
+    }
+
+    /// Saves `pods` when what defines them changed.
+    pub fn save(&mut self, pods: &BTreeMap<String, Value>) {
+        let bytes = content(pods);
+        if bytes == self.last {
+            return;
+        }
+        match edge_config::write_atomic(&self.path, &bytes) {
+            Ok(()) => self.last = bytes,
+            Err(e) => tracing::warn!(file = %self.path.display(), "save the pod checkpoint: {e}"),
+        }
+    }
+}
+
+/// The checkpoint's bytes: the pods not being deleted, without what
+/// changes with their status.
+pub fn content(pods: &BTreeMap<String, Value>) -> Vec<u8> {
+    let kept: BTreeMap<&String, Value> = pods
+        .iter()
+        .filter(|(_, p)| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|(uid, p)| {
+            let mut p = p.clone();
+            if let Some(o) = p.as_object_mut() {
+                o.remove("status");
+            }
+            if let Some(m) = p["metadata"].as_object_mut() {
+                m.remove("managedFields");
+                m.remove("resourceVersion");
+            }
+            (uid, p)
+        })
+        .collect();
+    serde_json::to_vec(&kept).unwrap_or_default()
+}
+
+/// Starts the source; the receiver sees every change of the set, after it
+/// is in the checkpoint.
+pub fn source(
+    client: Arc<Client>,
+    node: String,
+    mut checkpoint: Checkpoint,
+) -> chan::Receiver<ApiPods> {
     let (tx, rx) = chan::channel(None);
     tokio::spawn(async move {
         let mut delay = BACKOFF_MIN;
@@ -51,6 +126,7 @@ pub fn source(client: Arc<Client>, node: String) -> chan::Receiver<ApiPods> {
                 delay = (delay * 2).min(BACKOFF_MAX);
                 continue;
             }
+            checkpoint.save(&cache.pods);
             let _ = tx.send(Some(Arc::new(cache.pods.clone())));
             'watch: loop {
                 let path = watch::watch_path(&node, &cache.resource_version, watch_timeout(&node));
@@ -74,6 +150,7 @@ pub fn source(client: Arc<Client>, node: String) -> chan::Receiver<ApiPods> {
                     };
                     match cache.event(&ev) {
                         Next::Continue(true) => {
+                            checkpoint.save(&cache.pods);
                             let _ = tx.send(Some(Arc::new(cache.pods.clone())));
                         }
                         Next::Continue(false) => {}
@@ -258,5 +335,40 @@ mod tests {
         pods.remove(&invalid);
         desired(&pods, &mut warned);
         assert!(warned.is_empty(), "forgotten with the pod");
+    }
+
+    #[test]
+    fn the_checkpoint_keeps_what_defines_the_pods_and_survives_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("api-pods.json");
+        let mut pods = listed();
+        let mut cp = Checkpoint::new(path.clone());
+        cp.save(&pods);
+        let saved = std::fs::read(&path).expect("saved");
+        // A status update alone (a new resourceVersion, managed fields,
+        // status) writes nothing: flash is not worn by heartbeats.
+        let uid = pods.keys().next().expect("a pod").clone();
+        let p = pods.get_mut(&uid).expect("pod");
+        p["status"]["phase"] = json!("Failed");
+        p["metadata"]["resourceVersion"] = json!("424242");
+        assert_eq!(content(&pods), saved);
+        // A restarted agent runs the same pods from it.
+        let loaded = Checkpoint::new(path.clone()).load();
+        assert_eq!(
+            loaded.keys().collect::<Vec<_>>(),
+            pods.keys().collect::<Vec<_>>()
+        );
+        let mut warned = HashMap::new();
+        assert_eq!(desired(&loaded, &mut warned).len(), pods.len());
+        // A pod seen being deleted leaves the checkpoint at once.
+        pods.get_mut(&uid).expect("pod")["metadata"]["deletionTimestamp"] =
+            json!("2026-11-25T21:00:00Z");
+        cp.save(&pods);
+        let loaded = Checkpoint::new(path.clone()).load();
+        assert!(!loaded.contains_key(&uid));
+        assert_eq!(loaded.len(), pods.len() - 1);
+        // A damaged file is ignored, not fatal.
+        std::fs::write(&path, b"{not json").expect("write");
+        assert!(Checkpoint::new(path).load().is_empty());
     }
 }
