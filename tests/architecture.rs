@@ -123,6 +123,7 @@ const AGENT_PURE: &[&str] = &[
     "backoff",
     "kube::config",
     "kube::lease",
+    "kube::mirror",
     "kube::node",
     "kube::watch",
     "clock",

@@ -87,12 +87,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     };
     let node = Arc::new(node::info(&config.node_name, config.node_ip));
+    let node_uid = Arc::new(std::sync::OnceLock::new());
     let api_client = match &config.kubeconfig {
         Some(path) => {
             let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
             tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
             crate::kube::spawn(crate::kube::NodeSync {
                 client: client.clone(),
+                node_uid: node_uid.clone(),
                 facts: crate::kube::facts(&config, &node),
                 cri: cri.clone(),
                 update_every: config.node_status_update_frequency,
@@ -209,6 +211,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Cluster mode: the API server's pods, merged with the static ones.
     let mut invalid_api_pods = std::collections::HashMap::new();
     let mut api_desired = BTreeMap::new();
+    // The static pods, for their mirror pods.
+    let (statics_tx, statics_rx) = tokio::sync::watch::channel(BTreeMap::new());
     let mut api_rx = api_client.as_ref().map(|client| {
         // Until the API server answers, the pods it assigned last (a device
         // rebooted without its uplink runs them again).
@@ -225,6 +229,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let has = workers.clone();
         kube::pods::spawn_status(kube::pods::StatusSync {
             client: client.clone(),
+            node: cfg.node_name.clone(),
+            node_uid: node_uid.clone(),
+            statics: statics_rx.clone(),
             pods: rx.clone(),
             statuses: statuses_for_api.clone(),
             has_worker: Box::new(move |uid| has.has_worker(uid)),
@@ -244,6 +251,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // manifest was replaced while the agent was down starts only after
     // its old version has terminated, as at any other time.
     let mut file_desired = sources.scan(&mut src);
+    statics_tx.send_replace(file_desired.clone());
     let mut desired = merged(&file_desired, &api_desired);
     // Orphans are what no source defines: not before the API server's pods
     // were listed once (kubelet's sourcesReady).
@@ -281,6 +289,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 continue;
             }
         }
+        statics_tx.send_if_modified(|s| {
+            let changed = *s != file_desired;
+            if changed {
+                s.clone_from(&file_desired);
+            }
+            changed
+        });
         desired = merged(&file_desired, &api_desired);
         workers.update(&desired);
     }

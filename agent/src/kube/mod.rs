@@ -15,6 +15,7 @@
 pub mod client;
 pub mod config;
 pub mod lease;
+pub mod mirror;
 pub mod node;
 pub mod pods;
 pub mod watch;
@@ -34,6 +35,8 @@ const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(7);
 /// What the node loops need.
 pub struct NodeSync {
     pub client: Arc<Client>,
+    /// Set once the Node is registered.
+    pub node_uid: Arc<std::sync::OnceLock<String>>,
     pub facts: node::Facts,
     pub cri: Cri,
     pub update_every: Duration,
@@ -47,6 +50,9 @@ pub fn spawn(ns: NodeSync) {
     tokio::spawn(async move {
         let ns = Arc::new(ns);
         let uid = register(&ns).await;
+        if let Some(u) = &uid {
+            let _ = ns.node_uid.set(u.clone());
+        }
         tokio::spawn(renew_lease(ns.clone(), uid));
         report_status(ns).await;
     });

@@ -175,7 +175,8 @@ pub fn desired(
 ) -> BTreeMap<String, Arc<k8s_openapi::api::core::v1::Pod>> {
     let mut out = BTreeMap::new();
     for (uid, v) in api.iter() {
-        if !v["metadata"]["deletionTimestamp"].is_null() {
+        // Being deleted, or the API server's copy of a static pod.
+        if !v["metadata"]["deletionTimestamp"].is_null() || super::mirror::is_mirror(v) {
             continue;
         }
         match crate::manifest::api_pod(v.clone()) {
@@ -204,7 +205,12 @@ pub fn desired(
 /// What the status manager needs of the agent.
 pub struct StatusSync {
     pub client: Arc<Client>,
+    pub node: String,
+    /// The Node's UID once registered (mirror pods' owner).
+    pub node_uid: Arc<std::sync::OnceLock<String>>,
     pub pods: chan::Receiver<ApiPods>,
+    /// The static pods, which get mirror pods.
+    pub statics: chan::Receiver<BTreeMap<String, Arc<k8s_openapi::api::core::v1::Pod>>>,
     pub statuses: crate::status::Manager,
     /// Whether the pod (by UID) still has a worker (running or terminating).
     pub has_worker: Box<dyn Fn(&str) -> bool + Send + Sync>,
@@ -220,6 +226,7 @@ pub fn spawn_status(s: StatusSync) {
             let Some(pods) = s.pods.borrow().clone() else {
                 continue;
             };
+            mirrors(&s, &pods).await;
             for (uid, v) in pods.iter() {
                 let ns = v["metadata"]["namespace"].as_str().unwrap_or("default");
                 let name = v["metadata"]["name"].as_str().unwrap_or("");
@@ -248,9 +255,15 @@ pub fn spawn_status(s: StatusSync) {
                     }
                     continue;
                 }
+                // A mirror shows its static pod's status.
+                let status_of =
+                    match v["metadata"]["annotations"][super::mirror::CONFIG_MIRROR].as_str() {
+                        Some(hash) => hash,
+                        None => uid.as_str(),
+                    };
                 let Some(status) = s
                     .statuses
-                    .get(uid)
+                    .get(status_of)
                     .and_then(|p| serde_json::to_value(p.status?).ok())
                 else {
                     continue;
@@ -294,6 +307,56 @@ pub fn spawn_status(s: StatusSync) {
             sent.retain(|uid, _| pods.contains_key(uid));
         }
     });
+}
+
+/// Creates the missing mirror pods, deletes the stray ones.
+async fn mirrors(s: &StatusSync, api: &BTreeMap<String, Value>) {
+    let statics = s.statics.borrow().clone();
+    let plan = super::mirror::plan(&statics, api, &s.node, s.node_uid.get().map(String::as_str));
+    for m in plan.create {
+        let ns = m["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = m["metadata"]["name"].as_str().unwrap_or("").to_string();
+        match s
+            .client
+            .json(
+                Method::POST,
+                &format!("/api/v1/namespaces/{ns}/pods"),
+                Some(&m),
+                None,
+            )
+            .await
+        {
+            Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "created the mirror pod"),
+            // The watch has not shown it yet.
+            Err(e) if e.status() == Some(StatusCode::CONFLICT) => {}
+            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), "create the mirror pod: {e}"),
+        }
+    }
+    for (ns, name, uid) in plan.delete {
+        let body = json!({
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        });
+        let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
+        match s
+            .client
+            .json(Method::DELETE, &path, Some(&body), None)
+            .await
+        {
+            Ok(_) => tracing::info!(pod = %format!("{ns}/{name}"), "deleted a stray mirror pod"),
+            Err(e)
+                if matches!(
+                    e.status(),
+                    Some(StatusCode::NOT_FOUND | StatusCode::CONFLICT)
+                ) => {}
+            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), "delete the mirror pod: {e}"),
+        }
+    }
 }
 
 #[cfg(test)]
