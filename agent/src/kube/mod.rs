@@ -1,7 +1,8 @@
 //! Cluster mode, the node's side (kubelet's `kubelet_node_status.go` and
 //! `nodelease`): with a kubeconfig the agent registers its Node, reports
 //! the node status every `nodeStatusUpdateFrequency` (posted when it
-//! changed, else every `nodeStatusReportFrequency`) and renews its Lease
+//! changed or the server's conditions differ, else every
+//! `nodeStatusReportFrequency`) and renews its Lease
 //! every quarter of `nodeLeaseDurationSeconds`. Only what a node may do
 //! under `Node,RBAC` and NodeRestriction: create its Node, PATCH (never
 //! GET) nodes/status, its own Lease, the status and final delete of the
@@ -28,6 +29,40 @@ use serde_json::{Value, json};
 
 use crate::runtime::Cri;
 use client::Client;
+
+/// Logs the first failure of a call repeated on a timer at WARN, the ones
+/// after it at DEBUG, and the recovery at INFO with how long it lasted: a
+/// device offline for a day writes three lines, not one every 10 s.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    since: Option<tokio::time::Instant>,
+    failures: u64,
+}
+
+impl Outage {
+    /// Returns whether this failure was the one logged at WARN.
+    pub(crate) fn failed(&mut self, what: &str, e: &dyn std::fmt::Display) -> bool {
+        self.failures += 1;
+        if self.since.is_some() {
+            tracing::debug!("{what}: {e}");
+            return false;
+        }
+        self.since = Some(tokio::time::Instant::now());
+        tracing::warn!("{what}: {e} (retrying; further failures at debug level)");
+        true
+    }
+
+    pub(crate) fn ok(&mut self, what: &str) {
+        if let Some(since) = self.since.take() {
+            tracing::info!(
+                "{what}: working again after {:?} and {} failures",
+                since.elapsed(),
+                self.failures
+            );
+        }
+        self.failures = 0;
+    }
+}
 
 /// kubelet's registration back-off: 100 ms doubling to 7 s.
 const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(7);
@@ -113,6 +148,7 @@ async fn renew_lease(ns: Arc<NodeSync>, uid: Option<String>) {
     let name = ns.facts.name.clone();
     let every = Duration::from_secs(u64::from(ns.lease_seconds)) / 4;
     let mut last: Option<Value> = None;
+    let mut outage = Outage::default();
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
@@ -141,11 +177,14 @@ async fn renew_lease(ns: Arc<NodeSync>, uid: Option<String>) {
             },
         };
         match result {
-            Ok(l) => last = Some(l),
+            Ok(l) => {
+                outage.ok("renew the node lease");
+                last = Some(l);
+            }
             Err(e) => {
                 // A conflict (changed meanwhile) or no answer: read it again
                 // at the next tick.
-                tracing::warn!(node = %name, "renew the node lease: {e}");
+                outage.failed("renew the node lease", &e);
                 last = None;
             }
         }
@@ -158,6 +197,7 @@ async fn report_status(ns: Arc<NodeSync>) {
     let name = ns.facts.name.clone();
     let path = format!("/api/v1/nodes/{name}/status");
     let mut posted: Option<(Value, tokio::time::Instant)> = None;
+    let mut outage = Outage::default();
     let mut tick = tokio::time::interval(ns.update_every);
     loop {
         tick.tick().await;
@@ -186,7 +226,16 @@ async fn report_status(ns: Arc<NodeSync>) {
         let status = node::status(&facts, conditions, images);
         let due = match &posted {
             None => true,
-            Some((old, at)) => node::changed(old, &status) || at.elapsed() >= ns.report_every,
+            Some((old, at)) => {
+                node::changed(old, &status)
+                    || at.elapsed() >= ns.report_every
+                    // The controller may have set Ready to Unknown while
+                    // the lease lapsed; a node may read its own Node.
+                    || match ns.client.get(&format!("/api/v1/nodes/{name}")).await {
+                        Ok(n) => node::server_differs(&n["status"]["conditions"], &status["conditions"]),
+                        Err(_) => true,
+                    }
+            }
         };
         if !due {
             continue;
@@ -202,8 +251,13 @@ async fn report_status(ns: Arc<NodeSync>) {
             )
             .await
         {
-            Ok(_) => posted = Some((status, tokio::time::Instant::now())),
-            Err(e) => tracing::warn!(node = %name, "update the node status: {e}"),
+            Ok(_) => {
+                outage.ok("update the node status");
+                posted = Some((status, tokio::time::Instant::now()));
+            }
+            Err(e) => {
+                outage.failed("update the node status", &e);
+            }
         }
     }
 }
@@ -287,6 +341,19 @@ pub fn connect(path: &std::path::Path) -> Result<Client, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_outage_is_warned_of_once_until_it_ends() {
+        let mut o = super::Outage::default();
+        assert!(o.failed("renew", &"refused"));
+        assert!(!o.failed("renew", &"refused"));
+        assert!(!o.failed("renew", &"refused"));
+        o.ok("renew");
+        assert!(
+            o.failed("renew", &"refused"),
+            "a new outage is warned of again"
+        );
+    }
+
     #[test]
     fn the_api_servers_refusals_are_read_for_their_message() {
         let exists = include_bytes!("testdata/node-exists.json");

@@ -254,6 +254,29 @@ pub fn changed(old: &Value, new: &Value) -> bool {
     strip(old) != strip(new)
 }
 
+/// Whether the conditions on the server (`server`, the Node's
+/// `status.conditions`) say something else than ours: the node lifecycle
+/// controller sets Ready to Unknown when the lease lapsed (an outage), and
+/// only a new post from the node sets it back.
+pub fn server_differs(server: &Value, ours: &Value) -> bool {
+    let pairs = |v: &Value| -> Vec<(String, String)> {
+        let mut p: Vec<(String, String)> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["type"].as_str().unwrap_or("").to_string(),
+                    c["status"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        p.sort();
+        p
+    };
+    pairs(server) != pairs(ours)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +380,19 @@ mod tests {
             .expect("memory");
         assert_eq!(mem["reason"], "KubeletHasSufficientMemory");
         assert_eq!(mem["message"], "kubelet has sufficient memory available");
+    }
+
+    #[test]
+    fn a_ready_condition_the_controller_set_to_unknown_is_posted_again() {
+        let ours = json!(conditions(&Health::default(), &[], "2026-01-01T00:00:00Z"));
+        assert!(!server_differs(&ours, &ours));
+        let mut server = ours.clone();
+        for c in server.as_array_mut().expect("conditions") {
+            c["status"] = json!("Unknown");
+            c["reason"] = json!("NodeStatusUnknown");
+        }
+        assert!(server_differs(&server, &ours));
+        assert!(server_differs(&Value::Null, &ours));
     }
 
     #[test]

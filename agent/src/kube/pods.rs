@@ -114,6 +114,7 @@ pub fn source(
     let (tx, rx) = chan::channel(None);
     tokio::spawn(async move {
         let mut delay = BACKOFF_MIN;
+        let mut outage = super::Outage::default();
         loop {
             let mut cache = Cache::default();
             let listed = match client.get(&watch::list_path(&node)).await {
@@ -121,11 +122,12 @@ pub fn source(
                 Err(e) => Err(e.to_string()),
             };
             if let Err(e) = listed {
-                tracing::warn!(node = %node, "list the node's pods: {e}");
+                outage.failed("list the node's pods", &e);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(BACKOFF_MAX);
                 continue;
             }
+            outage.ok("list the node's pods");
             checkpoint.save(&cache.pods);
             let _ = tx.send(Some(Arc::new(cache.pods.clone())));
             'watch: loop {
@@ -133,7 +135,7 @@ pub fn source(
                 let mut lines = match client.watch(&path).await {
                     Ok(l) => l,
                     Err(e) => {
-                        tracing::warn!(node = %node, "watch the node's pods: {e}");
+                        outage.failed("watch the node's pods", &e);
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(BACKOFF_MAX);
                         break 'watch;
