@@ -209,7 +209,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
 
     // Cluster mode: the API server's pods, merged with the static ones.
-    let mut invalid_api_pods = std::collections::HashMap::new();
+    let mut decoded_api_pods = kube::pods::Decoded::default();
     let mut api_desired = BTreeMap::new();
     // The static pods, for their mirror pods.
     let (statics_tx, statics_rx) = tokio::sync::watch::channel(BTreeMap::new());
@@ -224,7 +224,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 "running the API server's pods from the checkpoint until it answers"
             );
         }
-        api_desired = kube::pods::desired(&saved, &mut invalid_api_pods);
+        api_desired = kube::pods::desired(&saved, &mut decoded_api_pods);
         let rx = kube::pods::source(client.clone(), cfg.node_name.clone(), checkpoint);
         let has = workers.clone();
         kube::pods::spawn_status(kube::pods::StatusSync {
@@ -278,7 +278,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
             Some(pods) = api_changed(&mut api_rx) => {
                 if let Some(pods) = pods {
-                    api_desired = kube::pods::desired(&pods, &mut invalid_api_pods);
+                    api_desired = kube::pods::desired(&pods, &mut decoded_api_pods);
                 }
             }
             _ = housekeeping.tick() => {

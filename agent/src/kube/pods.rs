@@ -169,11 +169,21 @@ pub fn source(
     rx
 }
 
+/// API pods decoded before, by UID: a pod is decoded and validated once,
+/// not again at every event of its life (each status update is one). The
+/// workers take a pod's spec when they start it, as before.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    pods: HashMap<String, Arc<k8s_openapi::api::core::v1::Pod>>,
+    /// Invalid pods, by UID: the resourceVersion last logged.
+    pub warned: HashMap<String, String>,
+}
+
 /// The pods to run: those the API server has for the node, not being
 /// deleted, that are valid (an invalid one is logged once per version).
 pub fn desired(
     api: &BTreeMap<String, Value>,
-    warned: &mut HashMap<String, String>,
+    seen: &mut Decoded,
 ) -> BTreeMap<String, Arc<k8s_openapi::api::core::v1::Pod>> {
     let mut out = BTreeMap::new();
     for (uid, v) in api.iter() {
@@ -181,26 +191,32 @@ pub fn desired(
         if !v["metadata"]["deletionTimestamp"].is_null() || super::mirror::is_mirror(v) {
             continue;
         }
+        if let Some(p) = seen.pods.get(uid) {
+            out.insert(uid.clone(), p.clone());
+            continue;
+        }
+        let rv = v["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if seen.warned.get(uid).is_some_and(|w| w == rv) {
+            continue;
+        }
         match crate::manifest::api_pod(v.clone()) {
             Ok(p) => {
-                out.insert(uid.clone(), Arc::new(p));
+                let p = Arc::new(p);
+                seen.warned.remove(uid);
+                seen.pods.insert(uid.clone(), p.clone());
+                out.insert(uid.clone(), p);
             }
             Err(e) => {
-                let rv = v["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string();
-                if warned.get(uid) != Some(&rv) {
-                    tracing::warn!(
-                        pod = %format!("{}/{}", v["metadata"]["namespace"].as_str().unwrap_or(""), v["metadata"]["name"].as_str().unwrap_or("")),
-                        "not run: {e}"
-                    );
-                    warned.insert(uid.clone(), rv);
-                }
+                tracing::warn!(
+                    pod = %format!("{}/{}", v["metadata"]["namespace"].as_str().unwrap_or(""), v["metadata"]["name"].as_str().unwrap_or("")),
+                    "not run: {e}"
+                );
+                seen.warned.insert(uid.clone(), rv.to_string());
             }
         }
     }
-    warned.retain(|uid, _| api.contains_key(uid));
+    seen.pods.retain(|uid, _| api.contains_key(uid));
+    seen.warned.retain(|uid, _| api.contains_key(uid));
     out
 }
 
@@ -380,9 +396,17 @@ mod tests {
         let mut pods = listed();
         let n = pods.len();
         assert!(n >= 3);
-        let mut warned = HashMap::new();
-        let run = desired(&pods, &mut warned);
-        assert_eq!(run.len(), n, "every recorded pod validates: {warned:?}");
+        let mut seen = Decoded::default();
+        let run = desired(&pods, &mut seen);
+        assert_eq!(
+            run.len(),
+            n,
+            "every recorded pod validates: {:?}",
+            seen.warned
+        );
+        // A pod's next event (a status update) does not decode it again.
+        let again = desired(&pods, &mut seen);
+        assert!(run.iter().all(|(uid, p)| Arc::ptr_eq(p, &again[uid])));
         let (uid, first) = run.iter().next().expect("a pod");
         assert_eq!(first.metadata.uid.as_deref(), Some(uid.as_str()));
         let name = first.metadata.name.clone().expect("name");
@@ -393,13 +417,19 @@ mod tests {
         pods.get_mut(&deleting).expect("pod")["metadata"]["deletionTimestamp"] =
             json!("2026-11-25T21:00:00Z");
         pods.get_mut(&invalid).expect("pod")["spec"]["containers"] = json!([]);
-        let run = desired(&pods, &mut warned);
+        // Decoded before: the recorded pods count as new ones here.
+        let mut seen = Decoded::default();
+        let run = desired(&pods, &mut seen);
         assert_eq!(run.len(), n - 2);
         assert!(!run.contains_key(&deleting) && !run.contains_key(&invalid));
-        assert_eq!(warned.len(), 1, "the invalid pod is logged, once a version");
+        assert_eq!(
+            seen.warned.len(),
+            1,
+            "the invalid pod is logged, once a version"
+        );
         pods.remove(&invalid);
-        desired(&pods, &mut warned);
-        assert!(warned.is_empty(), "forgotten with the pod");
+        desired(&pods, &mut seen);
+        assert!(seen.warned.is_empty(), "forgotten with the pod");
     }
 
     #[test]
@@ -423,8 +453,7 @@ mod tests {
             loaded.keys().collect::<Vec<_>>(),
             pods.keys().collect::<Vec<_>>()
         );
-        let mut warned = HashMap::new();
-        assert_eq!(desired(&loaded, &mut warned).len(), pods.len());
+        assert_eq!(desired(&loaded, &mut Decoded::default()).len(), pods.len());
         // A pod seen being deleted leaves the checkpoint at once.
         pods.get_mut(&uid).expect("pod")["metadata"]["deletionTimestamp"] =
             json!("2026-11-25T21:00:00Z");
