@@ -172,6 +172,10 @@ pub(crate) struct AgentArgs {
     /// (`picolet.kubeconfig`; kubelet's flag); none: static pods only.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Labels to register the Node with, `key=value,...`, added to
+    /// `picolet.nodeLabels` (kubelet's flag; cluster mode).
+    #[arg(long, value_parser = node_labels_arg)]
+    node_labels: Option<String>,
     /// `/healthz` port (`healthzPort`).
     #[arg(long)]
     healthz_port: Option<u16>,
@@ -217,6 +221,11 @@ pub(crate) struct UpArgs {
     streaming_address: Option<std::net::SocketAddr>,
 }
 
+/// `--node-labels`, checked as the config's `picolet.nodeLabels`.
+fn node_labels_arg(s: &str) -> Result<String, String> {
+    edge_config::config::parse_node_labels(s).map(|_| s.to_string())
+}
+
 /// Loads the config file and applies the flags; exit code 2 on error.
 fn load_config(common: &CommonArgs) -> Result<Config, ExitCode> {
     let (path, must_exist) = match &common.config {
@@ -246,6 +255,11 @@ impl AgentArgs {
         }
         if let Some(v) = &self.kubeconfig {
             c.kubeconfig = Some(v.clone());
+        }
+        if let Some(v) = &self.node_labels {
+            // Checked when the flags were parsed.
+            c.node_labels
+                .extend(edge_config::config::parse_node_labels(v).unwrap_or_default());
         }
         if let Some(v) = self.healthz_port {
             c.healthz_port = v;

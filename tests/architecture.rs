@@ -21,6 +21,7 @@ const AGENT: &[(&str, &[&str])] = &[
     (
         "kubelet",
         &[
+            "admit",
             "events",
             "health",
             "image_gc",
@@ -104,6 +105,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("httpc", &[]),
     ("volumes", &[]),
     // Pure.
+    ("admit", &["qos"]),
     ("plan", &["cri_config", "probe", "reason"]),
     ("manifest", &["validate"]),
     ("validate", &["cri_config"]),
@@ -120,6 +122,7 @@ const AGENT: &[(&str, &[&str])] = &[
 
 /// Module paths whose files must stay pure (a path and everything below).
 const AGENT_PURE: &[&str] = &[
+    "admit",
     "backoff",
     "kube::config",
     "kube::lease",

@@ -19,7 +19,7 @@ use crate::pod_workers::{self, PodWorkers};
 use crate::runtime::Cri;
 use crate::source::{self, ManifestErrors};
 use crate::stats::Stats;
-use crate::{image_gc, kube, logs, metrics, node, oom, pleg, prober, server, status};
+use crate::{admit, image_gc, kube, logs, metrics, node, oom, pleg, prober, server, status};
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +88,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let node = Arc::new(node::info(&config.node_name, config.node_ip));
     let node_uid = Arc::new(std::sync::OnceLock::new());
+    let facts = kube::facts(&config, &node);
+    let registration = kube::registration(&facts, &config);
+    let node_meta: kube::SharedMeta =
+        Arc::new(std::sync::RwLock::new(kube::NodeMeta::of(&registration)));
+    let allocatable = facts.allocatable();
     let api_client = match &config.kubeconfig {
         Some(path) => {
             let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
@@ -95,7 +100,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             crate::kube::spawn(crate::kube::NodeSync {
                 client: client.clone(),
                 node_uid: node_uid.clone(),
-                facts: crate::kube::facts(&config, &node),
+                facts,
+                registration,
+                meta: node_meta.clone(),
                 cri: cri.clone(),
                 update_every: config.node_status_update_frequency,
                 report_every: config.node_status_report_frequency,
@@ -203,12 +210,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
     let sources = Sources {
         config: config.clone(),
-        recorder,
+        recorder: recorder.clone(),
         health: health.clone(),
         manifest_errors,
     };
 
-    // Cluster mode: the API server's pods, merged with the static ones.
+    // Cluster mode: the API server's pods, admitted, merged with the static ones.
+    let mut admission = Admit {
+        state: admit::Admission::default(),
+        node: node_meta,
+        allocatable,
+        name: config.node_name.clone(),
+        statuses: statuses_for_api.clone(),
+        recorder,
+        workers: workers.clone(),
+    };
     let mut decoded_api_pods = kube::pods::Decoded::default();
     let mut api_desired = BTreeMap::new();
     // The static pods, for their mirror pods.
@@ -252,7 +268,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // its old version has terminated, as at any other time.
     let mut file_desired = sources.scan(&mut src);
     statics_tx.send_replace(file_desired.clone());
-    let mut desired = merged(&file_desired, &api_desired);
+    let mut desired = merged(&file_desired, &admission.run(&file_desired, &api_desired));
     // Orphans are what no source defines: not before the API server's pods
     // were listed once (kubelet's sourcesReady).
     let api_listed = |rx: &Option<tokio::sync::watch::Receiver<kube::pods::ApiPods>>| {
@@ -296,7 +312,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
             changed
         });
-        desired = merged(&file_desired, &api_desired);
+        desired = merged(&file_desired, &admission.run(&file_desired, &api_desired));
         workers.update(&desired);
     }
     tracing::info!("agent stopping; containers keep running");
@@ -345,6 +361,80 @@ impl Sources {
             desired.insert(uid, pod);
         }
         desired
+    }
+}
+
+/// Admission of the API server's pods ([`admit`]) and what it touches.
+struct Admit {
+    state: admit::Admission,
+    node: kube::SharedMeta,
+    allocatable: kube::node::Allocatable,
+    name: String,
+    statuses: status::Manager,
+    recorder: Recorder,
+    workers: PodWorkers,
+}
+
+impl Admit {
+    /// The API server's pods to run; a refused one is failed (its status
+    /// goes to the API server) with a Warning event, as kubelet's
+    /// `rejectPod`.
+    fn run(
+        &mut self,
+        statics: &BTreeMap<String, Arc<Pod>>,
+        api: &BTreeMap<String, Arc<Pod>>,
+    ) -> BTreeMap<String, Arc<Pod>> {
+        let meta = self
+            .node
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let a = self.allocatable;
+        let view = admit::NodeView {
+            name: self.name.clone(),
+            labels: meta.labels,
+            taints: meta.taints,
+            allocatable: admit::Resources {
+                cpu_milli: u128::from(a.cpu_milli),
+                memory: u128::from(a.memory),
+                ephemeral: u128::from(a.ephemeral),
+                pods: u128::from(a.pods),
+            },
+        };
+        let finished = |uid: &str| {
+            self.statuses.get(uid).is_some_and(|p| {
+                p.status
+                    .and_then(|s| s.phase)
+                    .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+            })
+        };
+        let d = self.state.admit(&view, statics, api, finished, |uid| {
+            self.workers.has_worker(uid)
+        });
+        for (uid, pod, why) in d.rejected {
+            let message = format!("Pod was rejected: {}", why.message);
+            let obj = Object {
+                kind: "Pod",
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: uid.clone(),
+                field_path: String::new(),
+            };
+            self.recorder
+                .event(&obj, EventType::Warning, &why.reason, &why.message);
+            let mut failed = (*pod).clone();
+            failed.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Failed".into()),
+                reason: Some(why.reason),
+                message: Some(message),
+                ..Default::default()
+            });
+            self.statuses.set(&uid, failed);
+        }
+        for uid in d.forgotten {
+            self.statuses.remove(&uid);
+        }
+        d.run
     }
 }
 

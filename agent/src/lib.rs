@@ -15,6 +15,7 @@
 //! [`metrics`], [`plan`], [`probe`], [`qos`], [`reason`], [`status::generate`],
 //! [`validate`]. `tests/architecture.rs` holds every arrow between modules.
 
+pub mod admit;
 pub mod backoff;
 pub mod clock;
 pub mod cri_config;

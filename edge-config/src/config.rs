@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::quantity::{Threshold, parse_duration, parse_quantity, parse_threshold};
+use crate::quantity::{
+    Threshold, parse_duration, parse_quantity, parse_quantity_milli, parse_threshold,
+};
 
 /// An error in a file: the file, the field path in it, what is wrong.
 /// Printed `<file>: <field.path>: <message>`. Config files and static pod
@@ -83,7 +85,18 @@ struct Raw {
     node_lease_duration_seconds: Option<u32>,
     serialize_image_pulls: Option<bool>,
     pod_logs_dir: Option<String>,
+    register_with_taints: Option<Vec<RawTaint>>,
+    kube_reserved: Option<BTreeMap<String, String>>,
+    system_reserved: Option<BTreeMap<String, String>>,
     picolet: Option<RawPicolet>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTaint {
+    key: String,
+    value: Option<String>,
+    effect: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,6 +105,8 @@ struct RawPicolet {
     node_name: Option<String>,
     /// kubelet's `--kubeconfig`: join the cluster of this API server.
     kubeconfig: Option<String>,
+    /// kubelet's `--node-labels`: labels the Node is registered with.
+    node_labels: Option<BTreeMap<String, String>>,
     #[serde(rename = "nodeIP")]
     node_ip: Option<String>,
     cri_socket: Option<String>,
@@ -166,6 +181,14 @@ pub struct Config {
     /// `picolet.kubeconfig` (kubelet's `--kubeconfig`): the API server to
     /// join as a node; None: static pods only.
     pub kubeconfig: Option<PathBuf>,
+    /// `picolet.nodeLabels` (kubelet's `--node-labels`): registered with
+    /// the Node besides kubelet's own labels.
+    pub node_labels: BTreeMap<String, String>,
+    /// `registerWithTaints`: the Node's taints at registration.
+    pub register_with_taints: Vec<Taint>,
+    /// `kubeReserved` + `systemReserved`: what allocatable keeps back
+    /// besides `evictionHard`.
+    pub reserved: Reserved,
     /// `picolet.nodeIP` (kubelet's `--node-ip`): the node's address, the
     /// pod IP of host-network pods. `None`: the first non-loopback IPv4
     /// address of an interface that is up.
@@ -188,6 +211,98 @@ pub struct Config {
     /// `picolet.maxLayerSize`: most bytes one layer may unpack to (none:
     /// only the filesystem's free space, less 5%, bounds it).
     pub max_layer_bytes: Option<u64>,
+}
+
+/// A Node taint (`registerWithTaints`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    /// NoSchedule, PreferNoSchedule or NoExecute.
+    pub effect: String,
+}
+
+/// Resources kept back from pods (`kubeReserved` + `systemReserved`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reserved {
+    pub cpu_milli: u128,
+    pub memory: u128,
+    pub ephemeral: u128,
+}
+
+/// Checks a label (key, value) as the API server does: a key is an
+/// optional DNS-subdomain prefix and `/`, then a name of at most 63
+/// alphanumerics, `-`, `_`, `.` (alphanumeric at both ends); a value is
+/// such a name or empty. Labels a node may not set under NodeRestriction
+/// (the kubernetes.io and k8s.io namespaces but kubelet's own labels and
+/// `kubelet.`/`node.kubernetes.io/`) are refused, as kubelet refuses them.
+pub fn check_node_label(key: &str, value: &str) -> Result<(), String> {
+    let name_ok = |n: &str| {
+        n.len() <= 63
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if !name_ok(name)
+        || prefix.is_some_and(|p| {
+            p.is_empty()
+                || p.len() > 253
+                || !p
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        })
+    {
+        return Err(format!("label key {key:?} is not a qualified name"));
+    }
+    if !value.is_empty() && !name_ok(value) {
+        return Err(format!(
+            "label value {value:?} of {key:?} is not a valid label value"
+        ));
+    }
+    if let Some(p) = prefix {
+        let in_ns = |ns: &str| p == ns || p.ends_with(&format!(".{ns}"));
+        let kubelets = [
+            "beta.kubernetes.io/arch",
+            "beta.kubernetes.io/instance-type",
+            "beta.kubernetes.io/os",
+            "failure-domain.beta.kubernetes.io/region",
+            "failure-domain.beta.kubernetes.io/zone",
+            "kubernetes.io/arch",
+            "kubernetes.io/hostname",
+            "kubernetes.io/os",
+            "node.kubernetes.io/instance-type",
+            "topology.kubernetes.io/region",
+            "topology.kubernetes.io/zone",
+        ];
+        if (in_ns("kubernetes.io") || in_ns("k8s.io"))
+            && !kubelets.contains(&key)
+            && !in_ns("kubelet.kubernetes.io")
+            && !in_ns("node.kubernetes.io")
+        {
+            return Err(format!(
+                "label {key:?}: a node may not set labels in the kubernetes.io or k8s.io namespaces but kubelet's own and kubelet.kubernetes.io/ or node.kubernetes.io/ ones (the API server's NodeRestriction refuses them)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Parses kubelet's `--node-labels` (`key=value,key2=value2`).
+pub fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for kv in s.split(',').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("{kv:?} is not key=value"))?;
+        check_node_label(k, v)?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
 }
 
 fn hostname() -> String {
@@ -420,6 +535,56 @@ impl Config {
         if node_lease_duration_seconds == 0 {
             return Err(err("nodeLeaseDurationSeconds", "must be at least 1".into()));
         }
+        let mut node_labels = BTreeMap::new();
+        for (k, v) in p.node_labels.iter().flatten() {
+            check_node_label(k, v).map_err(|m| err(&format!("picolet.nodeLabels.{k}"), m))?;
+            node_labels.insert(k.clone(), v.clone());
+        }
+        let mut register_with_taints = Vec::new();
+        for (i, t) in raw.register_with_taints.iter().flatten().enumerate() {
+            let field = format!("registerWithTaints[{i}]");
+            if !matches!(
+                t.effect.as_str(),
+                "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+            ) {
+                return Err(err(
+                    &format!("{field}.effect"),
+                    format!(
+                        "{:?} (want NoSchedule, PreferNoSchedule or NoExecute)",
+                        t.effect
+                    ),
+                ));
+            }
+            let value = t.value.clone().unwrap_or_default();
+            check_node_label(&t.key, &value).map_err(|m| err(&field, format!("taint {m}")))?;
+            register_with_taints.push(Taint {
+                key: t.key.clone(),
+                value,
+                effect: t.effect.clone(),
+            });
+        }
+        let mut reserved = Reserved::default();
+        for (section, map) in [
+            ("kubeReserved", &raw.kube_reserved),
+            ("systemReserved", &raw.system_reserved),
+        ] {
+            for (res, q) in map.iter().flatten() {
+                let field = format!("{section}.{res}");
+                let (slot, v) = match res.as_str() {
+                    "cpu" => (&mut reserved.cpu_milli, parse_quantity_milli(q)),
+                    "memory" => (&mut reserved.memory, parse_quantity(q)),
+                    "ephemeral-storage" => (&mut reserved.ephemeral, parse_quantity(q)),
+                    _ => {
+                        return Err(err(
+                            &field,
+                            "unknown resource (known: cpu, memory, ephemeral-storage)".into(),
+                        ));
+                    }
+                };
+                let v = v.ok_or_else(|| err(&field, format!("{q:?} is not a quantity")))?;
+                *slot = slot.saturating_add(v);
+            }
+        }
         let max_pods = raw.max_pods.unwrap_or(110);
         if max_pods == 0 {
             return Err(err("maxPods", "must be at least 1".into()));
@@ -471,6 +636,9 @@ impl Config {
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
             kubeconfig: p.kubeconfig.map(PathBuf::from),
+            node_labels,
+            register_with_taints,
+            reserved,
             node_ip,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
             data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),
@@ -607,6 +775,26 @@ mod tests {
                 "picolet:\n  maxLayerSize: lots\n",
                 "picolet.maxLayerSize: \"lots\" is not a positive quantity",
             ),
+            (
+                "picolet:\n  nodeLabels:\n    node-role.kubernetes.io/edge: \"\"\n",
+                "picolet.nodeLabels.node-role.kubernetes.io/edge: label \"node-role.kubernetes.io/edge\": a node may not set labels in the kubernetes.io",
+            ),
+            (
+                "picolet:\n  nodeLabels:\n    site: \"two words\"\n",
+                "picolet.nodeLabels.site: label value \"two words\"",
+            ),
+            (
+                "registerWithTaints:\n- key: edge\n  effect: NoRun\n",
+                "registerWithTaints[0].effect: \"NoRun\" (want NoSchedule",
+            ),
+            (
+                "kubeReserved:\n  gpu: 1\n",
+                "kubeReserved.gpu: unknown resource",
+            ),
+            (
+                "systemReserved:\n  memory: much\n",
+                "systemReserved.memory: \"much\" is not a quantity",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(text).expect_err(text);
@@ -615,6 +803,36 @@ mod tests {
                 "{text:?}: got {e:?}, want it to contain {want:?}"
             );
         }
+    }
+
+    #[test]
+    fn node_labels_taints_and_reservations() {
+        let c = parse("kubeReserved:\n  cpu: 100m\n  memory: 100Mi\nsystemReserved:\n  cpu: 150m\n  ephemeral-storage: 1Gi\nregisterWithTaints:\n- key: edge.example.com/uplink\n  value: metered\n  effect: NoSchedule\npicolet:\n  nodeLabels:\n    site: berlin-3\n    node.kubernetes.io/exclude-from-external-load-balancers: \"\"\n").expect("valid");
+        assert_eq!(
+            c.reserved,
+            Reserved {
+                cpu_milli: 250,
+                memory: 100 << 20,
+                ephemeral: 1 << 30
+            }
+        );
+        assert_eq!(c.register_with_taints[0].effect, "NoSchedule");
+        assert_eq!(c.node_labels.len(), 2);
+        assert_eq!(
+            parse_node_labels("site=berlin-3,kubernetes.io/hostname=x,role="),
+            Ok(BTreeMap::from([
+                ("kubernetes.io/hostname".into(), "x".into()),
+                ("role".into(), String::new()),
+                ("site".into(), "berlin-3".into()),
+            ]))
+        );
+        assert!(
+            parse_node_labels("site")
+                .unwrap_err()
+                .contains("not key=value")
+        );
+        assert!(parse_node_labels("k8s.io/x=1").is_err());
+        assert!(parse_node_labels("Bad_Prefix/x=1").is_err());
     }
 
     #[test]

@@ -64,6 +64,57 @@ impl Outage {
     }
 }
 
+/// The Node's labels and taints as the API server last showed them (an
+/// admin may `kubectl label` or `taint` the node): what admission checks
+/// pods against. Until the server answers, what the node registers with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeMeta {
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+}
+
+impl NodeMeta {
+    /// The labels and taints of a Node (the API server's JSON).
+    pub fn of(node: &Value) -> Self {
+        Self {
+            labels: serde_json::from_value(node["metadata"]["labels"].clone()).unwrap_or_default(),
+            taints: serde_json::from_value(node["spec"]["taints"].clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Shared between the node loops (writer) and the sync loop (reader).
+pub type SharedMeta = Arc<std::sync::RwLock<NodeMeta>>;
+
+fn set_meta(shared: &SharedMeta, node: &Value) {
+    if node["metadata"]["name"].is_string() {
+        let m = NodeMeta::of(node);
+        let mut w = shared
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *w != m {
+            *w = m;
+        }
+    }
+}
+
+/// The Node this agent registers: kubelet's labels, `nodeLabels`,
+/// `registerWithTaints`.
+pub fn registration(facts: &node::Facts, config: &edge_config::Config) -> Value {
+    let taints: Vec<Value> = config
+        .register_with_taints
+        .iter()
+        .map(|t| {
+            let mut v = json!({"key": t.key, "effect": t.effect});
+            if !t.value.is_empty() {
+                v["value"] = json!(t.value);
+            }
+            v
+        })
+        .collect();
+    node::registration(facts, &config.node_labels, &taints)
+}
+
 /// kubelet's registration back-off: 100 ms doubling to 7 s.
 const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(7);
 
@@ -73,6 +124,10 @@ pub struct NodeSync {
     /// Set once the Node is registered.
     pub node_uid: Arc<std::sync::OnceLock<String>>,
     pub facts: node::Facts,
+    /// The Node to create ([`registration`]).
+    pub registration: Value,
+    /// Written from every Node the API server returns.
+    pub meta: SharedMeta,
     pub cri: Cri,
     pub update_every: Duration,
     pub report_every: Duration,
@@ -113,23 +168,29 @@ fn rfc3339(t: k8s_openapi::jiff::Timestamp) -> String {
 /// its UID, when the answer gave one.
 async fn register(ns: &NodeSync) -> Option<String> {
     let name = &ns.facts.name;
-    let body = node::registration(&ns.facts, &Default::default(), &[]);
+    let body = &ns.registration;
     let mut delay = Duration::from_millis(100);
     loop {
         match ns
             .client
-            .json(Method::POST, "/api/v1/nodes", Some(&body), None)
+            .json(Method::POST, "/api/v1/nodes", Some(body), None)
             .await
         {
             Ok(created) => {
                 tracing::info!(node = %name, "registered the node with the API server");
+                set_meta(&ns.meta, &created);
                 return created["metadata"]["uid"].as_str().map(String::from);
             }
             Err(e) if e.status() == Some(StatusCode::CONFLICT) => {
                 // Registered before (a restart): the node may read itself.
+                // Its labels and taints are the server's now (kubelet does
+                // not reconcile --node-labels either).
                 tracing::info!(node = %name, "the node was registered before");
                 return match ns.client.get(&format!("/api/v1/nodes/{name}")).await {
-                    Ok(n) => n["metadata"]["uid"].as_str().map(String::from),
+                    Ok(n) => {
+                        set_meta(&ns.meta, &n);
+                        n["metadata"]["uid"].as_str().map(String::from)
+                    }
                     Err(e) => {
                         tracing::warn!("read the node: {e}");
                         None
@@ -232,7 +293,10 @@ async fn report_status(ns: Arc<NodeSync>) {
                     // The controller may have set Ready to Unknown while
                     // the lease lapsed; a node may read its own Node.
                     || match ns.client.get(&format!("/api/v1/nodes/{name}")).await {
-                        Ok(n) => node::server_differs(&n["status"]["conditions"], &status["conditions"]),
+                        Ok(n) => {
+                            set_meta(&ns.meta, &n);
+                            node::server_differs(&n["status"]["conditions"], &status["conditions"])
+                        }
                         Err(_) => true,
                     }
             }
@@ -251,7 +315,8 @@ async fn report_status(ns: Arc<NodeSync>) {
             )
             .await
         {
-            Ok(_) => {
+            Ok(n) => {
+                set_meta(&ns.meta, &n);
                 outage.ok("update the node status");
                 posted = Some((status, tokio::time::Instant::now()));
             }
@@ -318,10 +383,16 @@ pub fn facts(config: &edge_config::Config, info: &crate::cri_config::NodeInfo) -
         arch: node::goarch().into(),
         runtime_version: String::new(),
         kubelet_port: config.port,
-        reserved_memory: threshold("memory.available", memory_bytes),
-        reserved_ephemeral: threshold("nodefs.available", ephemeral_bytes),
-        reserved_cpu_milli: 0,
+        reserved_memory: threshold("memory.available", memory_bytes)
+            .saturating_add(clamp(config.reserved.memory)),
+        reserved_ephemeral: threshold("nodefs.available", ephemeral_bytes)
+            .saturating_add(clamp(config.reserved.ephemeral)),
+        reserved_cpu_milli: clamp(config.reserved.cpu_milli),
     }
+}
+
+fn clamp(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
 }
 
 /// `percent` of `capacity`, in basis points.

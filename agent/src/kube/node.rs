@@ -46,6 +46,27 @@ pub struct Facts {
     pub reserved_cpu_milli: u64,
 }
 
+/// Capacity less what is kept back: millicores, bytes, pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Allocatable {
+    pub cpu_milli: u64,
+    pub memory: u64,
+    pub ephemeral: u64,
+    pub pods: u32,
+}
+
+impl Facts {
+    /// Allocatable, as the node status reports it and admission checks it.
+    pub fn allocatable(&self) -> Allocatable {
+        Allocatable {
+            cpu_milli: (self.cpus * 1000).saturating_sub(self.reserved_cpu_milli),
+            memory: self.memory_bytes.saturating_sub(self.reserved_memory),
+            ephemeral: self.ephemeral_bytes.saturating_sub(self.reserved_ephemeral),
+            pods: self.max_pods,
+        }
+    }
+}
+
 /// What the conditions are made of, read at every status update.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Health {
@@ -109,12 +130,12 @@ fn resources(f: &Facts) -> (Value, Value) {
         "pods": f.max_pods.to_string(),
         "ephemeral-storage": kib(f.ephemeral_bytes),
     });
-    let cpu_milli = (f.cpus * 1000).saturating_sub(f.reserved_cpu_milli);
+    let a = f.allocatable();
     let mut allocatable = json!({
-        "cpu": if cpu_milli.is_multiple_of(1000) { (cpu_milli / 1000).to_string() } else { format!("{cpu_milli}m") },
-        "memory": kib(f.memory_bytes.saturating_sub(f.reserved_memory)),
-        "pods": f.max_pods.to_string(),
-        "ephemeral-storage": f.ephemeral_bytes.saturating_sub(f.reserved_ephemeral).to_string(),
+        "cpu": if a.cpu_milli.is_multiple_of(1000) { (a.cpu_milli / 1000).to_string() } else { format!("{}m", a.cpu_milli) },
+        "memory": kib(a.memory),
+        "pods": a.pods.to_string(),
+        "ephemeral-storage": a.ephemeral.to_string(),
     });
     for k in &f.hugepage_kib {
         let name = if k % (1024 * 1024) == 0 {
