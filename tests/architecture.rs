@@ -100,7 +100,14 @@ const AGENT: &[(&str, &[&str])] = &[
     ("node", &["cri_config"]),
     (
         "kube",
-        &["cri_config", "httpc", "manifest", "runtime", "status"],
+        &[
+            "cri_config",
+            "events",
+            "httpc",
+            "manifest",
+            "runtime",
+            "status",
+        ],
     ),
     ("httpc", &[]),
     ("volumes", &[]),

@@ -23,6 +23,18 @@ pub struct Object {
     pub field_path: String,
 }
 
+impl Object {
+    /// The node itself (kubelet's node reference: its UID is its name).
+    pub fn node(name: &str) -> Self {
+        Self {
+            kind: "Node",
+            name: name.to_string(),
+            uid: name.to_string(),
+            ..Default::default()
+        }
+    }
+}
+
 /// `Normal` or `Warning`, as the API's `Event.type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -52,6 +64,13 @@ impl Recorder {
         crate::mutex::lock(&self.0).record(obj, kind, reason, message);
     }
 
+    /// Also hands every event, as it is after counting (count 1: new),
+    /// to `sink` (cluster mode: the API server). Never blocks: when the
+    /// sink is full the event stays in the ring only.
+    pub fn forward(&self, sink: tokio::sync::mpsc::Sender<Event>) {
+        crate::mutex::lock(&self.0).sink = Some(sink);
+    }
+
     /// All events, oldest first.
     pub fn list(&self) -> Vec<Event> {
         crate::mutex::lock(&self.0).list()
@@ -62,24 +81,32 @@ impl Recorder {
 #[derive(Debug)]
 pub struct Events {
     cap: usize,
-    seq: u64,
     node: String,
     ring: VecDeque<Event>,
+    sink: Option<tokio::sync::mpsc::Sender<Event>>,
+    /// Events the sink had no room for.
+    pub dropped: u64,
 }
 
 impl Events {
     pub fn new(cap: usize, node: &str) -> Self {
         Self {
             cap,
-            seq: 0,
             node: node.into(),
             ring: VecDeque::new(),
+            sink: None,
+            dropped: 0,
         }
     }
 
     /// Records an event; returns its count (1 for a new one).
     pub fn record(&mut self, obj: &Object, kind: EventType, reason: &str, message: &str) -> i32 {
-        let count = self.count(obj, kind, reason, message);
+        let (count, event) = self.count(obj, kind, reason, message);
+        if let Some(sink) = &self.sink
+            && sink.try_send(event).is_err()
+        {
+            self.dropped += 1;
+        }
         if u32::try_from(count).is_ok_and(u32::is_power_of_two) {
             let object = format!("{}/{}", obj.namespace, obj.name);
             let field = &obj.field_path;
@@ -95,8 +122,17 @@ impl Events {
         count
     }
 
-    fn count(&mut self, obj: &Object, kind: EventType, reason: &str, message: &str) -> i32 {
-        let now = Time(crate::clock::timestamp_now());
+    /// Counts a repeat or adds a new event; the count and the event as
+    /// it is now.
+    fn count(
+        &mut self,
+        obj: &Object,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) -> (i32, Event) {
+        let stamp = crate::clock::timestamp_now();
+        let now = Time(stamp);
         // Same object, reason and message among the recent ones: count it.
         if let Some(e) = self.ring.iter_mut().rev().take(16).find(|e| {
             e.reason.as_deref() == Some(reason)
@@ -107,10 +143,11 @@ impl Events {
             let count = e.count.unwrap_or(1).saturating_add(1);
             e.count = Some(count);
             e.last_timestamp = Some(now);
-            return count;
+            return (count, e.clone());
         }
-        self.seq += 1;
-        let name = format!("{}.{:x}", obj.name, self.seq);
+        // client-go's naming: unique across restarts, as the API server
+        // keeps events for an hour.
+        let name = format!("{}.{:x}", obj.name, stamp.as_nanosecond());
         self.ring.push_back(Event {
             metadata: ObjectMeta {
                 name: Some(name),
@@ -140,10 +177,11 @@ impl Events {
             reporting_instance: Some(self.node.clone()),
             ..Default::default()
         });
+        let event = self.ring.back().cloned().unwrap_or_default();
         while self.ring.len() > self.cap {
             self.ring.pop_front();
         }
-        1
+        (1, event)
     }
 
     /// All events, oldest first.

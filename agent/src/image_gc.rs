@@ -158,11 +158,7 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
     if freed < amount {
         let err = GcError::NotEnough { amount, eligible };
         let msg = err.to_string();
-        let node = Object {
-            kind: "Node",
-            name: shared.node_name.clone(),
-            ..Default::default()
-        };
+        let node = Object::node(&shared.node_name);
         let warning = EventType::Warning;
         shared
             .recorder

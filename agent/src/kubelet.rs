@@ -114,6 +114,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     let config = Arc::new(config);
     let recorder = Recorder::new(1000, &config.node_name);
+    if let Some(client) = &api_client {
+        let (tx, rx) = tokio::sync::mpsc::channel(256);
+        recorder.forward(tx);
+        kube::events::spawn(client.clone(), rx);
+    }
     let statuses = status::Manager::default();
     let statuses_for_api = statuses.clone();
     let health = Health::default();
@@ -332,11 +337,7 @@ impl Sources {
     fn scan(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
         self.health.synced();
         let scan = src.scan();
-        let node = Object {
-            kind: "Node",
-            name: self.config.node_name.clone(),
-            ..Default::default()
-        };
+        let node = Object::node(&self.config.node_name);
         for e in &scan.new_errors {
             let warning = EventType::Warning;
             self.recorder.event(&node, warning, "InvalidManifest", e);

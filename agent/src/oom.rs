@@ -132,13 +132,7 @@ async fn report(shared: &Watcher, kill: &OomKill) {
     let victim = format!("victim process: {}, pid: {}", kill.process, kill.pid);
     let Some((uid, container_id)) = pod_of(&kill.task_memcg) else {
         tracing::warn!(memcg = %kill.task_memcg, "system OOM: {victim}");
-        let node = Object {
-            kind: "Node",
-            namespace: String::new(),
-            name: shared.node_name.clone(),
-            uid: shared.node_name.clone(),
-            field_path: String::new(),
-        };
+        let node = Object::node(&shared.node_name);
         shared.recorder.event(
             &node,
             EventType::Warning,

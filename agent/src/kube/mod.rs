@@ -11,10 +11,12 @@
 //! [`config`] reads kubeconfigs, [`client`] is the thin HTTP client,
 //! [`node`] and [`lease`] build the objects, [`watch`] keeps the node's
 //! pods from a list+watch (pure, tested against the real API server's
-//! recorded answers); [`pods`] is the pod source and status manager.
+//! recorded answers); [`pods`] is the pod source and status manager;
+//! [`events`] sends the recorder's events.
 
 pub mod client;
 pub mod config;
+pub mod events;
 pub mod lease;
 pub mod mirror;
 pub mod node;
