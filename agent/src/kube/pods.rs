@@ -234,13 +234,17 @@ pub struct StatusSync {
     pub has_worker: Box<dyn Fn(&str) -> bool + Send + Sync>,
 }
 
-/// Every second: statuses that changed, final deletes.
+/// At every status change, and every second: statuses that changed,
+/// mirror pods, final deletes.
 pub fn spawn_status(s: StatusSync) {
     tokio::spawn(async move {
         let mut sent: HashMap<String, Value> = HashMap::new();
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = s.statuses.changed() => {}
+            }
             let Some(pods) = s.pods.borrow().clone() else {
                 continue;
             };

@@ -16,23 +16,39 @@ pub use generate::{Context, ProbeState, Waiting, no_probes, pod_status};
 
 /// The latest status of every pod, by UID.
 #[derive(Debug, Clone, Default)]
-pub struct Manager(Arc<Mutex<BTreeMap<String, Pod>>>);
+pub struct Manager {
+    pods: Arc<Mutex<BTreeMap<String, Pod>>>,
+    /// Woken when a pod's status changes or it goes: the API server's
+    /// status sync reports it at once (kubelet's `podStatusChannel`).
+    changed: Arc<tokio::sync::Notify>,
+}
 
 impl Manager {
     pub fn set(&self, uid: &str, pod: Pod) {
-        lock(&self.0).insert(uid.to_string(), pod);
+        let old = lock(&self.pods).insert(uid.to_string(), pod.clone());
+        if old.is_none_or(|o| o.status != pod.status) {
+            self.changed.notify_one();
+        }
     }
 
     pub fn get(&self, uid: &str) -> Option<Pod> {
-        lock(&self.0).get(uid).cloned()
+        lock(&self.pods).get(uid).cloned()
     }
 
     pub fn remove(&self, uid: &str) {
-        lock(&self.0).remove(uid);
+        if lock(&self.pods).remove(uid).is_some() {
+            self.changed.notify_one();
+        }
     }
 
     /// Every pod with its status, by UID.
     pub fn pods(&self) -> Vec<Pod> {
-        lock(&self.0).values().cloned().collect()
+        lock(&self.pods).values().cloned().collect()
+    }
+
+    /// Resolves at the next change (at once if one came since the last
+    /// call): for one waiter, the status sync.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
     }
 }
