@@ -165,9 +165,14 @@ pub(crate) struct AgentArgs {
     /// Static pod folder (`staticPodPath`).
     #[arg(long)]
     static_pod_path: Option<PathBuf>,
-    /// Node name (`picolet.nodeName`; default: the hostname).
-    #[arg(long)]
+    /// Node name (`picolet.nodeName`; default: the hostname). kubelet's
+    /// `--hostname-override` works too.
+    #[arg(long, visible_alias = "hostname-override")]
     node_name: Option<String>,
+    /// The node's address (`picolet.nodeIP`; kubelet's flag): the Node's
+    /// InternalIP and host-network pods' IP.
+    #[arg(long)]
+    node_ip: Option<std::net::IpAddr>,
     /// Join the cluster of this kubeconfig's API server as a node
     /// (`picolet.kubeconfig`; kubelet's flag); none: static pods only.
     #[arg(long)]
@@ -252,6 +257,9 @@ impl AgentArgs {
         }
         if let Some(v) = &self.node_name {
             c.node_name = v.clone();
+        }
+        if let Some(v) = self.node_ip {
+            c.node_ip = Some(v);
         }
         if let Some(v) = &self.kubeconfig {
             c.kubeconfig = Some(v.clone());

@@ -49,6 +49,7 @@ fn agent_argv(a: &AgentArgs) -> Vec<String> {
     push_opt(&mut v, "--cri-socket", &path_str(&a.cri_socket));
     push_opt(&mut v, "--static-pod-path", &path_str(&a.static_pod_path));
     push_opt(&mut v, "--node-name", &a.node_name);
+    push_opt(&mut v, "--node-ip", &a.node_ip);
     push_opt(&mut v, "--kubeconfig", &path_str(&a.kubeconfig));
     push_opt(&mut v, "--node-labels", &a.node_labels);
     push_opt(&mut v, "--healthz-port", &a.healthz_port);

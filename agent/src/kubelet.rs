@@ -204,6 +204,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         probe_metrics,
         metrics,
         started: Instant::now(),
+        objects: api_client.as_ref().map(|c| {
+            Arc::new(kube::objects::Objects::new(c.clone())) as Arc<dyn crate::objects::ApiObjects>
+        }),
     });
     // PLEG's wake-ups go straight to the workers, never queued behind the
     // source rescans and housekeeping of the loop below.

@@ -110,7 +110,7 @@ pub fn api_pod(value: serde_json::Value) -> Result<Pod, String> {
         return Err("metadata.uid: required".into());
     }
     apply_defaults(&mut pod);
-    crate::validate::pod(&pod).map_err(|(field, message)| format!("{field}: {message}"))?;
+    crate::validate::api_pod(&pod).map_err(|(field, message)| format!("{field}: {message}"))?;
     Ok(pod)
 }
 

@@ -45,8 +45,20 @@ fn is_port_name(s: &str) -> bool {
         && !s.contains("--")
 }
 
-/// Validates a defaulted pod.
+/// Validates a defaulted static pod: no configMap, secret or projected
+/// volumes and no env from them (there is no API server to read them from;
+/// kubelet's static pods may not refer to API objects either).
 pub fn pod(pod: &Pod) -> Result {
+    check(pod, false)
+}
+
+/// Validates an API server's pod: configMaps, secrets and projected service
+/// account tokens are read from the API server.
+pub fn api_pod(pod: &Pod) -> Result {
+    check(pod, true)
+}
+
+fn check(pod: &Pod, api: bool) -> Result {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
         return fail("metadata.name", "required");
@@ -95,7 +107,7 @@ pub fn pod(pod: &Pod) -> Result {
     }
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        volume(v, &format!("spec.volumes[{i}]"))?;
+        volume(v, &format!("spec.volumes[{i}]"), api)?;
         if !volumes.insert(v.name.as_str()) {
             return fail(
                 format!("spec.volumes[{i}].name"),
@@ -115,7 +127,14 @@ pub fn pod(pod: &Pod) -> Result {
     for (group, list) in groups {
         for (i, c) in list.iter().enumerate() {
             let at = format!("spec.{group}[{i}]");
-            container(c, &at, &volumes, host_network, group == "initContainers")?;
+            container(
+                c,
+                &at,
+                &volumes,
+                host_network,
+                group == "initContainers",
+                api,
+            )?;
             if !names.insert(c.name.as_str()) {
                 return fail(
                     format!("{at}.name"),
@@ -127,7 +146,7 @@ pub fn pod(pod: &Pod) -> Result {
     Ok(())
 }
 
-fn volume(v: &Volume, at: &str) -> Result {
+fn volume(v: &Volume, at: &str, api: bool) -> Result {
     if !is_dns_label(&v.name) {
         return fail(
             format!("{at}.name"),
@@ -190,9 +209,15 @@ fn volume(v: &Volume, at: &str) -> Result {
             }
             Ok(())
         }
+        ["downwardAPI"] => Ok(()),
+        ["configMap" | "secret" | "projected"] if api => Ok(()),
+        [one @ ("configMap" | "secret" | "projected")] => fail(
+            format!("{at}.{one}"),
+            "not supported in a static pod (no API server to read it from): use hostPath or emptyDir",
+        ),
         [one] => fail(
             format!("{at}.{one}"),
-            "not supported by picolet (static pods have no API server): use hostPath or emptyDir",
+            "not supported by picolet: use hostPath, emptyDir, configMap, secret, downwardAPI or projected",
         ),
         many => fail(
             at,
@@ -210,6 +235,7 @@ fn container(
     volumes: &BTreeSet<&str>,
     host_network: bool,
     init: bool,
+    api: bool,
 ) -> Result {
     if !is_dns_label(&c.name) {
         return fail(
@@ -370,7 +396,15 @@ fn container(
                     "may not be set together with value",
                 );
             }
+            let key_ref = vf.config_map_key_ref.is_some() || vf.secret_key_ref.is_some();
             match (&vf.field_ref, &vf.resource_field_ref) {
+                (None, None) if key_ref && api => {}
+                (None, None) if key_ref => {
+                    return fail(
+                        format!("{eat}.valueFrom"),
+                        "configMapKeyRef/secretKeyRef are not supported in a static pod (no API server to read them from)",
+                    );
+                }
                 (Some(f), None) => {
                     if !crate::cri_config::FIELD_REFS.contains(&f.field_path.as_str())
                         && !f.field_path.starts_with("metadata.labels['")
@@ -403,16 +437,16 @@ fn container(
                 _ => {
                     return fail(
                         format!("{eat}.valueFrom"),
-                        "only fieldRef or resourceFieldRef is supported (no API server for configMapKeyRef/secretKeyRef)",
+                        "exactly one of fieldRef, resourceFieldRef, configMapKeyRef or secretKeyRef must be set",
                     );
                 }
             }
         }
     }
-    if c.env_from.as_ref().is_some_and(|v| !v.is_empty()) {
+    if !api && c.env_from.as_ref().is_some_and(|v| !v.is_empty()) {
         return fail(
             format!("{at}.envFrom"),
-            "not supported by picolet (no API server for config maps and secrets)",
+            "not supported in a static pod (no API server to read config maps and secrets from)",
         );
     }
     let probes = [
@@ -630,7 +664,7 @@ mod tests {
             ),
             (
                 "  volumes:\n  - name: s\n    secret: {secretName: x}\n",
-                "spec.volumes[0].secret: not supported by picolet (static pods have no API server): use hostPath or emptyDir",
+                "spec.volumes[0].secret: not supported in a static pod (no API server to read it from): use hostPath or emptyDir",
             ),
             (
                 "  volumes:\n  - name: h\n    hostPath: {path: rel}\n",

@@ -204,19 +204,178 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
                 })?;
             }
             out.insert(v.name.clone(), dir);
-        } else {
+        } else if !crate::projection::is_projected(v) {
+            // Projected kinds: [`write_projected`].
             return Err(Error::Unsupported(v.name.clone()));
         }
     }
     Ok(out)
 }
 
-/// Removes the pod's directory: unmounts memory emptyDirs, then deletes.
+/// The directory of an API-backed volume, by kubelet's plugin names.
+fn projected_dir(base: &Path, v: &k8s_openapi::api::core::v1::Volume) -> PathBuf {
+    let plugin = if v.config_map.is_some() {
+        "kubernetes.io~configmap"
+    } else if v.secret.is_some() {
+        "kubernetes.io~secret"
+    } else if v.downward_api.is_some() {
+        "kubernetes.io~downward-api"
+    } else {
+        "kubernetes.io~projected"
+    };
+    base.join(plugin).join(&v.name)
+}
+
+/// Writes the files of the pod's configMap, secret, downwardAPI and
+/// projected volumes (`files`, by volume name: [`crate::projection`]):
+/// secrets and projected volumes on a tmpfs (never on flash), each set with
+/// kubelet's atomic writer. Returns volume name → host path.
+pub fn write_projected(
+    pod: &Pod,
+    data_dir: &Path,
+    files: &BTreeMap<String, crate::projection::Files>,
+) -> Result<BTreeMap<String, PathBuf>, Error> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let base = pod_dir(data_dir, uid).join("volumes");
+    let mut out = BTreeMap::new();
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    for v in volumes.into_iter().flatten() {
+        let Some(set) = files.get(&v.name) else {
+            continue;
+        };
+        let dir = projected_dir(&base, v);
+        let err = |source| Error::EmptyDir {
+            name: v.name.clone(),
+            path: dir.clone(),
+            source,
+        };
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)
+            .map_err(err)?;
+        if crate::projection::in_memory(v) && !is_mounted(&dir) {
+            nix::mount::mount(
+                Some("tmpfs"),
+                &dir,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some("mode=0755"),
+            )
+            .map_err(|source| Error::Tmpfs {
+                name: v.name.clone(),
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        atomic_write(&dir, set).map_err(err)?;
+        out.insert(v.name.clone(), dir);
+    }
+    Ok(out)
+}
+
+const DATA: &str = "..data";
+
+/// kubelet's `AtomicWriter`: the files go into a new hidden directory
+/// (`..<time>`), a `..data` symlink is swapped to it with one rename, and
+/// each top-level name is a symlink through `..data`: a reader sees the
+/// old set or the new one, never a mix, whenever this stops. Returns
+/// whether anything changed (the same set again writes nothing).
+pub fn atomic_write(dir: &Path, files: &crate::projection::Files) -> std::io::Result<bool> {
+    let current = fs::read_link(dir.join(DATA)).ok();
+    if let Some(cur) = &current
+        && read_set(&dir.join(cur)).is_ok_and(|have| have == *files)
+    {
+        return Ok(false);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let name = format!("..{}_{:09}", now.as_secs(), now.subsec_nanos());
+    let ts = dir.join(&name);
+    fs::DirBuilder::new().mode(0o755).create(&ts)?;
+    for (path, f) in files {
+        let p = ts.join(path);
+        if let Some(parent) = p.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)?;
+        }
+        let mut file = fs::File::create(&p)?;
+        std::io::Write::write_all(&mut file, &f.data)?;
+        file.set_permissions(fs::Permissions::from_mode(f.mode))?;
+        file.sync_all()?;
+    }
+    fs::File::open(&ts)?.sync_all()?;
+    let tmp = dir.join("..data_tmp");
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&name, &tmp)?;
+    fs::rename(&tmp, dir.join(DATA))?;
+    // The user-visible names: a symlink per top-level entry.
+    let top: std::collections::BTreeSet<&str> =
+        files.keys().filter_map(|p| p.split('/').next()).collect();
+    for t in &top {
+        let link = dir.join(t);
+        if fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new(DATA).join(t), &link)?;
+        }
+    }
+    for entry in fs::read_dir(dir)?.flatten() {
+        let n = entry.file_name();
+        let n = n.to_string_lossy();
+        if n.starts_with("..") {
+            // Old sets (not the new one).
+            if n != name && n != DATA && entry.path().is_dir() && !entry.path().is_symlink() {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        } else if !top.contains(n.as_ref()) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    fs::File::open(dir)?.sync_all()?;
+    Ok(true)
+}
+
+/// The files under `dir` (relative path → content and mode).
+fn read_set(dir: &Path) -> std::io::Result<crate::projection::Files> {
+    let mut out = crate::projection::Files::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+                continue;
+            }
+            let rel = entry
+                .path()
+                .strip_prefix(dir)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.insert(
+                rel,
+                crate::projection::File {
+                    data: fs::read(entry.path())?,
+                    mode: meta.permissions().mode() & 0o777,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Removes the pod's directory: unmounts the volumes mounted there (memory
+/// emptyDirs, secrets, projected volumes), then deletes.
 pub fn cleanup(data_dir: &Path, uid: &str) -> Result<(), Error> {
     let dir = pod_dir(data_dir, uid);
-    let ed = dir.join("volumes").join("kubernetes.io~empty-dir");
-    if let Ok(rd) = fs::read_dir(&ed) {
-        for entry in rd.flatten() {
+    for plugin in fs::read_dir(dir.join("volumes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for entry in fs::read_dir(plugin.path()).into_iter().flatten().flatten() {
             let p = entry.path();
             if is_mounted(&p) {
                 nix::mount::umount2(&p, MntFlags::MNT_DETACH).map_err(|source| Error::Umount {
@@ -236,6 +395,79 @@ pub fn cleanup(data_dir: &Path, uid: &str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::projection::{File, Files};
+
+    fn set(entries: &[(&str, &str, u32)]) -> Files {
+        entries
+            .iter()
+            .map(|(p, d, m)| {
+                (
+                    p.to_string(),
+                    File {
+                        data: d.as_bytes().to_vec(),
+                        mode: *m,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_atomic_writer_swaps_whole_sets_and_leaves_the_old_one_readable_until_then() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        let one = set(&[("app.conf", "port=1", 0o644), ("certs/ca.crt", "CA", 0o600)]);
+        assert!(atomic_write(d, &one).expect("write"));
+        assert_eq!(
+            fs::read_to_string(d.join("app.conf")).expect("read"),
+            "port=1"
+        );
+        assert_eq!(
+            fs::read_to_string(d.join("certs/ca.crt")).expect("read"),
+            "CA"
+        );
+        assert!(
+            fs::symlink_metadata(d.join("app.conf"))
+                .expect("meta")
+                .is_symlink()
+        );
+        let mode = fs::metadata(d.join("certs/ca.crt"))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(
+            !atomic_write(d, &one).expect("again"),
+            "the same set writes nothing"
+        );
+        // A crash after the new set was written but before the swap: the
+        // readers still see the old set, whole.
+        let first = fs::read_link(d.join(DATA)).expect("..data");
+        let stale = d.join("..999_000000000");
+        fs::create_dir(&stale).expect("mkdir");
+        fs::write(stale.join("app.conf"), "half").expect("write");
+        std::os::unix::fs::symlink("..999_000000000", d.join("..data_tmp")).expect("symlink");
+        assert_eq!(
+            fs::read_to_string(d.join("app.conf")).expect("read"),
+            "port=1"
+        );
+        // The next write recovers: new set in, old ones and leftovers gone,
+        // a key no longer in the set disappears.
+        let two = set(&[("app.conf", "port=2", 0o644)]);
+        assert!(atomic_write(d, &two).expect("write"));
+        assert_eq!(
+            fs::read_to_string(d.join("app.conf")).expect("read"),
+            "port=2"
+        );
+        assert!(fs::symlink_metadata(d.join("certs")).is_err());
+        assert!(!d.join(&first).exists() && !stale.exists());
+        let names: Vec<String> = fs::read_dir(d)
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 3, "..data, one set, app.conf: {names:?}");
+    }
 
     #[test]
     fn host_path_types() {

@@ -22,7 +22,7 @@ struct Setup {
     workers: PodWorkers,
     statuses: status::Manager,
     recorder: Recorder,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 async fn cri(fake: &FakeCri) -> Cri {
@@ -33,6 +33,10 @@ async fn cri(fake: &FakeCri) -> Cri {
 }
 
 async fn setup(fake: &FakeCri) -> Setup {
+    setup_with(fake, None).await
+}
+
+async fn setup_with(fake: &FakeCri, objects: Option<Arc<dyn agent::objects::ApiObjects>>) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = edge_config::Config {
         cri_socket: fake.socket().to_path_buf(),
@@ -63,6 +67,7 @@ async fn setup(fake: &FakeCri) -> Setup {
         probe_metrics: prober::Metrics::default(),
         metrics: Arc::new(metrics::AgentMetrics::default()),
         started: Instant::now(),
+        objects,
     });
     // PLEG wakes the workers, wired as the sync loop wires it.
     let (changed, mut rx) = tokio::sync::mpsc::channel::<String>(64);
@@ -82,7 +87,7 @@ async fn setup(fake: &FakeCri) -> Setup {
         workers,
         statuses,
         recorder,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -247,4 +252,152 @@ async fn pleg_reports_the_pod_of_a_container_that_exited() {
     // The setup's PLEG woke the worker for the same change: the pod failed
     // (restartPolicy Never).
     eventually("phase Failed", || phase(&s.statuses, &uid) == "Failed").await;
+}
+
+/// The API server's objects, in memory.
+#[derive(Debug, Default)]
+struct FakeObjects {
+    config_maps: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+}
+
+impl agent::objects::ApiObjects for FakeObjects {
+    fn config_map<'a>(
+        &'a self,
+        _ns: &'a str,
+        name: &'a str,
+    ) -> agent::objects::BoxFut<'a, Result<agent::objects::Data, String>> {
+        Box::pin(async move { Ok(self.config_maps.get(name).cloned()) })
+    }
+    fn secret<'a>(
+        &'a self,
+        _ns: &'a str,
+        name: &'a str,
+    ) -> agent::objects::BoxFut<'a, Result<agent::objects::Data, String>> {
+        Box::pin(async move { Ok(self.secrets.get(name).cloned()) })
+    }
+    fn token<'a>(
+        &'a self,
+        r: agent::objects::TokenRequest<'a>,
+    ) -> agent::objects::BoxFut<'a, Result<String, String>> {
+        Box::pin(async move { Ok(format!("token-for-{}", r.pod_name)) })
+    }
+}
+
+/// An API server's pod (as the source decodes it).
+fn api_pod(name: &str, spec: serde_json::Value) -> Pod {
+    agent::manifest::api_pod(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "labels": {"app": "web"}},
+        "spec": spec,
+    }))
+    .expect("valid API pod")
+}
+
+#[tokio::test]
+async fn config_maps_and_secrets_reach_the_volumes_and_env_of_an_api_pod() {
+    let fake = FakeCri::start().await;
+    let bytes = |s: &str| s.as_bytes().to_vec();
+    let objects = FakeObjects {
+        config_maps: BTreeMap::from([(
+            "app".to_string(),
+            BTreeMap::from([
+                ("greeting".to_string(), bytes("hello")),
+                ("app.conf".to_string(), bytes("port=8080")),
+            ]),
+        )]),
+        secrets: BTreeMap::from([(
+            "db".to_string(),
+            BTreeMap::from([("password".to_string(), bytes("s3cr3t"))]),
+        )]),
+    };
+    let s = setup_with(&fake, Some(Arc::new(objects))).await;
+    let p = api_pod(
+        "web",
+        serde_json::json!({
+            "volumes": [
+                {"name": "conf", "configMap": {"name": "app", "items": [{"key": "app.conf", "path": "etc/app.conf", "mode": 0o600}]}},
+                {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            ],
+            "containers": [{
+                "name": "main", "image": "busybox", "command": ["sleep"],
+                "envFrom": [{"configMapRef": {"name": "app"}, "prefix": "CM_"}],
+                "env": [{"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}],
+                "volumeMounts": [{"name": "conf", "mountPath": "/conf"}, {"name": "info", "mountPath": "/info"}],
+            }],
+        }),
+    );
+    let broken = api_pod(
+        "broken",
+        serde_json::json!({
+            "volumes": [{"name": "conf", "configMap": {"name": "missing"}}],
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep"],
+                "volumeMounts": [{"name": "conf", "mountPath": "/conf"}]}],
+        }),
+    );
+    s.workers.update(&desired(&[&p, &broken]));
+    eventually("phase Running", || {
+        phase(&s.statuses, "uid-web") == "Running"
+    })
+    .await;
+    {
+        let st = fake.state();
+        let c = st
+            .containers
+            .values()
+            .find(|c| c.config.labels["io.kubernetes.pod.name"] == "web")
+            .expect("web's container");
+        let env: BTreeMap<&str, &str> = c
+            .config
+            .envs
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(env.get("PASSWORD"), Some(&"s3cr3t"));
+        assert_eq!(env.get("CM_greeting"), Some(&"hello"));
+        let mount = |path: &str| {
+            c.config
+                .mounts
+                .iter()
+                .find(|m| m.container_path == path)
+                .map(|m| std::path::PathBuf::from(&m.host_path))
+                .expect("mounted")
+        };
+        let conf = mount("/conf");
+        assert!(
+            conf.ends_with("volumes/kubernetes.io~configmap/conf"),
+            "{conf:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(conf.join("etc/app.conf")).expect("projected"),
+            "port=8080"
+        );
+        assert!(!conf.join("greeting").exists(), "only the items");
+        assert_eq!(
+            std::fs::read_to_string(mount("/info").join("labels")).expect("downward"),
+            "app=\"web\"\n"
+        );
+        assert!(conf.starts_with(s.dir.path()));
+    }
+    // The pod whose configMap does not exist waits, with kubelet's reason.
+    eventually("broken waits", || {
+        s.statuses
+            .get("uid-broken")
+            .and_then(|p| p.status?.container_statuses)
+            .and_then(|cs| cs.first()?.state.clone()?.waiting)
+            .is_some_and(|w| {
+                w.reason.as_deref() == Some("ContainerCreating")
+                    && w.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("configmap \"missing\" not found"))
+            })
+    })
+    .await;
+    assert!(
+        !fake
+            .state()
+            .containers
+            .values()
+            .any(|c| c.config.labels["io.kubernetes.pod.name"] == "broken")
+    );
 }

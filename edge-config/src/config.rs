@@ -828,7 +828,7 @@ mod tests {
         );
         assert!(
             parse_node_labels("site")
-                .unwrap_err()
+                .expect_err("no =")
                 .contains("not key=value")
         );
         assert!(parse_node_labels("k8s.io/x=1").is_err());

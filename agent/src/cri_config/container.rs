@@ -57,6 +57,9 @@ pub struct ContainerEnv<'a> {
     /// The pod's managed /etc/hosts ([`super::hosts`]), when it has one.
     pub etc_hosts: Option<&'a std::path::Path>,
     pub qos: Qos,
+    /// What the container's env takes from configMaps and secrets
+    /// (resolved by the agent; empty for a static pod).
+    pub objects: &'a crate::projection::ObjectEnv,
 }
 
 /// Expands `$(VAR)` as kubelet does (`$$` escapes; unknown stays as is).
@@ -143,6 +146,22 @@ fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, Co
     })
 }
 
+/// A container's resource value for a downwardAPI volume item
+/// (`resourceFieldRef` with its `containerName`).
+pub fn container_resource(
+    pod: &Pod,
+    container: &str,
+    resource: &str,
+    divisor: Option<&str>,
+    node: &NodeInfo,
+) -> Result<String, String> {
+    let spec = pod.spec.as_ref().ok_or("no spec")?;
+    let c = all_containers(spec)
+        .find(|c| c.name == container)
+        .ok_or_else(|| format!("resourceFieldRef: no container {container:?}"))?;
+    resource_field_ref(c, resource, divisor, node).map_err(|e| e.to_string())
+}
+
 fn resource_field_ref(
     c: &Container,
     resource: &str,
@@ -183,9 +202,24 @@ pub fn container_config(
     let spec = pod.spec.as_ref().unwrap_or(&default_spec);
     // Environment, in order; later entries may refer to earlier ones.
     let mut vars: HashMap<String, String> = HashMap::new();
-    let mut envs = Vec::new();
+    let mut envs: Vec<KeyValue> = Vec::new();
+    // envFrom first; an `env` entry of the same name replaces it.
+    for (k, v) in &env.objects.from {
+        vars.insert(k.clone(), v.clone());
+        envs.push(KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        });
+    }
     for e in c.env.iter().flatten() {
         let value = match &e.value_from {
+            Some(vf) if vf.config_map_key_ref.is_some() || vf.secret_key_ref.is_some() => {
+                match env.objects.refs.get(&e.name) {
+                    Some(v) => v.clone(),
+                    // An optional reference that found nothing: no variable.
+                    None => continue,
+                }
+            }
             None => expand(e.value.as_deref().unwrap_or(""), &vars),
             Some(vf) => match (&vf.field_ref, &vf.resource_field_ref) {
                 (Some(f), _) => field_ref(pod, &f.field_path, env)?,
@@ -210,10 +244,13 @@ pub fn container_config(
             },
         };
         vars.insert(e.name.clone(), value.clone());
-        envs.push(KeyValue {
-            key: e.name.clone(),
-            value,
-        });
+        match envs.iter_mut().find(|kv| kv.key == e.name) {
+            Some(kv) => kv.value = value,
+            None => envs.push(KeyValue {
+                key: e.name.clone(),
+                value,
+            }),
+        }
     }
     let command = c
         .command
@@ -363,6 +400,50 @@ mod tests {
     use crate::manifest::test_pod as pod;
 
     #[test]
+    fn env_from_config_maps_and_secrets_comes_first_and_env_wins() {
+        let p = pod(concat!(
+            "  containers:\n  - name: c\n    image: busybox:1\n",
+            "    args: ['$(GREETING) $(PASSWORD)']\n",
+            "    envFrom: [{configMapRef: {name: cm}}]\n",
+            "    env:\n    - {name: GREETING, value: 'env wins'}\n",
+            "    - name: PASSWORD\n      valueFrom: {secretKeyRef: {name: s, key: pw}}\n",
+            "    - name: MAYBE\n      valueFrom: {configMapKeyRef: {name: cm, key: nope, optional: true}}\n",
+        ));
+        let objects = crate::projection::ObjectEnv {
+            from: BTreeMap::from([
+                ("GREETING".to_string(), "from the configmap".to_string()),
+                ("LEVEL".to_string(), "debug".to_string()),
+            ]),
+            refs: BTreeMap::from([("PASSWORD".to_string(), "s3cr3t".to_string())]),
+        };
+        let n = node();
+        let env = ContainerEnv {
+            node: &n,
+            pod_ip: "10.1.0.2",
+            etc_hosts: None,
+            volumes: &BTreeMap::new(),
+            qos: Qos::BestEffort,
+            objects: &objects,
+        };
+        let spec = p.spec.as_ref().expect("spec");
+        let cfg = container_config(&p, &spec.containers[0], 0, "sha256:abc", &env).expect("ok");
+        let envs: Vec<(&str, &str)> = cfg
+            .envs
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(
+            envs,
+            [
+                ("GREETING", "env wins"),
+                ("LEVEL", "debug"),
+                ("PASSWORD", "s3cr3t")
+            ]
+        );
+        assert_eq!(cfg.args, ["env wins s3cr3t"]);
+    }
+
+    #[test]
     fn container_config_as_kubelet_builds_it() {
         let p = pod(concat!(
             "  volumes:\n  - {name: data, emptyDir: {}}\n",
@@ -385,6 +466,7 @@ mod tests {
             etc_hosts: None,
             volumes: &volumes,
             qos: Qos::Guaranteed,
+            objects: &Default::default(),
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");

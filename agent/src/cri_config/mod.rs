@@ -19,7 +19,7 @@ mod container;
 mod dns;
 pub mod hosts;
 
-pub use container::{ConfigError, ContainerEnv, container_config, expand};
+pub use container::{ConfigError, ContainerEnv, container_config, container_resource, expand};
 use dns::dns_config;
 pub use dns::parse_resolv_conf;
 

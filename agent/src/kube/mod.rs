@@ -20,6 +20,7 @@ pub mod events;
 pub mod lease;
 pub mod mirror;
 pub mod node;
+pub mod objects;
 pub mod pods;
 pub mod watch;
 

@@ -52,6 +52,8 @@ pub struct Ctx {
     pub metrics: Arc<crate::metrics::AgentMetrics>,
     /// When this agent started (probe start-up spread).
     pub started: Instant,
+    /// configMaps, secrets and tokens (cluster mode); None: static pods only.
+    pub objects: Option<Arc<dyn crate::objects::ApiObjects>>,
 }
 
 /// The workers and the state they share: restart and image back-off, and

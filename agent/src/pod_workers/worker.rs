@@ -80,6 +80,9 @@ pub struct Worker {
     start_recorded: bool,
     /// This worker started a container.
     started_any: bool,
+    /// When the pod's configMap/secret/projected volumes were last written
+    /// (they are refreshed every syncFrequency while the pod runs).
+    volumes_written: Option<std::time::Instant>,
 }
 
 /// Starts a worker. `after` is the `done` of a pod with the same full
@@ -128,6 +131,7 @@ pub fn spawn(
         probes: PodProbes::default(),
         start_recorded: false,
         started_any: false,
+        volumes_written: None,
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
@@ -243,6 +247,7 @@ impl Worker {
             Applied::Nothing => false,
         };
         self.record_waits(&pod, &actions.waits);
+        self.refresh_volumes(&pod, &observed).await;
         let observed = if acted {
             cri.observe(&self.uid).await?
         } else {

@@ -12,7 +12,7 @@ use crate::pod_workers::SyncError;
 use crate::qos;
 use crate::reason;
 use crate::status::Waiting;
-use crate::{hooks, volumes};
+use crate::{hooks, projection, volumes};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::path::PathBuf;
 
@@ -128,6 +128,116 @@ impl Worker {
         volumes::write_etc_hosts(&self.shared.config.data_dir, uid, &text).map(Some)
     }
 
+    /// A volume could not be made: kubelet's FailedMount, the container
+    /// waits in ContainerCreating.
+    fn mount_failed(&mut self, c: &Container, e: &str) {
+        let msg = format!("MountVolume.SetUp failed: {e}");
+        self.event(Some(&c.name), EventType::Warning, "FailedMount", &msg);
+        self.waiting.insert(
+            c.name.clone(),
+            Waiting {
+                reason: reason::CONTAINER_CREATING.into(),
+                message: msg,
+            },
+        );
+    }
+
+    /// The configMaps, secrets and tokens the pod refers to.
+    pub(super) async fn fetch_objects(&self, pod: &Pod) -> Result<projection::Objects, String> {
+        let needs = projection::needs(pod);
+        let mut out = projection::Objects::default();
+        if needs.is_empty() {
+            return Ok(out);
+        }
+        let Some(api) = self.shared.objects.as_ref() else {
+            return Err(
+                "configMaps, secrets and service account tokens need an API server (cluster mode)"
+                    .into(),
+            );
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        for name in &needs.config_maps {
+            out.config_maps
+                .insert(name.clone(), api.config_map(ns, name).await?);
+        }
+        for name in &needs.secrets {
+            out.secrets
+                .insert(name.clone(), api.secret(ns, name).await?);
+        }
+        let spec = pod.spec.as_ref();
+        let sa = spec
+            .and_then(|s| s.service_account_name.as_deref())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        for key in &needs.tokens {
+            let token = api
+                .token(crate::objects::TokenRequest {
+                    namespace: ns,
+                    service_account: sa,
+                    pod_name: pod.metadata.name.as_deref().unwrap_or(""),
+                    pod_uid: pod.metadata.uid.as_deref().unwrap_or(""),
+                    audience: &key.0,
+                    seconds: key.1,
+                })
+                .await?;
+            out.tokens.insert(key.clone(), token);
+        }
+        Ok(out)
+    }
+
+    /// The files of the pod's configMap, secret, downwardAPI and projected
+    /// volumes, by volume name.
+    pub(super) fn project(
+        &self,
+        pod: &Pod,
+        objects: &projection::Objects,
+    ) -> Result<std::collections::BTreeMap<String, projection::Files>, String> {
+        let node = &self.shared.node;
+        let resource = |container: &str, res: &str, divisor: Option<&str>| {
+            cri_config::container_resource(pod, container, res, divisor, node)
+        };
+        let mut out = std::collections::BTreeMap::new();
+        let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for v in volumes.into_iter().flatten() {
+            if projection::is_projected(v) {
+                let files = projection::volume_files(pod, v, objects, &resource)
+                    .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+                out.insert(v.name.clone(), files);
+            }
+        }
+        Ok(out)
+    }
+
+    /// While the pod runs, its configMap/secret/projected volumes follow
+    /// their objects (and tokens are renewed): written again every
+    /// syncFrequency when something changed (kubelet's periodic remount;
+    /// never for subPath mounts, which are bind mounts of the old files).
+    pub(super) async fn refresh_volumes(&mut self, pod: &Pod, observed: &Observed) {
+        let due = self
+            .volumes_written
+            .is_some_and(|t| t.elapsed() >= self.shared.config.sync_frequency);
+        if !due || observed.sandboxes.is_empty() {
+            return;
+        }
+        self.volumes_written = Some(std::time::Instant::now());
+        let written = match self.fetch_objects(pod).await {
+            Ok(objects) => self.project(pod, &objects).and_then(|files| {
+                volumes::write_projected(pod, &self.shared.config.data_dir, &files)
+                    .map_err(|e| e.to_string())
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            // The old files stay; tried again at the next period.
+            self.event(
+                None,
+                EventType::Warning,
+                "FailedMount",
+                &format!("MountVolume.SetUp failed (refresh): {e}"),
+            );
+        }
+    }
+
     pub(super) async fn start_container(
         &mut self,
         pod: &Pod,
@@ -161,8 +271,30 @@ impl Worker {
         } else {
             pod_ip
         };
-        let prepared = volumes::prepare(pod, &self.shared.config.data_dir)
+        let objects = match self.fetch_objects(pod).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.mount_failed(c, &e);
+                return;
+            }
+        };
+        let projected = match self.project(pod, &objects) {
+            Ok(f) => f,
+            Err(e) => {
+                self.mount_failed(c, &e);
+                return;
+            }
+        };
+        let data_dir = &self.shared.config.data_dir;
+        let prepared = volumes::prepare(pod, data_dir)
+            .and_then(|mut v| {
+                v.extend(volumes::write_projected(pod, data_dir, &projected)?);
+                Ok(v)
+            })
             .and_then(|v| Ok((v, self.etc_hosts(pod, host_network, hosts_ip)?)));
+        if !projected.is_empty() {
+            self.volumes_written = Some(std::time::Instant::now());
+        }
         let (vols, etc_hosts) = match prepared {
             Ok(v) => v,
             Err(e) => {
@@ -182,12 +314,34 @@ impl Worker {
                 return;
             }
         };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let object_env = projection::env_from_objects(c, &objects, ns);
+        let object_env = match object_env {
+            Ok(e) => e,
+            Err(e) => {
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "Failed",
+                    &format!("Error: {e}"),
+                );
+                self.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: reason::CREATE_CONTAINER_CONFIG_ERROR.into(),
+                        message: e,
+                    },
+                );
+                return;
+            }
+        };
         let env = ContainerEnv {
             node: &self.shared.node,
             pod_ip: hosts_ip,
             etc_hosts: etc_hosts.as_deref(),
             volumes: &vols,
             qos: self.qos,
+            objects: &object_env,
         };
         let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
             Ok(cfg) => cfg,
