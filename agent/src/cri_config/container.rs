@@ -401,14 +401,20 @@ mod tests {
 
     #[test]
     fn env_from_config_maps_and_secrets_comes_first_and_env_wins() {
-        let p = pod(concat!(
-            "  containers:\n  - name: c\n    image: busybox:1\n",
-            "    args: ['$(GREETING) $(PASSWORD)']\n",
-            "    envFrom: [{configMapRef: {name: cm}}]\n",
-            "    env:\n    - {name: GREETING, value: 'env wins'}\n",
-            "    - name: PASSWORD\n      valueFrom: {secretKeyRef: {name: s, key: pw}}\n",
-            "    - name: MAYBE\n      valueFrom: {configMapKeyRef: {name: cm, key: nope, optional: true}}\n",
-        ));
+        // An API server's pod (static pods may not refer to configMaps).
+        let p = crate::manifest::api_pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{
+                "name": "c", "image": "busybox:1", "args": ["$(GREETING) $(PASSWORD)"],
+                "envFrom": [{"configMapRef": {"name": "cm"}}],
+                "env": [
+                    {"name": "GREETING", "value": "env wins"},
+                    {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}}},
+                    {"name": "MAYBE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "nope", "optional": true}}},
+                ],
+            }]},
+        }))
+        .expect("valid");
         let objects = crate::projection::ObjectEnv {
             from: BTreeMap::from([
                 ("GREETING".to_string(), "from the configmap".to_string()),
