@@ -83,12 +83,14 @@ impl Checkpoint {
     }
 }
 
-/// The checkpoint's bytes: the pods not being deleted, without what
-/// changes with their status.
+/// The checkpoint's bytes: the pods not being deleted and not finished
+/// (Succeeded or Failed, refused by admission included: never to run
+/// again), without what changes with their status.
 pub fn content(pods: &BTreeMap<String, Value>) -> Vec<u8> {
     let kept: BTreeMap<&String, Value> = pods
         .iter()
         .filter(|(_, p)| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|(_, p)| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
         .map(|(uid, p)| {
             let mut p = p.clone();
             if let Some(o) = p.as_object_mut() {
@@ -448,7 +450,7 @@ mod tests {
         // status) writes nothing: flash is not worn by heartbeats.
         let uid = pods.keys().next().expect("a pod").clone();
         let p = pods.get_mut(&uid).expect("pod");
-        p["status"]["phase"] = json!("Failed");
+        p["status"]["phase"] = json!("Running");
         p["metadata"]["resourceVersion"] = json!("424242");
         assert_eq!(content(&pods), saved);
         // A restarted agent runs the same pods from it.
@@ -465,6 +467,13 @@ mod tests {
         let loaded = Checkpoint::new(path.clone()).load();
         assert!(!loaded.contains_key(&uid));
         assert_eq!(loaded.len(), pods.len() - 1);
+        // A pod that finished (or was refused) leaves it too: a restarted
+        // agent must not run it again before the API server answers.
+        let done = pods.keys().nth(1).expect("a second pod").clone();
+        pods.get_mut(&done).expect("pod")["status"]["phase"] = json!("Failed");
+        cp.save(&pods);
+        let loaded = Checkpoint::new(path.clone()).load();
+        assert!(!loaded.contains_key(&done));
         // A damaged file is ignored, not fatal.
         std::fs::write(&path, b"{not json").expect("write");
         assert!(Checkpoint::new(path).load().is_empty());
