@@ -177,6 +177,11 @@ pub(crate) struct AgentArgs {
     /// (`picolet.kubeconfig`; kubelet's flag); none: static pods only.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// With the kubeconfig missing, join with this kubeconfig's bootstrap
+    /// token: a CSR for a client certificate, then the kubeconfig is
+    /// written (`picolet.bootstrapKubeconfig`; kubelet's flag).
+    #[arg(long)]
+    bootstrap_kubeconfig: Option<PathBuf>,
     /// Labels to register the Node with, `key=value,...`, added to
     /// `picolet.nodeLabels` (kubelet's flag; cluster mode).
     #[arg(long, value_parser = node_labels_arg)]
@@ -263,6 +268,9 @@ impl AgentArgs {
         }
         if let Some(v) = &self.kubeconfig {
             c.kubeconfig = Some(v.clone());
+        }
+        if let Some(v) = &self.bootstrap_kubeconfig {
+            c.bootstrap_kubeconfig = Some(v.clone());
         }
         if let Some(v) = &self.node_labels {
             // Checked when the flags were parsed.

@@ -51,6 +51,11 @@ fn agent_argv(a: &AgentArgs) -> Vec<String> {
     push_opt(&mut v, "--node-name", &a.node_name);
     push_opt(&mut v, "--node-ip", &a.node_ip);
     push_opt(&mut v, "--kubeconfig", &path_str(&a.kubeconfig));
+    push_opt(
+        &mut v,
+        "--bootstrap-kubeconfig",
+        &path_str(&a.bootstrap_kubeconfig),
+    );
     push_opt(&mut v, "--node-labels", &a.node_labels);
     push_opt(&mut v, "--healthz-port", &a.healthz_port);
     push_opt(&mut v, "--port", &a.port);

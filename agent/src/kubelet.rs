@@ -93,7 +93,24 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let node_meta: kube::SharedMeta =
         Arc::new(std::sync::RwLock::new(kube::NodeMeta::of(&registration)));
     let allocatable = facts.allocatable();
-    let api_client = match &config.kubeconfig {
+    // With a bootstrap kubeconfig, the kubeconfig is ours to make (TLS
+    // bootstrap) when it does not exist yet.
+    let kubeconfig = match (&config.kubeconfig, &config.bootstrap_kubeconfig) {
+        (k, Some(bootstrap)) => {
+            let path = k.clone().unwrap_or_else(|| pods_root.join("kubeconfig"));
+            kube::bootstrap::ensure(
+                &path,
+                bootstrap,
+                &kube::bootstrap::cert_dir(&config.data_dir),
+                &config.node_name,
+            )
+            .await
+            .map_err(|e| Error::Kubeconfig(format!("TLS bootstrap: {e}")))?;
+            Some(path)
+        }
+        (k, None) => k.clone(),
+    };
+    let api_client = match &kubeconfig {
         Some(path) => {
             let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
             tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");

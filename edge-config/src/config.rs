@@ -107,6 +107,8 @@ struct RawPicolet {
     kubeconfig: Option<String>,
     /// kubelet's `--node-labels`: labels the Node is registered with.
     node_labels: Option<BTreeMap<String, String>>,
+    /// kubelet's `--bootstrap-kubeconfig`: join with a bootstrap token.
+    bootstrap_kubeconfig: Option<String>,
     #[serde(rename = "nodeIP")]
     node_ip: Option<String>,
     cri_socket: Option<String>,
@@ -181,6 +183,11 @@ pub struct Config {
     /// `picolet.kubeconfig` (kubelet's `--kubeconfig`): the API server to
     /// join as a node; None: static pods only.
     pub kubeconfig: Option<PathBuf>,
+    /// `picolet.bootstrapKubeconfig` (kubelet's `--bootstrap-kubeconfig`):
+    /// when the kubeconfig does not exist, get a client certificate with
+    /// this kubeconfig's bootstrap token and write the kubeconfig (default
+    /// `<dataDir>/agent/kubeconfig`).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// `picolet.nodeLabels` (kubelet's `--node-labels`): registered with
     /// the Node besides kubelet's own labels.
     pub node_labels: BTreeMap<String, String>,
@@ -636,6 +643,7 @@ impl Config {
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
             kubeconfig: p.kubeconfig.map(PathBuf::from),
+            bootstrap_kubeconfig: p.bootstrap_kubeconfig.map(PathBuf::from),
             node_labels,
             register_with_taints,
             reserved,

@@ -14,6 +14,7 @@
 //! recorded answers); [`pods`] is the pod source and status manager;
 //! [`events`] sends the recorder's events.
 
+pub mod bootstrap;
 pub mod client;
 pub mod config;
 pub mod events;
