@@ -114,6 +114,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Some(path) => {
             let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
             tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
+            if config.bootstrap_kubeconfig.is_some() && config.rotate_certificates {
+                let pem = kube::bootstrap::pem_path(&kube::bootstrap::cert_dir(&config.data_dir));
+                // Only the certificate bootstrap made (a kubeconfig given
+                // with a certificate of its own is the admin's to renew).
+                let ours = std::fs::read_to_string(path)
+                    .is_ok_and(|k| k.contains(&pem.display().to_string()));
+                if ours {
+                    kube::bootstrap::spawn_rotation(client.clone(), pem, config.node_name.clone());
+                }
+            }
             crate::kube::spawn(crate::kube::NodeSync {
                 client: client.clone(),
                 node_uid: node_uid.clone(),

@@ -86,6 +86,7 @@ struct Raw {
     serialize_image_pulls: Option<bool>,
     pod_logs_dir: Option<String>,
     register_with_taints: Option<Vec<RawTaint>>,
+    rotate_certificates: Option<bool>,
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     picolet: Option<RawPicolet>,
@@ -191,6 +192,11 @@ pub struct Config {
     /// `picolet.nodeLabels` (kubelet's `--node-labels`): registered with
     /// the Node besides kubelet's own labels.
     pub node_labels: BTreeMap<String, String>,
+    /// `rotateCertificates` (default true; kubelet's false, but kubeadm
+    /// turns it on and a device that joined with a bootstrap token must
+    /// not lose its cluster when its certificate expires): renew the
+    /// bootstrapped client certificate at 70–90 % of its life.
+    pub rotate_certificates: bool,
     /// `registerWithTaints`: the Node's taints at registration.
     pub register_with_taints: Vec<Taint>,
     /// `kubeReserved` + `systemReserved`: what allocatable keeps back
@@ -645,6 +651,7 @@ impl Config {
             kubeconfig: p.kubeconfig.map(PathBuf::from),
             bootstrap_kubeconfig: p.bootstrap_kubeconfig.map(PathBuf::from),
             node_labels,
+            rotate_certificates: raw.rotate_certificates.unwrap_or(true),
             register_with_taints,
             reserved,
             node_ip,

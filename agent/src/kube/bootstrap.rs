@@ -194,37 +194,8 @@ pub async fn ensure(
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &pkcs8, &rng)
         .map_err(|e| format!("{}: {e}", key_path.display()))?;
     let request = pem("CERTIFICATE REQUEST", &csr(node, &key)?);
-    let created = client
-        .json(
-            Method::POST,
-            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-            Some(&csr_object(&request)),
-            None,
-        )
-        .await
-        .map_err(|e| format!("create the certificate signing request: {e}"))?;
-    let name = created["metadata"]["name"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    tracing::info!(csr = %name, "TLS bootstrap: waiting for the certificate signing request to be approved and signed");
-    let path = format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let cert = loop {
-        match client.get(&path).await {
-            Ok(csr) => {
-                if let Some(cert) = csr_outcome(&csr)? {
-                    break cert;
-                }
-            }
-            Err(e) => tracing::debug!("read {name}: {e}"),
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("{name} was not signed within {WAIT:?}"));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    let pem_path = cert_dir.join("picolet-client-current.pem");
+    let cert = request_certificate(&client, &request).await?;
+    let pem_path = pem_path(cert_dir);
     let mut both = cert;
     both.extend(pem("PRIVATE KEY", &pkcs8).into_bytes());
     edge_config::write_atomic(&pem_path, &both)
@@ -234,6 +205,187 @@ pub async fn ensure(
     let _ = std::fs::remove_file(&key_path);
     tracing::info!(kubeconfig = %kubeconfig_path.display(), "TLS bootstrap: client certificate received");
     Ok(())
+}
+
+/// The bootstrapped certificate file, `<cert_dir>/picolet-client-current.pem`.
+pub fn pem_path(cert_dir: &Path) -> PathBuf {
+    cert_dir.join("picolet-client-current.pem")
+}
+
+/// One DER element at the start of `b`: (tag, contents, rest).
+fn read_der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&first, b) = b.split_first()?;
+    let (len, b) = if first < 0x80 {
+        (usize::from(first), b)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let len = b[..n]
+            .iter()
+            .fold(0usize, |a, x| (a << 8) | usize::from(*x));
+        (len, &b[n..])
+    };
+    if b.len() < len {
+        return None;
+    }
+    Some((tag, &b[..len], &b[len..]))
+}
+
+/// Seconds since the epoch of an X.509 UTCTime (`YYMMDDHHMMSSZ`, years
+/// 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+fn x509_time(tag: u8, v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 => {
+            let yy: i64 = s.get(..2)?.parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, s.get(2..)?)
+        }
+        0x18 => (s.get(..4)?.parse().ok()?, s.get(4..)?),
+        _ => return None,
+    };
+    let n = |i: usize| rest.get(i..i + 2)?.parse::<i64>().ok();
+    let (month, day, h, m, sec) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
+    // Days from the civil date (H. Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + m * 60 + sec)
+}
+
+/// The validity (notBefore, notAfter; seconds since the epoch) of the
+/// first certificate in `pem`.
+pub fn validity(pem_text: &[u8]) -> Option<(i64, i64)> {
+    use rustls::pki_types::pem::PemObject;
+    let cert = rustls::pki_types::CertificateDer::pem_slice_iter(pem_text)
+        .next()?
+        .ok()?;
+    let (_, cert, _) = read_der(cert.as_ref())?;
+    let (_, tbs, _) = read_der(cert)?;
+    let mut rest = tbs;
+    // [0] version (optional), serial, signature algorithm, issuer.
+    let (tag, _, r) = read_der(rest)?;
+    rest = r;
+    if tag == 0xa0 {
+        rest = read_der(rest)?.2;
+    }
+    rest = read_der(rest)?.2;
+    rest = read_der(rest)?.2;
+    let (_, validity, _) = read_der(rest)?;
+    let (t1, v1, r) = read_der(validity)?;
+    let (t2, v2, _) = read_der(r)?;
+    Some((x509_time(t1, v1)?, x509_time(t2, v2)?))
+}
+
+/// When to rotate a certificate valid from `not_before` to `not_after`:
+/// at `fraction` (kubelet picks 70–90 % at random) of its life.
+pub fn rotation_at(not_before: i64, not_after: i64, fraction: f64) -> i64 {
+    let life = (not_after - not_before).max(0);
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_precision_loss,
+        reason = "a lifetime in seconds is far below 2^52, and the fraction is clamped to 0..=1"
+    )]
+    let offset = (life as f64 * fraction.clamp(0.0, 1.0)) as i64;
+    not_before + offset
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Rotates the bootstrapped client certificate in `pem_path` (kubelet's
+/// `rotateCertificates`): at 70–90 % of its life a new key and CSR,
+/// sent as the node itself (auto-approved by the controller manager's
+/// `selfnodeclient` rule), then the new certificate and key replace the old
+/// ones on disk (atomically) and in `client`. Runs until the process ends.
+pub fn spawn_rotation(client: std::sync::Arc<Client>, pem_path: PathBuf, node: String) {
+    tokio::spawn(async move {
+        loop {
+            let Some((from, to)) = std::fs::read(&pem_path).ok().and_then(|p| validity(&p)) else {
+                tracing::warn!(file = %pem_path.display(), "certificate rotation: cannot read the certificate's validity; not rotating");
+                return;
+            };
+            let mut byte = [0u8; 1];
+            let _ = ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut byte);
+            let at = rotation_at(from, to, 0.7 + 0.2 * f64::from(byte[0]) / 255.0);
+            // Sleep in steps of at most an hour: the wall clock may jump.
+            while unix_now() < at {
+                let left = u64::try_from(at - unix_now()).unwrap_or(0);
+                tokio::time::sleep(Duration::from_secs(left.clamp(1, 3600))).await;
+            }
+            tracing::info!(not_after = to, "rotating the client certificate");
+            match renew(&client, &pem_path, &node).await {
+                Ok(()) => tracing::info!(file = %pem_path.display(), "client certificate rotated"),
+                Err(e) => {
+                    tracing::warn!("certificate rotation: {e}; trying again in 1 minute");
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            }
+        }
+    });
+}
+
+/// A new key and certificate through `client`, written and put in use.
+async fn renew(client: &Client, pem_path: &Path, node: &str) -> Result<(), String> {
+    let rng = SystemRandom::new();
+    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+        .map_err(|_| "generate a key".to_string())?;
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
+        .map_err(|e| e.to_string())?;
+    let cert = request_certificate(client, &pem("CERTIFICATE REQUEST", &csr(node, &key)?)).await?;
+    let key_pem = pem("PRIVATE KEY", doc.as_ref());
+    let mut both = cert.clone();
+    both.extend(key_pem.as_bytes());
+    edge_config::write_atomic(pem_path, &both)
+        .map_err(|e| format!("{}: {e}", pem_path.display()))?;
+    client
+        .set_client_cert(&cert, key_pem.as_bytes())
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Sends a CSR and waits for its certificate (PEM).
+async fn request_certificate(client: &Client, csr_pem: &str) -> Result<Vec<u8>, String> {
+    let created = client
+        .json(
+            Method::POST,
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            Some(&csr_object(csr_pem)),
+            None,
+        )
+        .await
+        .map_err(|e| format!("create the certificate signing request: {e}"))?;
+    let name = created["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    tracing::info!(csr = %name, "waiting for the certificate signing request to be approved and signed");
+    let path = format!("/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match client.get(&path).await {
+            Ok(csr) => {
+                if let Some(cert) = csr_outcome(&csr)? {
+                    return Ok(cert);
+                }
+            }
+            Err(e) => tracing::debug!("read {name}: {e}"),
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{name} was not signed within {WAIT:?}"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Where the bootstrapped certificate lives: `<dataDir>/agent/pki`.
@@ -276,6 +428,24 @@ mod tests {
         let p = pem("CERTIFICATE REQUEST", &request);
         assert!(p.starts_with("-----BEGIN CERTIFICATE REQUEST-----\n"));
         assert!(p.lines().all(|l| l.len() <= 64));
+    }
+
+    /// A certificate the real controller manager signed for a bootstrapped
+    /// node (kube-controller-manager v1.26.5, recorded by hand; public).
+    const SIGNED: &[u8] = include_bytes!("testdata/bootstrapped-client.pem");
+
+    #[test]
+    fn a_certificates_validity_and_when_it_is_rotated() {
+        let (from, to) = validity(SIGNED).expect("validity");
+        // openssl x509 -dates: notBefore=Nov 26 00:25:35 2026 GMT,
+        // notAfter=Dec 25 20:31:19 2026 GMT.
+        assert_eq!(from, 1_795_652_735);
+        assert_eq!(to, 1_798_230_679);
+        assert_eq!(rotation_at(1000, 2000, 0.7), 1700);
+        assert_eq!(rotation_at(1000, 2000, 0.9), 1900);
+        assert_eq!(x509_time(0x17, b"491231235959Z"), Some(2_524_607_999));
+        assert_eq!(x509_time(0x18, b"19700101000000Z"), Some(0));
+        assert_eq!(validity(b"not pem"), None);
     }
 
     #[test]

@@ -54,11 +54,60 @@ impl Error {
     }
 }
 
+/// The client certificate, replaceable while the client is in use
+/// (certificate rotation): new connections present the current one.
+#[derive(Debug)]
+struct CurrentCert(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl rustls::client::ResolvesClientCert for CurrentCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A certificate chain and key (PEM) as rustls signs with them.
+fn certified_key(
+    provider: &rustls::crypto::CryptoProvider,
+    cert: &[u8],
+    key: &[u8],
+) -> Result<rustls::sign::CertifiedKey, Error> {
+    let bad = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("the client certificate", &e))?;
+    if chain.is_empty() {
+        return Err(Error::Config(
+            "the client certificate file holds no certificate".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| bad("the client key", &e))?;
+    Ok(rustls::sign::CertifiedKey::new(chain, signer))
+}
+
 pub struct Client {
     host: String,
     port: u16,
     server_name: ServerName<'static>,
     tls: tokio_rustls::TlsConnector,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    cert: Option<Arc<CurrentCert>>,
     token: Option<String>,
     user_agent: String,
     conn: Mutex<Option<SendRequest<Full<Bytes>>>>,
@@ -69,7 +118,7 @@ impl Client {
         let bad = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let algs = provider.signature_verification_algorithms;
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| bad("TLS", &e))?;
         let builder = match &cfg.ca {
@@ -89,17 +138,14 @@ impl Client {
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(crate::httpc::AnyCert(algs))),
         };
-        let mut tls = match &cfg.client_cert {
-            Some((cert, key)) => {
-                let chain = CertificateDer::pem_slice_iter(cert)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| bad("the client certificate", &e))?;
-                let key =
-                    PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| bad("the client certificate", &e))?
-            }
+        let current = match &cfg.client_cert {
+            Some((cert, key)) => Some(Arc::new(CurrentCert(std::sync::RwLock::new(Arc::new(
+                certified_key(&provider, cert, key)?,
+            ))))),
+            None => None,
+        };
+        let mut tls = match &current {
+            Some(c) => builder.with_client_cert_resolver(c.clone()),
             None => builder.with_no_client_auth(),
         };
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -110,10 +156,31 @@ impl Client {
             port: cfg.port,
             server_name,
             tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            provider,
+            cert: current,
             token: cfg.token.clone(),
             user_agent: user_agent.into(),
             conn: Mutex::new(None),
         })
+    }
+
+    /// Presents `cert` and `key` (PEM) from now on (a rotated client
+    /// certificate): the kept-alive connection is closed so the next
+    /// request authenticates with them; a running watch keeps its
+    /// connection until it ends.
+    pub async fn set_client_cert(&self, cert: &[u8], key: &[u8]) -> Result<(), Error> {
+        let Some(current) = &self.cert else {
+            return Err(Error::Config(
+                "this client has no client certificate".into(),
+            ));
+        };
+        let new = certified_key(&self.provider, cert, key)?;
+        *current
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(new);
+        *self.conn.lock().await = None;
+        Ok(())
     }
 
     /// GET, decoded as JSON.
