@@ -197,7 +197,7 @@ fn bad_manifests_are_reported_and_a_good_pod_keeps_running() {
         (
             "vol.yaml",
             "apiVersion: v1\nkind: Pod\nmetadata: {name: v}\nspec:\n  volumes: [{name: s, secret: {secretName: x}}]\n  containers: [{name: c, image: busybox}]\n",
-            "vol.yaml: spec.volumes[0].secret: not supported by picolet",
+            "vol.yaml: spec.volumes[0].secret: not supported in a static pod",
         ),
         (
             "dup.yaml",

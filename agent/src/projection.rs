@@ -177,6 +177,23 @@ fn mode_bits(m: i32) -> u32 {
     u32::try_from(m).unwrap_or(DEFAULT_MODE) & 0o777
 }
 
+/// An object's keys into `out` (all, or `items`); a missing object or
+/// item key is an error unless `optional`.
+fn project(
+    kind: &str,
+    name: &str,
+    found: Option<&Option<BTreeMap<String, Vec<u8>>>>,
+    items: Option<&Vec<KeyToPath>>,
+    optional: bool,
+    mode: u32,
+    out: &mut Files,
+) -> Result<(), String> {
+    match object(kind, name, found, optional)? {
+        Some(d) => keys_to_files(&format!("{kind} {name:?}"), d, items, mode, optional, out),
+        None => Ok(()),
+    }
+}
+
 /// An object's data, or what a missing one means: nothing when optional,
 /// else an error naming it.
 fn object<'a>(
@@ -284,107 +301,87 @@ pub fn volume_files(
     resource: &ResourceFn<'_>,
 ) -> Result<Files, String> {
     let mut out = Files::new();
+    let mode_of = |m: Option<i32>| m.map_or(DEFAULT_MODE, mode_bits);
+    // A configMap's or secret's keys.
+    let keys = |kind: &str, name: &str, items, optional: Option<bool>, mode, out: &mut Files| {
+        let found = match kind {
+            "secret" => objects.secrets.get(name),
+            _ => objects.config_maps.get(name),
+        };
+        project(
+            kind,
+            name,
+            found,
+            items,
+            optional.unwrap_or(false),
+            mode,
+            out,
+        )
+    };
+    let downward_items = |items: Option<&Vec<DownwardAPIVolumeFile>>, mode, out: &mut Files| {
+        for f in items.into_iter().flatten() {
+            let data = downward(pod, f, resource)?;
+            let mode = f.mode.map_or(mode, mode_bits);
+            out.insert(f.path.clone(), File { data, mode });
+        }
+        Ok::<_, String>(())
+    };
     if let Some(c) = &v.config_map {
-        let optional = c.optional.unwrap_or(false);
-        let mode = c.default_mode.map_or(DEFAULT_MODE, mode_bits);
-        if let Some(d) = object(
+        let mode = mode_of(c.default_mode);
+        keys(
             "configmap",
             &c.name,
-            objects.config_maps.get(&c.name),
-            optional,
-        )? {
-            keys_to_files(
-                &format!("configmap {:?}", c.name),
-                d,
-                c.items.as_ref(),
-                mode,
-                optional,
-                &mut out,
-            )?;
-        }
+            c.items.as_ref(),
+            c.optional,
+            mode,
+            &mut out,
+        )?;
     } else if let Some(s) = &v.secret {
         let name = s.secret_name.clone().unwrap_or_default();
-        let optional = s.optional.unwrap_or(false);
-        let mode = s.default_mode.map_or(DEFAULT_MODE, mode_bits);
-        if let Some(d) = object("secret", &name, objects.secrets.get(&name), optional)? {
-            keys_to_files(
-                &format!("secret {name:?}"),
-                d,
-                s.items.as_ref(),
-                mode,
-                optional,
-                &mut out,
-            )?;
-        }
+        let mode = mode_of(s.default_mode);
+        keys(
+            "secret",
+            &name,
+            s.items.as_ref(),
+            s.optional,
+            mode,
+            &mut out,
+        )?;
     } else if let Some(d) = &v.downward_api {
-        let mode = d.default_mode.map_or(DEFAULT_MODE, mode_bits);
-        for f in d.items.iter().flatten() {
-            out.insert(
-                f.path.clone(),
-                File {
-                    data: downward(pod, f, resource)?,
-                    mode: f.mode.map_or(mode, mode_bits),
-                },
-            );
-        }
+        downward_items(d.items.as_ref(), mode_of(d.default_mode), &mut out)?;
     } else if let Some(p) = &v.projected {
-        let mode = p.default_mode.map_or(DEFAULT_MODE, mode_bits);
+        let mode = mode_of(p.default_mode);
         for s in p.sources.iter().flatten() {
             if let Some(c) = &s.config_map {
-                let optional = c.optional.unwrap_or(false);
-                if let Some(d) = object(
+                keys(
                     "configmap",
                     &c.name,
-                    objects.config_maps.get(&c.name),
-                    optional,
-                )? {
-                    keys_to_files(
-                        &format!("configmap {:?}", c.name),
-                        d,
-                        c.items.as_ref(),
-                        mode,
-                        optional,
-                        &mut out,
-                    )?;
-                }
+                    c.items.as_ref(),
+                    c.optional,
+                    mode,
+                    &mut out,
+                )?;
             }
             if let Some(c) = &s.secret {
-                let optional = c.optional.unwrap_or(false);
-                if let Some(d) = object("secret", &c.name, objects.secrets.get(&c.name), optional)?
-                {
-                    keys_to_files(
-                        &format!("secret {:?}", c.name),
-                        d,
-                        c.items.as_ref(),
-                        mode,
-                        optional,
-                        &mut out,
-                    )?;
-                }
+                keys(
+                    "secret",
+                    &c.name,
+                    c.items.as_ref(),
+                    c.optional,
+                    mode,
+                    &mut out,
+                )?;
             }
             if let Some(d) = &s.downward_api {
-                for f in d.items.iter().flatten() {
-                    out.insert(
-                        f.path.clone(),
-                        File {
-                            data: downward(pod, f, resource)?,
-                            mode: f.mode.map_or(mode, mode_bits),
-                        },
-                    );
-                }
+                downward_items(d.items.as_ref(), mode, &mut out)?;
             }
             if let Some(t) = &s.service_account_token {
                 let token = objects
                     .tokens
                     .get(&token_key(t))
                     .ok_or_else(|| "service account token not fetched".to_string())?;
-                out.insert(
-                    t.path.clone(),
-                    File {
-                        data: token.clone().into_bytes(),
-                        mode,
-                    },
-                );
+                let data = token.clone().into_bytes();
+                out.insert(t.path.clone(), File { data, mode });
             }
         }
     } else {

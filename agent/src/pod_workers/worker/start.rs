@@ -128,6 +128,20 @@ impl Worker {
         volumes::write_etc_hosts(&self.shared.config.data_dir, uid, &text).map(Some)
     }
 
+    /// The container's config could not be made: kubelet's
+    /// CreateContainerConfigError.
+    fn config_failed(&mut self, c: &Container, e: String) {
+        let msg = format!("Error: {e}");
+        self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+        self.waiting.insert(
+            c.name.clone(),
+            Waiting {
+                reason: reason::CREATE_CONTAINER_CONFIG_ERROR.into(),
+                message: e,
+            },
+        );
+    }
+
     /// A volume could not be made: kubelet's FailedMount, the container
     /// waits in ContainerCreating.
     fn mount_failed(&mut self, c: &Container, e: &str) {
@@ -319,19 +333,7 @@ impl Worker {
         let object_env = match object_env {
             Ok(e) => e,
             Err(e) => {
-                self.event(
-                    Some(&c.name),
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {e}"),
-                );
-                self.waiting.insert(
-                    c.name.clone(),
-                    Waiting {
-                        reason: reason::CREATE_CONTAINER_CONFIG_ERROR.into(),
-                        message: e,
-                    },
-                );
+                self.config_failed(c, e);
                 return;
             }
         };
@@ -346,19 +348,7 @@ impl Worker {
         let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
             Ok(cfg) => cfg,
             Err(e) => {
-                self.event(
-                    Some(&c.name),
-                    EventType::Warning,
-                    "Failed",
-                    &format!("Error: {e}"),
-                );
-                self.waiting.insert(
-                    c.name.clone(),
-                    Waiting {
-                        reason: reason::CREATE_CONTAINER_CONFIG_ERROR.into(),
-                        message: e.to_string(),
-                    },
-                );
+                self.config_failed(c, e.to_string());
                 return;
             }
         };
