@@ -149,6 +149,11 @@ impl Client {
             None => builder.with_no_client_auth(),
         };
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // No TLS session resumption (client-go has none either): a resumed
+        // session keeps the identity it was made with, so after a
+        // certificate rotation new connections went on presenting the old
+        // certificate and got 401 once it expired (seen by hand).
+        tls.resumption = rustls::client::Resumption::disabled();
         let server_name = ServerName::try_from(cfg.host.clone())
             .map_err(|e| bad(&format!("server name {:?}", cfg.host), &e))?;
         Ok(Self {
