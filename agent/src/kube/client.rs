@@ -404,3 +404,61 @@ impl Lines {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client certificate can be replaced in place (rotation); what is
+    /// not a certificate and key is refused and the old one kept.
+    #[test]
+    fn the_client_certificate_is_replaced_in_place() {
+        let rng = ring::rand::SystemRandom::new();
+        let key = ring::signature::EcdsaKeyPair::generate_pkcs8(
+            &ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &rng,
+        )
+        .expect("key");
+        let key_pem = super::super::bootstrap::pem("PRIVATE KEY", key.as_ref());
+        let cert = include_bytes!("testdata/bootstrapped-client.pem").to_vec();
+        let cfg = KubeConfig {
+            host: "127.0.0.1".into(),
+            port: 6443,
+            ca: None,
+            client_cert: Some((cert.clone(), key_pem.clone().into_bytes())),
+            token: None,
+        };
+        let client = Client::new(&cfg, "test").expect("client");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            assert!(
+                client
+                    .set_client_cert(b"garbage", b"garbage")
+                    .await
+                    .is_err()
+            );
+            client
+                .set_client_cert(&cert, key_pem.as_bytes())
+                .await
+                .expect("replaced");
+            let token_only = Client::new(
+                &KubeConfig {
+                    client_cert: None,
+                    token: Some("t".into()),
+                    ..cfg.clone()
+                },
+                "test",
+            )
+            .expect("client");
+            assert!(
+                token_only
+                    .set_client_cert(&cert, key_pem.as_bytes())
+                    .await
+                    .is_err(),
+                "a token client has no certificate to replace"
+            );
+        });
+    }
+}

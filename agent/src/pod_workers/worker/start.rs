@@ -227,10 +227,17 @@ impl Worker {
     /// syncFrequency when something changed (kubelet's periodic remount;
     /// never for subPath mounts, which are bind mounts of the old files).
     pub(super) async fn refresh_volumes(&mut self, pod: &Pod, observed: &Observed) {
+        // Never written by this worker (the agent restarted while the pod
+        // ran): due at once, so objects and tokens keep following.
         let due = self
             .volumes_written
-            .is_some_and(|t| t.elapsed() >= self.shared.config.sync_frequency);
-        if !due || observed.sandboxes.is_empty() {
+            .is_none_or(|t| t.elapsed() >= self.shared.config.sync_frequency);
+        let projected = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|v| v.iter().any(projection::is_projected));
+        if !due || !projected || observed.sandboxes.is_empty() {
             return;
         }
         self.volumes_written = Some(std::time::Instant::now());
