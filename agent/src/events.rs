@@ -102,7 +102,7 @@ impl Events {
     /// Records an event; returns its count (1 for a new one).
     pub fn record(&mut self, obj: &Object, kind: EventType, reason: &str, message: &str) -> i32 {
         let (count, event) = self.count(obj, kind, reason, message);
-        if let Some(sink) = &self.sink
+        if let (Some(sink), Some(event)) = (&self.sink, event)
             && sink.try_send(event).is_err()
         {
             self.dropped += 1;
@@ -122,15 +122,16 @@ impl Events {
         count
     }
 
-    /// Counts a repeat or adds a new event; the count and the event as
-    /// it is now.
+    /// Counts a repeat or adds a new event; the count and, when there is
+    /// a sink to hand it to, the event as it is now.
     fn count(
         &mut self,
         obj: &Object,
         kind: EventType,
         reason: &str,
         message: &str,
-    ) -> (i32, Event) {
+    ) -> (i32, Option<Event>) {
+        let want = self.sink.is_some();
         let stamp = crate::clock::timestamp_now();
         let now = Time(stamp);
         // Same object, reason and message among the recent ones: count it.
@@ -143,7 +144,7 @@ impl Events {
             let count = e.count.unwrap_or(1).saturating_add(1);
             e.count = Some(count);
             e.last_timestamp = Some(now);
-            return (count, e.clone());
+            return (count, want.then(|| e.clone()));
         }
         // client-go's naming: unique across restarts, as the API server
         // keeps events for an hour.
@@ -177,7 +178,11 @@ impl Events {
             reporting_instance: Some(self.node.clone()),
             ..Default::default()
         });
-        let event = self.ring.back().cloned().unwrap_or_default();
+        let event = if want {
+            self.ring.back().cloned()
+        } else {
+            None
+        };
         while self.ring.len() > self.cap {
             self.ring.pop_front();
         }

@@ -25,8 +25,11 @@ pub struct Manager {
 
 impl Manager {
     pub fn set(&self, uid: &str, pod: Pod) {
-        let old = lock(&self.pods).insert(uid.to_string(), pod.clone());
-        if old.is_none_or(|o| o.status != pod.status) {
+        let mut pods = lock(&self.pods);
+        let changed = pods.get(uid).is_none_or(|o| o.status != pod.status);
+        pods.insert(uid.to_string(), pod);
+        drop(pods);
+        if changed {
             self.changed.notify_one();
         }
     }
