@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::labels::check_node_label;
+pub use crate::labels::parse_node_labels;
 use crate::quantity::{
     Threshold, parse_duration, parse_quantity, parse_quantity_milli, parse_threshold,
 };
@@ -241,81 +243,6 @@ pub struct Reserved {
     pub cpu_milli: u128,
     pub memory: u128,
     pub ephemeral: u128,
-}
-
-/// Checks a label (key, value) as the API server does: a key is an
-/// optional DNS-subdomain prefix and `/`, then a name of at most 63
-/// alphanumerics, `-`, `_`, `.` (alphanumeric at both ends); a value is
-/// such a name or empty. Labels a node may not set under NodeRestriction
-/// (the kubernetes.io and k8s.io namespaces but kubelet's own labels and
-/// `kubelet.`/`node.kubernetes.io/`) are refused, as kubelet refuses them.
-pub fn check_node_label(key: &str, value: &str) -> Result<(), String> {
-    let name_ok = |n: &str| {
-        n.len() <= 63
-            && n.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-            && n.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && n.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
-    };
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    if !name_ok(name)
-        || prefix.is_some_and(|p| {
-            p.is_empty()
-                || p.len() > 253
-                || !p
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        })
-    {
-        return Err(format!("label key {key:?} is not a qualified name"));
-    }
-    if !value.is_empty() && !name_ok(value) {
-        return Err(format!(
-            "label value {value:?} of {key:?} is not a valid label value"
-        ));
-    }
-    if let Some(p) = prefix {
-        let in_ns = |ns: &str| p == ns || p.ends_with(&format!(".{ns}"));
-        let kubelets = [
-            "beta.kubernetes.io/arch",
-            "beta.kubernetes.io/instance-type",
-            "beta.kubernetes.io/os",
-            "failure-domain.beta.kubernetes.io/region",
-            "failure-domain.beta.kubernetes.io/zone",
-            "kubernetes.io/arch",
-            "kubernetes.io/hostname",
-            "kubernetes.io/os",
-            "node.kubernetes.io/instance-type",
-            "topology.kubernetes.io/region",
-            "topology.kubernetes.io/zone",
-        ];
-        if (in_ns("kubernetes.io") || in_ns("k8s.io"))
-            && !kubelets.contains(&key)
-            && !in_ns("kubelet.kubernetes.io")
-            && !in_ns("node.kubernetes.io")
-        {
-            return Err(format!(
-                "label {key:?}: a node may not set labels in the kubernetes.io or k8s.io namespaces but kubelet's own and kubelet.kubernetes.io/ or node.kubernetes.io/ ones (the API server's NodeRestriction refuses them)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Parses kubelet's `--node-labels` (`key=value,key2=value2`).
-pub fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for kv in s.split(',').filter(|kv| !kv.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("{kv:?} is not key=value"))?;
-        check_node_label(k, v)?;
-        out.insert(k.to_string(), v.to_string());
-    }
-    Ok(out)
 }
 
 fn hostname() -> String {
@@ -833,21 +760,6 @@ mod tests {
         );
         assert_eq!(c.register_with_taints[0].effect, "NoSchedule");
         assert_eq!(c.node_labels.len(), 2);
-        assert_eq!(
-            parse_node_labels("site=berlin-3,kubernetes.io/hostname=x,role="),
-            Ok(BTreeMap::from([
-                ("kubernetes.io/hostname".into(), "x".into()),
-                ("role".into(), String::new()),
-                ("site".into(), "berlin-3".into()),
-            ]))
-        );
-        assert!(
-            parse_node_labels("site")
-                .expect_err("no =")
-                .contains("not key=value")
-        );
-        assert!(parse_node_labels("k8s.io/x=1").is_err());
-        assert!(parse_node_labels("Bad_Prefix/x=1").is_err());
     }
 
     #[test]
