@@ -668,3 +668,77 @@ async fn container_events_stream_the_lifecycle() {
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
+
+/// The command lines of this shim's `picolet monitor create` processes.
+fn creating_monitors(shim: &common::Shim) -> Vec<String> {
+    let mark = shim.dir.path().to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|raw| String::from_utf8_lossy(&raw).replace('\0', " "))
+        .filter(|c| c.contains("monitor create") && c.contains(&mark))
+        .collect()
+}
+
+/// A client that goes away in the middle of a CreateContainer (an agent
+/// killed; bench/faults.sh found it) must not leave a container being made
+/// that no record names: the call runs to its end and CRI lists what it made.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_container_whose_client_went_away_is_finished_and_listed() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "cut").await;
+    let mut gone = cri::client(&shim.socket()).await;
+    let req = CreateContainerRequest {
+        pod_sandbox_id: pod_id.clone(),
+        config: Some(cri::container("app", "busybox", &["sleep", "60"])),
+        sandbox_config: Some(pod.clone()),
+    };
+    let call = tokio::spawn(async move { gone.create_container(req).await });
+    // Cut the call (its connection with it) once its monitor is making the
+    // container, before the monitor's handshake.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while creating_monitors(&shim).is_empty() {
+        assert!(Instant::now() < deadline, "no monitor ever started");
+        assert!(
+            !call.is_finished(),
+            "CreateContainer ended before it was cut"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    call.abort();
+    let _ = call.await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        let listed = c
+            .list_containers(ListContainersRequest::default())
+            .await
+            .expect("list")
+            .into_inner()
+            .containers;
+        if !listed.is_empty() {
+            break listed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the container being made was never listed; monitors: {:?}",
+            creating_monitors(&shim)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].state, ContainerState::ContainerCreated as i32);
+    // What a returning client does with it: start it, as any created container.
+    cri::start(&mut c, &listed[0].id).await;
+    cri::wait_state(
+        &mut c,
+        &listed[0].id,
+        ContainerState::ContainerRunning,
+        Duration::from_secs(20),
+    )
+    .await;
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}

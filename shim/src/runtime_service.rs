@@ -2,6 +2,7 @@
 //! server. Not yet implemented (UNIMPLEMENTED): CheckpointContainer, the
 //! pod sandbox stats RPCs and the metrics RPCs.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -68,6 +69,21 @@ fn id_of(id: &str, field: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Runs a state-changing call to its end on a task of its own. tonic drops a
+/// handler's future when its client goes away, and a call cut between two
+/// awaits leaves half a change: bench/faults.sh killed the agent while a
+/// CreateContainer waited for its monitor's handshake, and that monitor went
+/// on making a container in the pod's cgroup that no record named. Run to the
+/// end, the change is whole and listed; a client that comes back reconciles it.
+async fn to_completion<T: Send + 'static>(
+    call: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Status> {
+    match tokio::spawn(call).await {
+        Ok(r) => r.map_err(Status::from),
+        Err(e) => Err(Error::Internal(format!("call ended early: {e}")).into()),
+    }
+}
+
 fn unimplemented<T>(rpc: &'static str) -> Result<Response<T>, Status> {
     Err(Error::Unimplemented(rpc).into())
 }
@@ -111,7 +127,8 @@ impl RuntimeService for RuntimeSvc {
             .into_inner()
             .config
             .ok_or_else(|| Error::InvalidArgument("config: required".into()))?;
-        let pod_sandbox_id = self.rt.run_pod_sandbox(config).await?;
+        let rt = self.rt.clone();
+        let pod_sandbox_id = to_completion(async move { rt.run_pod_sandbox(config).await }).await?;
         Ok(Response::new(RunPodSandboxResponse { pod_sandbox_id }))
     }
 
@@ -121,7 +138,8 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<StopPodSandboxResponse>, Status> {
         let id = req.into_inner().pod_sandbox_id;
         id_of(&id, "pod_sandbox_id")?;
-        self.rt.stop_pod_sandbox(&id).await?;
+        let rt = self.rt.clone();
+        to_completion(async move { rt.stop_pod_sandbox(&id).await }).await?;
         Ok(Response::new(StopPodSandboxResponse {}))
     }
 
@@ -131,7 +149,8 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<RemovePodSandboxResponse>, Status> {
         let id = req.into_inner().pod_sandbox_id;
         id_of(&id, "pod_sandbox_id")?;
-        self.rt.remove_pod_sandbox(&id).await?;
+        let rt = self.rt.clone();
+        to_completion(async move { rt.remove_pod_sandbox(&id).await }).await?;
         Ok(Response::new(RemovePodSandboxResponse {}))
     }
 
@@ -165,10 +184,12 @@ impl RuntimeService for RuntimeSvc {
         let config = req
             .config
             .ok_or_else(|| Error::InvalidArgument("config: required".into()))?;
-        let container_id = self
-            .rt
-            .create_container(&req.pod_sandbox_id, config, req.sandbox_config)
-            .await?;
+        let rt = self.rt.clone();
+        let container_id = to_completion(async move {
+            rt.create_container(&req.pod_sandbox_id, config, req.sandbox_config)
+                .await
+        })
+        .await?;
         Ok(Response::new(CreateContainerResponse { container_id }))
     }
 
@@ -178,7 +199,8 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<StartContainerResponse>, Status> {
         let id = req.into_inner().container_id;
         id_of(&id, "container_id")?;
-        self.rt.start_container(&id).await?;
+        let rt = self.rt.clone();
+        to_completion(async move { rt.start_container(&id).await }).await?;
         Ok(Response::new(StartContainerResponse {}))
     }
 
@@ -188,8 +210,8 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<StopContainerResponse>, Status> {
         let req = req.into_inner();
         id_of(&req.container_id, "container_id")?;
-        self.rt
-            .stop_container(&req.container_id, req.timeout)
+        let rt = self.rt.clone();
+        to_completion(async move { rt.stop_container(&req.container_id, req.timeout).await })
             .await?;
         Ok(Response::new(StopContainerResponse {}))
     }
@@ -200,7 +222,8 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<RemoveContainerResponse>, Status> {
         let id = req.into_inner().container_id;
         id_of(&id, "container_id")?;
-        self.rt.remove_container(&id).await?;
+        let rt = self.rt.clone();
+        to_completion(async move { rt.remove_container(&id).await }).await?;
         Ok(Response::new(RemoveContainerResponse {}))
     }
 
@@ -245,7 +268,8 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<ReopenContainerLogResponse>, Status> {
         let id = req.into_inner().container_id;
         id_of(&id, "container_id")?;
-        self.rt.reopen_container_log(&id).await?;
+        let rt = self.rt.clone();
+        to_completion(async move { rt.reopen_container_log(&id).await }).await?;
         Ok(Response::new(ReopenContainerLogResponse {}))
     }
 
