@@ -119,6 +119,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("objects", &[]),
     // Pure.
     ("admit", &["qos"]),
+    ("eviction", &["admit", "manifest", "qos"]),
     ("plan", &["cri_config", "probe", "reason"]),
     ("manifest", &["validate"]),
     ("validate", &["cri_config"]),
@@ -137,6 +138,7 @@ const AGENT: &[(&str, &[&str])] = &[
 /// Module paths whose files must stay pure (a path and everything below).
 const AGENT_PURE: &[&str] = &[
     "admit",
+    "eviction",
     "backoff",
     "kube::config",
     "kube::lease",

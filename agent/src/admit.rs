@@ -355,7 +355,7 @@ fn conflicts(want: &(String, String, i32), taken: &HashSet<(String, String, i32)
 }
 
 /// Whether `tol` tolerates `taint` (v1 `Toleration.ToleratesTaint`).
-fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+pub(crate) fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     let effect = tol.effect.as_deref().unwrap_or("");
     if !effect.is_empty() && effect != taint.effect {
         return false;

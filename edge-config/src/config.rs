@@ -14,9 +14,7 @@ use serde::Deserialize;
 
 use crate::labels::check_node_label;
 pub use crate::labels::parse_node_labels;
-use crate::quantity::{
-    Threshold, parse_duration, parse_quantity, parse_quantity_milli, parse_threshold,
-};
+use crate::quantity::{parse_duration, parse_quantity, parse_quantity_milli};
 
 /// An error in a file: the file, the field path in it, what is wrong.
 /// Printed `<file>: <field.path>: <message>`. Config files and static pod
@@ -71,6 +69,11 @@ struct Raw {
     container_log_max_files: Option<u32>,
     container_log_monitor_interval: Option<String>,
     eviction_hard: Option<BTreeMap<String, String>>,
+    eviction_soft: Option<BTreeMap<String, String>>,
+    eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    eviction_pressure_transition_period: Option<String>,
+    eviction_max_pod_grace_period: Option<i64>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     image_gc_high_threshold_percent: Option<u8>,
     #[serde(rename = "imageGCLowThresholdPercent")]
@@ -137,16 +140,7 @@ struct RawPicolet {
     max_layer_size: Option<String>,
 }
 
-/// Eviction signals kubelet knows.
-pub const EVICTION_SIGNALS: [&str; 7] = [
-    "memory.available",
-    "nodefs.available",
-    "nodefs.inodesFree",
-    "imagefs.available",
-    "imagefs.inodesFree",
-    "pid.available",
-    "allocatableMemory.available",
-];
+pub use crate::eviction::EVICTION_SIGNALS;
 
 /// The validated configuration, defaults as kubelet's.
 #[derive(Debug, Clone, PartialEq)]
@@ -166,7 +160,13 @@ pub struct Config {
     pub container_log_max_files: u32,
     /// How often container logs are checked for rotation (kubelet: 10s, at least 3s).
     pub container_log_monitor_interval: Duration,
-    pub eviction_hard: BTreeMap<String, Threshold>,
+    /// `evictionHard`, `evictionSoft` (+ grace periods),
+    /// `evictionMinimumReclaim`, by signal.
+    pub eviction: crate::eviction::Eviction,
+    /// How long a pressure condition stays after its signal recovered (kubelet: 5m).
+    pub eviction_pressure_transition_period: Duration,
+    /// The most grace a soft eviction gives a pod, seconds (kubelet: 0).
+    pub eviction_max_pod_grace_period: i64,
     pub image_gc_high_threshold_percent: u8,
     pub image_gc_low_threshold_percent: u8,
     pub image_minimum_gc_age: Duration,
@@ -341,32 +341,24 @@ impl Config {
                 format!("{d:?} is not supported (picolet manages cgroups itself: \"cgroupfs\")"),
             ));
         }
-        let mut eviction_hard = BTreeMap::new();
-        let eh = raw.eviction_hard.clone().unwrap_or_else(|| {
-            [
-                ("memory.available", "100Mi"),
-                ("nodefs.available", "10%"),
-                ("nodefs.inodesFree", "5%"),
-                ("imagefs.available", "15%"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-        });
-        for (signal, value) in &eh {
-            let field = format!("evictionHard.{signal}");
-            if !EVICTION_SIGNALS.contains(&signal.as_str()) {
-                return Err(err(
-                    &field,
-                    format!(
-                        "unknown eviction signal (known: {})",
-                        EVICTION_SIGNALS.join(", ")
-                    ),
-                ));
-            }
-            let t = parse_threshold(value)
-                .ok_or_else(|| err(&field, format!("{value:?} is not a quantity or percentage")))?;
-            eviction_hard.insert(signal.clone(), t);
+        let eviction = crate::eviction::parse(&crate::eviction::Raw {
+            hard: raw.eviction_hard.as_ref(),
+            soft: raw.eviction_soft.as_ref(),
+            soft_grace: raw.eviction_soft_grace_period.as_ref(),
+            minimum_reclaim: raw.eviction_minimum_reclaim.as_ref(),
+        })
+        .map_err(|(field, message)| err(&field, message))?;
+        let eviction_pressure_transition_period = dur(
+            "evictionPressureTransitionPeriod",
+            &raw.eviction_pressure_transition_period,
+            "5m",
+        )?;
+        let eviction_max_pod_grace_period = raw.eviction_max_pod_grace_period.unwrap_or(0);
+        if eviction_max_pod_grace_period < 0 {
+            return Err(err(
+                "evictionMaxPodGracePeriod",
+                format!("{eviction_max_pod_grace_period} is negative"),
+            ));
         }
         let high = raw.image_gc_high_threshold_percent.unwrap_or(85);
         let low = raw.image_gc_low_threshold_percent.unwrap_or(80);
@@ -547,7 +539,9 @@ impl Config {
             container_log_max_size,
             container_log_max_files,
             container_log_monitor_interval,
-            eviction_hard,
+            eviction,
+            eviction_pressure_transition_period,
+            eviction_max_pod_grace_period,
             image_gc_high_threshold_percent: high,
             image_gc_low_threshold_percent: low,
             image_minimum_gc_age: dur("imageMinimumGCAge", &raw.image_minimum_gc_age, "2m")?,
@@ -610,6 +604,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quantity::Threshold;
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, Path::new("/etc/picolet/config.yaml")).map_err(|e| e.to_string())
@@ -626,11 +621,11 @@ mod tests {
         assert_eq!(c.image_gc_period, Duration::from_secs(300));
         assert!(c.default_network);
         assert_eq!(
-            c.eviction_hard.get("memory.available"),
+            c.eviction.hard.get("memory.available"),
             Some(&Threshold::Quantity(100 << 20))
         );
         assert_eq!(
-            c.eviction_hard.get("nodefs.available"),
+            c.eviction.hard.get("nodefs.available"),
             Some(&Threshold::Percent(10.0))
         );
         assert_eq!(
@@ -664,7 +659,7 @@ mod tests {
             vec!["10.96.0.10".parse::<IpAddr>().expect("ip")]
         );
         assert_eq!(c.node_name, "edge-1");
-        assert_eq!(c.eviction_hard.len(), 2);
+        assert_eq!(c.eviction.hard.len(), 2);
         assert_eq!(c.restart_backoff_initial, Duration::from_secs(1));
     }
 

@@ -7,6 +7,7 @@
 //! subcommands together with it.
 
 pub mod config;
+pub mod eviction;
 pub mod labels;
 pub mod owner;
 pub mod quantity;

@@ -79,6 +79,21 @@ pub enum Threshold {
     Percent(f64),
 }
 
+impl Threshold {
+    /// The threshold in units of `capacity` (a percentage is of it).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn of(&self, capacity: u64) -> u64 {
+        match *self {
+            Threshold::Quantity(q) => u64::try_from(q).unwrap_or(u64::MAX),
+            Threshold::Percent(p) => {
+                // Clamped to 0..=10_000 basis points first: the cast cannot truncate.
+                let bp = (p * 100.0).clamp(0.0, 10_000.0).round() as u128;
+                u64::try_from(u128::from(capacity) * bp / 10_000).unwrap_or(u64::MAX)
+            }
+        }
+    }
+}
+
 /// Parses `100Mi` or `10%`.
 pub fn parse_threshold(s: &str) -> Option<Threshold> {
     match s.trim().strip_suffix('%') {

@@ -346,12 +346,12 @@ pub fn facts(config: &edge_config::Config, info: &crate::cri_config::NodeInfo) -
     let ephemeral_bytes = nix::sys::statvfs::statvfs(&config.data_dir)
         .map(|s| s.blocks() * s.fragment_size())
         .unwrap_or(0);
-    let threshold = |signal: &str, capacity: u64| match config.eviction_hard.get(signal) {
-        Some(edge_config::quantity::Threshold::Quantity(q)) => {
-            u64::try_from(*q).unwrap_or(u64::MAX)
-        }
-        Some(edge_config::quantity::Threshold::Percent(p)) => percent_of(capacity, *p),
-        None => 0,
+    let threshold = |signal: &str, capacity: u64| {
+        config
+            .eviction
+            .hard
+            .get(signal)
+            .map_or(0, |t| t.of(capacity))
     };
     let memory_bytes = u64::try_from(info.memory_bytes).unwrap_or(u64::MAX);
     let mut hugepage_kib: Vec<u64> = std::fs::read_dir("/sys/kernel/mm/hugepages")
@@ -397,14 +397,6 @@ pub fn facts(config: &edge_config::Config, info: &crate::cri_config::NodeInfo) -
 
 fn clamp(v: u128) -> u64 {
     u64::try_from(v).unwrap_or(u64::MAX)
-}
-
-/// `percent` of `capacity`, in basis points.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-fn percent_of(capacity: u64, percent: f64) -> u64 {
-    // Clamped to 0..=10_000 basis points first: the cast cannot truncate.
-    let bp = (percent * 100.0).clamp(0.0, 10_000.0).round() as u64;
-    capacity / 10_000 * bp
 }
 
 /// Reads the kubeconfig and makes the client (errors name the file).

@@ -1,0 +1,511 @@
+//! Node-pressure eviction, kubelet's `pkg/kubelet/eviction` as pure logic:
+//! signals observed from the same readings as `/stats/summary`, hard and
+//! soft thresholds (grace periods, minimum reclaim), node conditions held
+//! for the pressure transition period, the ranking of pods, kubelet's
+//! eviction message, and the admission of pods under pressure. The loop
+//! that reads, reclaims and evicts is [`crate::eviction_loop`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use edge_config::quantity::Threshold as Amount;
+use k8s_openapi::api::core::v1::{Pod, Taint};
+use serde_json::Value;
+
+use crate::qos::{self, Qos, quantity};
+
+/// kubelet's pod status reason for an evicted pod, and its event reason.
+pub const REASON: &str = "Evicted";
+/// scheduling.SystemCriticalPriority: a pod at or above it is never evicted.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// An eviction signal (kubelet's `evictionapi.Signal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Signal {
+    MemoryAvailable,
+    NodefsAvailable,
+    NodefsInodesFree,
+    ImagefsAvailable,
+    ImagefsInodesFree,
+    PidAvailable,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 6] = [
+        Signal::MemoryAvailable,
+        Signal::NodefsAvailable,
+        Signal::NodefsInodesFree,
+        Signal::ImagefsAvailable,
+        Signal::ImagefsInodesFree,
+        Signal::PidAvailable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory.available",
+            Signal::NodefsAvailable => "nodefs.available",
+            Signal::NodefsInodesFree => "nodefs.inodesFree",
+            Signal::ImagefsAvailable => "imagefs.available",
+            Signal::ImagefsInodesFree => "imagefs.inodesFree",
+            Signal::PidAvailable => "pid.available",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Signal> {
+        Signal::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// The node condition this signal drives.
+    pub fn condition(self) -> Condition {
+        match self {
+            Signal::MemoryAvailable => Condition::MemoryPressure,
+            Signal::PidAvailable => Condition::PidPressure,
+            _ => Condition::DiskPressure,
+        }
+    }
+
+    /// The resource reclaimed (kubelet's `signalToResource`).
+    pub fn resource(self) -> &'static str {
+        match self {
+            Signal::MemoryAvailable => "memory",
+            Signal::NodefsAvailable | Signal::ImagefsAvailable => "ephemeral-storage",
+            Signal::NodefsInodesFree | Signal::ImagefsInodesFree => "inodes",
+            Signal::PidAvailable => "pids",
+        }
+    }
+
+    /// Whether the node itself can reclaim it (unused images and dead
+    /// containers) before any pod is evicted.
+    pub fn node_reclaimable(self) -> bool {
+        !matches!(self, Signal::MemoryAvailable | Signal::PidAvailable)
+    }
+}
+
+/// A node pressure condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Condition {
+    MemoryPressure,
+    DiskPressure,
+    PidPressure,
+}
+
+impl Condition {
+    pub fn name(self) -> &'static str {
+        match self {
+            Condition::MemoryPressure => "MemoryPressure",
+            Condition::DiskPressure => "DiskPressure",
+            Condition::PidPressure => "PIDPressure",
+        }
+    }
+}
+
+/// One threshold: hard when `grace` is None.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    pub signal: Signal,
+    pub value: Amount,
+    pub grace: Option<Duration>,
+    pub min_reclaim: Option<Amount>,
+}
+
+impl Threshold {
+    pub fn hard(&self) -> bool {
+        self.grace.is_none()
+    }
+
+    fn key(&self) -> (Signal, bool) {
+        (self.signal, self.hard())
+    }
+
+    /// The threshold in the signal's units, given the capacity.
+    pub fn quantity(&self, capacity: u64) -> u64 {
+        self.value.of(capacity)
+    }
+}
+
+/// The thresholds of a config: hard, soft with their grace periods, and
+/// the minimum reclaims, as kubelet's `ParseThresholdConfig`.
+pub fn thresholds(c: &edge_config::Config) -> Vec<Threshold> {
+    let e = &c.eviction;
+    let reclaim = |s: &str| e.minimum_reclaim.get(s).copied();
+    let mut out = Vec::new();
+    for (s, v) in &e.hard {
+        if let Some(signal) = Signal::parse(s) {
+            out.push(Threshold {
+                signal,
+                value: *v,
+                grace: None,
+                min_reclaim: reclaim(s),
+            });
+        }
+    }
+    for (s, v) in &e.soft {
+        if let Some(signal) = Signal::parse(s) {
+            out.push(Threshold {
+                signal,
+                value: *v,
+                grace: Some(e.soft_grace.get(s).copied().unwrap_or_default()),
+                min_reclaim: reclaim(s),
+            });
+        }
+    }
+    out
+}
+
+/// What a signal reads now: available of capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observation {
+    pub available: u64,
+    pub capacity: u64,
+}
+
+/// A pod's usage, from its summary entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub memory: u64,
+    pub ephemeral: u64,
+    pub processes: u64,
+    /// Per container: name, memory working set, ephemeral bytes (rootfs + logs).
+    pub containers: Vec<(String, u64, u64)>,
+}
+
+/// The signals and each pod's usage (by UID), from a `/stats/summary`
+/// (kubelet's `makeSignalObservations`).
+pub fn observe(summary: &Value) -> (BTreeMap<Signal, Observation>, HashMap<String, Usage>) {
+    let u = |v: &Value| v.as_u64();
+    let node = &summary["node"];
+    let mut obs = BTreeMap::new();
+    let mut put = |s: Signal, available: Option<u64>, capacity: Option<u64>| {
+        if let (Some(available), Some(capacity)) = (available, capacity) {
+            obs.insert(
+                s,
+                Observation {
+                    available,
+                    capacity,
+                },
+            );
+        }
+    };
+    let mem = &node["memory"];
+    put(
+        Signal::MemoryAvailable,
+        u(&mem["availableBytes"]),
+        u(&mem["availableBytes"])
+            .zip(u(&mem["workingSetBytes"]))
+            .map(|(a, w)| a + w),
+    );
+    let fs = &node["fs"];
+    put(
+        Signal::NodefsAvailable,
+        u(&fs["availableBytes"]),
+        u(&fs["capacityBytes"]),
+    );
+    put(
+        Signal::NodefsInodesFree,
+        u(&fs["inodesFree"]),
+        u(&fs["inodes"]),
+    );
+    let img = &node["runtime"]["imageFs"];
+    put(
+        Signal::ImagefsAvailable,
+        u(&img["availableBytes"]),
+        u(&img["capacityBytes"]),
+    );
+    put(
+        Signal::ImagefsInodesFree,
+        u(&img["inodesFree"]),
+        u(&img["inodes"]),
+    );
+    let rl = &node["rlimit"];
+    put(
+        Signal::PidAvailable,
+        u(&rl["maxpid"])
+            .zip(u(&rl["curproc"]))
+            .map(|(m, c)| m.saturating_sub(c)),
+        u(&rl["maxpid"]),
+    );
+    let mut pods = HashMap::new();
+    for p in summary["pods"].as_array().into_iter().flatten() {
+        let Some(uid) = p["podRef"]["uid"].as_str() else {
+            continue;
+        };
+        let containers = p["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default().to_string(),
+                    u(&c["memory"]["workingSetBytes"]).unwrap_or(0),
+                    u(&c["rootfs"]["usedBytes"]).unwrap_or(0)
+                        + u(&c["logs"]["usedBytes"]).unwrap_or(0),
+                )
+            })
+            .collect();
+        pods.insert(
+            uid.to_string(),
+            Usage {
+                memory: u(&p["memory"]["workingSetBytes"]).unwrap_or(0),
+                ephemeral: u(&p["ephemeral-storage"]["usedBytes"]).unwrap_or(0),
+                processes: u(&p["process_stats"]["process_count"]).unwrap_or(0),
+                containers,
+            },
+        );
+    }
+    (obs, pods)
+}
+
+/// The thresholds met by `obs` (kubelet's `thresholdsMet`); with
+/// `min_reclaim`, a threshold stays met until its minimum reclaim is
+/// available beyond it.
+pub fn met(
+    thresholds: &[Threshold],
+    obs: &BTreeMap<Signal, Observation>,
+    min_reclaim: bool,
+) -> Vec<Threshold> {
+    thresholds
+        .iter()
+        .filter(|t| {
+            let Some(o) = obs.get(&t.signal) else {
+                return false;
+            };
+            let mut q = t.quantity(o.capacity);
+            if min_reclaim && let Some(r) = &t.min_reclaim {
+                q = q.saturating_add(r.of(o.capacity));
+            }
+            o.available < q
+        })
+        .cloned()
+        .collect()
+}
+
+/// What one pass of the manager decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pass {
+    /// The node conditions to report (held for the transition period).
+    pub conditions: BTreeSet<Condition>,
+    /// The threshold to reclaim for now (its grace period over), memory first.
+    pub reclaim: Option<Threshold>,
+}
+
+/// The manager's memory between passes. Times are since any fixed origin.
+#[derive(Debug, Default)]
+pub struct State {
+    /// Thresholds met (grace over) at the last pass: they stay met until
+    /// their minimum reclaim is satisfied.
+    met: Vec<Threshold>,
+    first_observed: HashMap<(Signal, bool), Duration>,
+    condition_last_observed: HashMap<Condition, Duration>,
+    /// The conditions of the last pass, for admission.
+    pub conditions: BTreeSet<Condition>,
+}
+
+impl State {
+    /// kubelet's `synchronize` up to the choice of what to reclaim.
+    pub fn pass(
+        &mut self,
+        thresholds: &[Threshold],
+        obs: &BTreeMap<Signal, Observation>,
+        now: Duration,
+        transition: Duration,
+    ) -> Pass {
+        let mut now_met = met(thresholds, obs, false);
+        for t in met(&self.met, obs, true) {
+            if !now_met.iter().any(|m| m.key() == t.key()) {
+                now_met.push(t);
+            }
+        }
+        self.first_observed
+            .retain(|k, _| now_met.iter().any(|t| t.key() == *k));
+        for t in &now_met {
+            self.first_observed.entry(t.key()).or_insert(now);
+        }
+        for t in &now_met {
+            self.condition_last_observed
+                .insert(t.signal.condition(), now);
+        }
+        self.condition_last_observed
+            .retain(|_, at| now.saturating_sub(*at) < transition || *at == now);
+        let conditions: BTreeSet<Condition> =
+            self.condition_last_observed.keys().copied().collect();
+        let mut acting: Vec<Threshold> = now_met
+            .into_iter()
+            .filter(|t| {
+                let since = self.first_observed.get(&t.key()).copied().unwrap_or(now);
+                now.saturating_sub(since) >= t.grace.unwrap_or_default()
+            })
+            .collect();
+        // Memory first (kubelet's byEvictionPriority), then hard before soft.
+        acting.sort_by_key(|t| (t.signal != Signal::MemoryAvailable, !t.hard(), t.signal));
+        self.met = acting.clone();
+        self.conditions = conditions.clone();
+        Pass {
+            conditions,
+            reclaim: acting.into_iter().next(),
+        }
+    }
+}
+
+/// A pod the manager may evict.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub uid: String,
+    pub pod: std::sync::Arc<Pod>,
+    pub usage: Option<Usage>,
+}
+
+/// Static, mirror and system-critical pods: never evicted, always
+/// admitted (kubelet's `IsCriticalPod`).
+pub fn is_critical(pod: &Pod) -> bool {
+    let ann = pod.metadata.annotations.as_ref();
+    let source = ann.and_then(|a| a.get(crate::manifest::CONFIG_SOURCE));
+    let is_static = source.is_some_and(|s| s != "api");
+    let mirror = ann.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    is_static || mirror || priority >= SYSTEM_CRITICAL_PRIORITY
+}
+
+fn priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// The pod's usage and request of what `signal` measures.
+fn usage_and_request(signal: Signal, c: &Candidate) -> (u64, u64) {
+    let r = crate::admit::requests(&c.pod);
+    let u = c.usage.as_ref();
+    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    match signal {
+        Signal::MemoryAvailable => (u.map_or(0, |u| u.memory), clamp(r.memory)),
+        Signal::PidAvailable => (u.map_or(0, |u| u.processes), 0),
+        _ => (u.map_or(0, |u| u.ephemeral), clamp(r.ephemeral)),
+    }
+}
+
+/// Ranks candidates for `signal`, first to evict first (kubelet's
+/// `rankMemoryPressure`, `rankDiskPressureFunc`, `rankPIDPressure`):
+/// pods without stats first, then those using more than they request, then
+/// lower priority, then the larger usage above requests (for pids: the
+/// larger process count).
+pub fn rank(signal: Signal, pods: &mut [Candidate]) {
+    pods.sort_by(|a, b| {
+        let (ua, ra) = usage_and_request(signal, a);
+        let (ub, rb) = usage_and_request(signal, b);
+        let no_stats = a.usage.is_some().cmp(&b.usage.is_some());
+        if signal == Signal::PidAvailable {
+            return no_stats
+                .then(priority(&a.pod).cmp(&priority(&b.pod)))
+                .then(ub.cmp(&ua));
+        }
+        let exceeds = (ub > rb).cmp(&(ua > ra));
+        let above = |u: u64, r: u64| i128::from(u) - i128::from(r);
+        no_stats
+            .then(exceeds)
+            .then(priority(&a.pod).cmp(&priority(&b.pod)))
+            .then(above(ub, rb).cmp(&above(ua, ra)))
+    });
+}
+
+/// A byte count as a Kubernetes quantity prints it (BinarySI: the largest
+/// power of 1024 that divides it).
+pub fn binary_si(v: u64) -> String {
+    const SUFFIX: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if v == 0 {
+        return "0".into();
+    }
+    let mut n = v;
+    let mut i = 0;
+    while n.is_multiple_of(1024) && i < SUFFIX.len() {
+        n /= 1024;
+        i += 1;
+    }
+    if i == 0 {
+        n.to_string()
+    } else {
+        format!("{n}{}", SUFFIX[i - 1])
+    }
+}
+
+/// kubelet's `evictionMessage`: the resource, the threshold, what is
+/// available, and each container using more than it requests.
+pub fn message(t: &Threshold, obs: &BTreeMap<Signal, Observation>, c: &Candidate) -> String {
+    let resource = t.signal.resource();
+    let o = obs.get(&t.signal).copied().unwrap_or_default();
+    let shown = |v: u64| match t.signal {
+        Signal::MemoryAvailable | Signal::NodefsAvailable | Signal::ImagefsAvailable => {
+            binary_si(v)
+        }
+        _ => v.to_string(),
+    };
+    let threshold = shown(t.quantity(o.capacity));
+    let mut msg = format!(
+        "The node was low on resource: {resource}. Threshold quantity: {threshold}, available: {}. ",
+        shown(o.available)
+    );
+    let is_memory = t.signal == Signal::MemoryAvailable;
+    if (is_memory || resource == "ephemeral-storage")
+        && let Some(spec) = c.pod.spec.as_ref()
+        && let Some(u) = &c.usage
+    {
+        for container in &spec.containers {
+            let Some((_, mem, eph)) = u.containers.iter().find(|x| x.0 == container.name) else {
+                continue;
+            };
+            let (used, res) = if is_memory {
+                (*mem, "memory")
+            } else {
+                (*eph, "ephemeral-storage")
+            };
+            let request = quantity(container, "requests", res).unwrap_or(0);
+            if u128::from(used) > request {
+                let req = container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.requests.as_ref())
+                    .and_then(|r| r.get(res))
+                    .map_or_else(|| "0".to_string(), |q| q.0.clone());
+                msg.push_str(&format!(
+                    "Container {} was using {}, request is {req}, has larger consumption of {resource}. ",
+                    container.name,
+                    binary_si(used)
+                ));
+            }
+        }
+    }
+    msg
+}
+
+/// The eviction manager's admission (kubelet's `managerImpl.Admit`): under
+/// memory pressure alone only BestEffort pods that do not tolerate it are
+/// refused; under any other pressure every pod is; critical pods never.
+pub fn admit(conditions: &BTreeSet<Condition>, pod: &Pod) -> Result<(), crate::admit::Rejection> {
+    if conditions.is_empty() || is_critical(pod) {
+        return Ok(());
+    }
+    if conditions.len() == 1 && conditions.contains(&Condition::MemoryPressure) {
+        let best_effort = pod
+            .spec
+            .as_ref()
+            .is_none_or(|s| qos::qos_class(s) == Qos::BestEffort);
+        let taint = Taint {
+            key: "node.kubernetes.io/memory-pressure".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tolerated = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| crate::admit::tolerates(t, &taint)));
+        if !best_effort || tolerated {
+            return Ok(());
+        }
+    }
+    let names: Vec<&str> = conditions.iter().map(|c| c.name()).collect();
+    Err(crate::admit::Rejection {
+        reason: REASON.into(),
+        message: format!("The node had condition: [{}]. ", names.join(" ")),
+    })
+}
+
+#[cfg(test)]
+mod tests;
