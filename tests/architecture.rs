@@ -22,7 +22,9 @@ const AGENT: &[(&str, &[&str])] = &[
         "kubelet",
         &[
             "admit",
+            "evict",
             "events",
+            "eviction",
             "health",
             "image_gc",
             "kube",
@@ -48,6 +50,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "clock",
             "cri_config",
             "events",
+            "eviction",
             "hooks",
             "metrics",
             "mutex",
@@ -65,7 +68,8 @@ const AGENT: &[(&str, &[&str])] = &[
     (
         "server",
         &[
-            "events", "health", "metrics", "prober", "runtime", "source", "stats", "status",
+            "evict", "events", "health", "kube", "metrics", "mutex", "prober", "runtime", "source",
+            "stats", "status",
         ],
     ),
     (
@@ -93,6 +97,20 @@ const AGENT: &[(&str, &[&str])] = &[
         &["cri_config", "events", "kmsg", "mutex", "runtime", "status"],
     ),
     ("image_gc", &["events", "runtime"]),
+    (
+        "evict",
+        &[
+            "admit",
+            "clock",
+            "events",
+            "eviction",
+            "image_gc",
+            "pod_workers",
+            "runtime",
+            "stats",
+            "status",
+        ],
+    ),
     ("pleg", &["health", "metrics", "runtime"]),
     ("logs", &["runtime"]),
     ("runtime", &["cri_config", "metrics", "plan"]),
@@ -105,7 +123,9 @@ const AGENT: &[(&str, &[&str])] = &[
         "kube",
         &[
             "cri_config",
+            "evict",
             "events",
+            "eviction",
             "httpc",
             "manifest",
             "mutex",

@@ -26,6 +26,9 @@ pub struct NodeView {
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub allocatable: Resources,
+    /// The node's pressure conditions now ("MemoryPressure",
+    /// "DiskPressure", "PIDPressure"), from the eviction manager.
+    pub pressure: BTreeSet<String>,
 }
 
 /// Allocatable, or a pod's requests: millicores, bytes, pods.
@@ -128,9 +131,56 @@ impl Admission {
     }
 }
 
+/// scheduling.SystemCriticalPriority.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// Static, mirror and system-critical pods: admitted under pressure and
+/// never evicted (kubelet's `IsCriticalPod`).
+pub fn is_critical(pod: &Pod) -> bool {
+    let ann = pod.metadata.annotations.as_ref();
+    let source = ann.and_then(|a| a.get("kubernetes.io/config.source"));
+    let is_static = source.is_some_and(|s| s != "api");
+    let mirror = ann.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    is_static || mirror || priority >= SYSTEM_CRITICAL_PRIORITY
+}
+
+/// The eviction manager's admission (kubelet's `managerImpl.Admit`): under
+/// memory pressure alone only BestEffort pods that do not tolerate it are
+/// refused; under any other pressure every pod is; critical pods never.
+pub fn under_pressure(pressure: &BTreeSet<String>, pod: &Pod) -> Option<Rejection> {
+    if pressure.is_empty() || is_critical(pod) {
+        return None;
+    }
+    if pressure.len() == 1 && pressure.contains("MemoryPressure") {
+        let spec = pod.spec.as_ref();
+        let best_effort =
+            spec.is_none_or(|s| crate::qos::qos_class(s) == crate::qos::Qos::BestEffort);
+        let taint = Taint {
+            key: "node.kubernetes.io/memory-pressure".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tolerated = spec
+            .and_then(|s| s.tolerations.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| tolerates(t, &taint)));
+        if !best_effort || tolerated {
+            return None;
+        }
+    }
+    let names: Vec<&str> = pressure.iter().map(String::as_str).collect();
+    Some(Rejection {
+        reason: "Evicted".into(),
+        message: format!("The node had condition: [{}]. ", names.join(" ")),
+    })
+}
+
 /// The first reason `pod` cannot run beside `others` on `node`, in
-/// kubelet's order; None: it fits.
+/// kubelet's order (the eviction manager's handler first); None: it fits.
 pub fn check(node: &NodeView, others: &[&Pod], pod: &Pod) -> Option<Rejection> {
+    if let Some(r) = under_pressure(&node.pressure, pod) {
+        return Some(r);
+    }
     let insufficient = |name: &str, requested: u128, used: u128, capacity: u128| Rejection {
         reason: format!("OutOf{name}"),
         message: format!(
@@ -355,7 +405,7 @@ fn conflicts(want: &(String, String, i32), taken: &HashSet<(String, String, i32)
 }
 
 /// Whether `tol` tolerates `taint` (v1 `Toleration.ToleratesTaint`).
-pub(crate) fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
     let effect = tol.effect.as_deref().unwrap_or("");
     if !effect.is_empty() && effect != taint.effect {
         return false;
@@ -399,6 +449,7 @@ mod tests {
                 ephemeral: 10 << 30,
                 pods: 3,
             },
+            pressure: BTreeSet::new(),
         }
     }
 
@@ -480,6 +531,18 @@ mod tests {
             .collect();
         assert_eq!(reasons, [("m", "OutOfmemory"), ("p2", "OutOfpods")]);
         assert_eq!(d.run.keys().collect::<Vec<_>>(), ["p1"]);
+    }
+
+    #[test]
+    fn under_disk_pressure_new_pods_are_refused_as_evicted_first() {
+        let api = by_uid(&[cpu("p1", "2026-11-25T10:00:01Z", "100m")]);
+        let mut n = node();
+        n.pressure.insert("DiskPressure".into());
+        let d = Admission::default().admit(&n, &BTreeMap::new(), &api, |_| false, |_| false);
+        let (_, _, r) = &d.rejected[0];
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(r.message, "The node had condition: [DiskPressure]. ");
+        assert!(d.run.is_empty());
     }
 
     #[test]

@@ -1,23 +1,21 @@
 //! Node-pressure eviction, kubelet's `pkg/kubelet/eviction` as pure logic:
 //! signals observed from the same readings as `/stats/summary`, hard and
 //! soft thresholds (grace periods, minimum reclaim), node conditions held
-//! for the pressure transition period, the ranking of pods, kubelet's
-//! eviction message, and the admission of pods under pressure. The loop
-//! that reads, reclaims and evicts is [`crate::eviction_loop`].
+//! for the pressure transition period, the ranking of pods and kubelet's
+//! eviction message. Admission under pressure is [`crate::admit`]'s; the
+//! loop that reads, reclaims and evicts is [`crate::evict`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use edge_config::quantity::Threshold as Amount;
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::qos::{self, Qos, quantity};
+use crate::qos::quantity;
 
 /// kubelet's pod status reason for an evicted pod, and its event reason.
 pub const REASON: &str = "Evicted";
-/// scheduling.SystemCriticalPriority: a pod at or above it is never evicted.
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// An eviction signal (kubelet's `evictionapi.Signal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -354,17 +352,6 @@ pub struct Candidate {
     pub usage: Option<Usage>,
 }
 
-/// Static, mirror and system-critical pods: never evicted, always
-/// admitted (kubelet's `IsCriticalPod`).
-pub fn is_critical(pod: &Pod) -> bool {
-    let ann = pod.metadata.annotations.as_ref();
-    let source = ann.and_then(|a| a.get(crate::manifest::CONFIG_SOURCE));
-    let is_static = source.is_some_and(|s| s != "api");
-    let mirror = ann.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
-    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-    is_static || mirror || priority >= SYSTEM_CRITICAL_PRIORITY
-}
-
 fn priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
@@ -472,39 +459,6 @@ pub fn message(t: &Threshold, obs: &BTreeMap<Signal, Observation>, c: &Candidate
         }
     }
     msg
-}
-
-/// The eviction manager's admission (kubelet's `managerImpl.Admit`): under
-/// memory pressure alone only BestEffort pods that do not tolerate it are
-/// refused; under any other pressure every pod is; critical pods never.
-pub fn admit(conditions: &BTreeSet<Condition>, pod: &Pod) -> Result<(), crate::admit::Rejection> {
-    if conditions.is_empty() || is_critical(pod) {
-        return Ok(());
-    }
-    if conditions.len() == 1 && conditions.contains(&Condition::MemoryPressure) {
-        let best_effort = pod
-            .spec
-            .as_ref()
-            .is_none_or(|s| qos::qos_class(s) == Qos::BestEffort);
-        let taint = Taint {
-            key: "node.kubernetes.io/memory-pressure".into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        };
-        let tolerated = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| crate::admit::tolerates(t, &taint)));
-        if !best_effort || tolerated {
-            return Ok(());
-        }
-    }
-    let names: Vec<&str> = conditions.iter().map(|c| c.name()).collect();
-    Err(crate::admit::Rejection {
-        reason: REASON.into(),
-        message: format!("The node had condition: [{}]. ", names.join(" ")),
-    })
 }
 
 #[cfg(test)]

@@ -168,6 +168,29 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
     Ok(())
 }
 
+/// Removes every image no container uses and the runtime does not pin
+/// (kubelet's `DeleteUnusedImages`, the eviction manager's reclaim under
+/// disk pressure); the bytes freed.
+pub async fn remove_unused(cri: &Cri) -> Result<u64, GcError> {
+    let images = cri.list_images().await?;
+    let mut in_use = cri.container_images().await?;
+    in_use.extend(cri.sandbox_image().await);
+    let mut freed = 0u64;
+    let unused = |i: &&Image| {
+        !i.pinned && !in_use.contains(&i.id) && !i.names.iter().any(|n| in_use.contains(n))
+    };
+    for i in images.iter().filter(unused) {
+        match cri.remove_image(&i.id).await {
+            Ok(()) => {
+                freed = freed.saturating_add(i.size);
+                tracing::info!(image = %i.id, bytes = i.size, "unused image removed under disk pressure");
+            }
+            Err(e) => tracing::warn!(image = %i.id, error = %e, "cannot remove image"),
+        }
+    }
+    Ok(freed)
+}
+
 /// The image GC manager: what a pass needs.
 #[derive(Debug)]
 pub struct Manager {

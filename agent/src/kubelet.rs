@@ -19,7 +19,9 @@ use crate::pod_workers::{self, PodWorkers};
 use crate::runtime::Cri;
 use crate::source::{self, ManifestErrors};
 use crate::stats::Stats;
-use crate::{admit, image_gc, kube, logs, metrics, node, oom, pleg, prober, server, status};
+use crate::{
+    admit, evict, eviction, image_gc, kube, logs, metrics, node, oom, pleg, prober, server, status,
+};
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -89,10 +91,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let node = Arc::new(node::info(&config.node_name, config.node_ip));
     let node_uid = Arc::new(std::sync::OnceLock::new());
     let facts = kube::facts(&config, &node);
+    let local_facts = facts.clone();
     let registration = kube::registration(&facts, &config);
     let node_meta: kube::SharedMeta =
         Arc::new(std::sync::RwLock::new(kube::NodeMeta::of(&registration)));
     let allocatable = facts.allocatable();
+    let (pressure_tx, pressure) = evict::pressure();
     // With a bootstrap kubeconfig, the kubeconfig is ours to make (TLS
     // bootstrap) when it does not exist yet.
     let kubeconfig = match (&config.kubeconfig, &config.bootstrap_kubeconfig) {
@@ -131,6 +135,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 registration,
                 meta: node_meta.clone(),
                 cri: cri.clone(),
+                pressure: pressure.clone(),
                 update_every: config.node_status_update_frequency,
                 report_every: config.node_status_report_frequency,
                 lease_seconds: config.node_lease_duration_seconds,
@@ -180,6 +185,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         manifest_errors: manifest_errors.clone(),
         metrics: metrics.clone(),
         probe_metrics: probe_metrics.clone(),
+        node: server::LocalNode {
+            facts: local_facts,
+            meta: node_meta.clone(),
+            pressure: pressure.clone(),
+            shown: std::sync::Mutex::new(Vec::new()),
+        },
     };
     server::serve(Arc::new(srv), healthz, api)
         .await
@@ -220,6 +231,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         },
         period: cfg.image_gc_period,
     });
+    let (cri_for_eviction, node_for_eviction, cgroups_for_eviction) =
+        (cri.clone(), node.clone(), cgroups.clone());
     let workers = PodWorkers::new(pod_workers::Ctx {
         cri,
         config: config.clone(),
@@ -243,6 +256,29 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             pleg_workers.notify(&uid);
         }
     });
+    evict::spawn(
+        evict::Manager {
+            cri: cri_for_eviction,
+            stats: Arc::new(Stats::new(
+                config.clone(),
+                node_for_eviction,
+                cgroups_for_eviction,
+                statuses_for_api.clone(),
+                oom::Kills::default(),
+            )),
+            thresholds: eviction::thresholds(&config),
+            transition: config.eviction_pressure_transition_period,
+            max_pod_grace: Duration::from_secs(
+                u64::try_from(config.eviction_max_pod_grace_period).unwrap_or(0),
+            ),
+            period: evict::PERIOD,
+            recorder: recorder.clone(),
+            node_name: config.node_name.clone(),
+            workers: workers.clone(),
+            statuses: statuses_for_api.clone(),
+        },
+        pressure_tx,
+    );
     let sources = Sources {
         config: config.clone(),
         recorder: recorder.clone(),
@@ -253,6 +289,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Cluster mode: the API server's pods, admitted, merged with the static ones.
     let mut admission = Admit {
         state: admit::Admission::default(),
+        pressure: pressure.clone(),
         node: node_meta,
         allocatable,
         name: config.node_name.clone(),
@@ -398,6 +435,8 @@ impl Sources {
 /// Admission of the API server's pods ([`admit`]) and what it touches.
 struct Admit {
     state: admit::Admission,
+    /// The eviction manager's pressure conditions.
+    pressure: evict::Pressure,
     node: kube::SharedMeta,
     allocatable: kube::node::Allocatable,
     name: String,
@@ -431,6 +470,12 @@ impl Admit {
                 ephemeral: u128::from(a.ephemeral),
                 pods: u128::from(a.pods),
             },
+            pressure: self
+                .pressure
+                .borrow()
+                .iter()
+                .map(|c| c.name().to_string())
+                .collect(),
         };
         let finished = |uid: &str| {
             self.statuses.get(uid).is_some_and(|p| {

@@ -20,6 +20,7 @@ pub mod backoff;
 pub mod clock;
 pub mod cri_config;
 pub mod events;
+pub mod evict;
 pub mod eviction;
 pub mod health;
 pub mod hooks;

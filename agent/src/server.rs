@@ -37,6 +37,19 @@ pub struct Server {
     pub manifest_errors: ManifestErrors,
     pub metrics: Arc<AgentMetrics>,
     pub probe_metrics: prober::Metrics,
+    /// This node as its Node object shows it (`/node`).
+    pub node: LocalNode,
+}
+
+/// What `/node` is made of: the facts, labels and taints the Node is
+/// registered with, the eviction manager's pressure, and the conditions
+/// last shown (for their transition times).
+#[derive(Debug)]
+pub struct LocalNode {
+    pub facts: crate::kube::node::Facts,
+    pub meta: crate::kube::SharedMeta,
+    pub pressure: crate::evict::Pressure,
+    pub shown: std::sync::Mutex<Vec<serde_json::Value>>,
 }
 
 impl Server {
@@ -130,6 +143,7 @@ fn api_router(server: Arc<Server>) -> Router {
         .route("/healthz", get(healthz))
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        .route("/node", get(local_node))
         .route("/events", get(events))
         .route("/metrics", get(agent_metrics))
         .route("/metrics/cadvisor", get(cadvisor))
@@ -184,6 +198,29 @@ async fn pods(State(s): Shared) -> Response {
         "apiVersion": "v1",
         "metadata": {},
         "items": s.statuses.pods(),
+    }))
+}
+
+/// This node as a v1 Node (kubelet has no such endpoint; on a device
+/// without an API server it is where the node's conditions show).
+async fn local_node(State(s): Shared) -> Response {
+    let n = &s.node;
+    let previous = crate::mutex::lock(&n.shown).clone();
+    let status = crate::kube::node_status(&s.cri, &n.facts, &n.pressure, &previous).await;
+    if let Some(c) = status["conditions"].as_array() {
+        crate::mutex::lock(&n.shown).clone_from(c);
+    }
+    let meta = n
+        .meta
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    json_reply(&json!({
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {"name": n.facts.name, "labels": meta.labels},
+        "spec": {"taints": meta.taints},
+        "status": status,
     }))
 }
 

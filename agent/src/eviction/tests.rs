@@ -3,6 +3,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
+use crate::admit::{SYSTEM_CRITICAL_PRIORITY, is_critical, under_pressure};
 
 fn pod(name: &str, requests_memory: Option<&str>, priority: Option<i32>) -> Pod {
     let resources = requests_memory.map(|m| json!({"requests": {"memory": m}}));
@@ -249,16 +250,21 @@ fn the_message_is_kubelets() {
 }
 
 #[test]
-fn admission_under_pressure_is_kubelets() {
-    let memory = BTreeSet::from([Condition::MemoryPressure]);
-    let disk = BTreeSet::from([Condition::DiskPressure]);
+fn admission_under_pressure_is_kubelets_and_critical_pods_are_spared() {
+    let set = |v: &[&str]| {
+        v.iter()
+            .map(|s| s.to_string())
+            .collect::<BTreeSet<String>>()
+    };
+    let memory = set(&["MemoryPressure"]);
+    let disk = set(&["DiskPressure"]);
     let best = pod("be", None, None);
     let burst = pod("bu", Some("10Mi"), None);
-    assert_eq!(admit(&BTreeSet::new(), &best), Ok(()));
-    let e = admit(&memory, &best).expect_err("BestEffort under memory pressure");
+    assert_eq!(under_pressure(&BTreeSet::new(), &best), None);
+    let e = under_pressure(&memory, &best).expect("BestEffort under memory pressure");
     assert_eq!(e.reason, "Evicted");
     assert_eq!(e.message, "The node had condition: [MemoryPressure]. ");
-    assert_eq!(admit(&memory, &burst), Ok(()));
+    assert_eq!(under_pressure(&memory, &burst), None);
     let mut tolerant = best.clone();
     if let Some(s) = tolerant.spec.as_mut() {
         s.tolerations = Some(vec![serde_json::from_value(json!({
@@ -266,15 +272,15 @@ fn admission_under_pressure_is_kubelets() {
         }))
         .expect("toleration")]);
     }
-    assert_eq!(admit(&memory, &tolerant), Ok(()));
+    assert_eq!(under_pressure(&memory, &tolerant), None);
     assert!(
-        admit(&disk, &burst).is_err(),
+        under_pressure(&disk, &burst).is_some(),
         "disk pressure refuses every pod"
     );
-    let both = BTreeSet::from([Condition::MemoryPressure, Condition::DiskPressure]);
+    let both = set(&["MemoryPressure", "DiskPressure"]);
     assert_eq!(
-        admit(&both, &burst).expect_err("both").message,
-        "The node had condition: [MemoryPressure DiskPressure]. "
+        under_pressure(&both, &burst).expect("both").message,
+        "The node had condition: [DiskPressure MemoryPressure]. "
     );
     // Static and system-critical pods: always admitted, never evicted.
     let mut stat = best.clone();
@@ -283,7 +289,7 @@ fn admission_under_pressure_is_kubelets() {
         "file".to_string(),
     )]));
     assert!(is_critical(&stat));
-    assert_eq!(admit(&disk, &stat), Ok(()));
+    assert_eq!(under_pressure(&disk, &stat), None);
     let critical = pod("c", None, Some(SYSTEM_CRITICAL_PRIORITY));
     assert!(is_critical(&critical));
     assert!(!is_critical(&best));

@@ -133,6 +133,8 @@ pub struct NodeSync {
     /// Written from every Node the API server returns.
     pub meta: SharedMeta,
     pub cri: Cri,
+    /// The eviction manager's conditions.
+    pub pressure: crate::evict::Pressure,
     pub update_every: Duration,
     pub report_every: Duration,
     pub lease_seconds: u32,
@@ -256,6 +258,44 @@ async fn renew_lease(ns: Arc<NodeSync>, uid: Option<String>) {
     }
 }
 
+/// What the node conditions are made of now: the runtime's readiness and
+/// the eviction manager's pressure.
+pub async fn health(cri: &Cri, pressure: &crate::evict::Pressure) -> node::Health {
+    use crate::eviction::Condition;
+    let p = pressure.borrow().clone();
+    node::Health {
+        not_ready: match cri.not_ready().await {
+            Ok(why) => why,
+            Err(e) => Some(format!("container runtime is down: {e}")),
+        },
+        memory_pressure: p.contains(&Condition::MemoryPressure),
+        disk_pressure: p.contains(&Condition::DiskPressure),
+        pid_pressure: p.contains(&Condition::PidPressure),
+    }
+}
+
+/// The Node's status now: runtime version, conditions (kept transition
+/// times from `previous`), images. Also the local `/node` endpoint's.
+pub async fn node_status(
+    cri: &Cri,
+    facts: &node::Facts,
+    pressure: &crate::evict::Pressure,
+    previous: &[Value],
+) -> Value {
+    let mut facts = facts.clone();
+    if let Ok(v) = cri.runtime_version().await {
+        facts.runtime_version = v;
+    }
+    let health = health(cri, pressure).await;
+    let images = cri
+        .list_images()
+        .await
+        .map(|l| l.into_iter().map(|i| (i.names, i.size)).collect())
+        .unwrap_or_default();
+    let conditions = node::conditions(&health, previous, &rfc3339(now()));
+    node::status(&facts, conditions, images)
+}
+
 /// Checks the status every `update_every`; PATCHes it when it changed or
 /// when `report_every` passed since the last post.
 async fn report_status(ns: Arc<NodeSync>) {
@@ -266,29 +306,11 @@ async fn report_status(ns: Arc<NodeSync>) {
     let mut tick = tokio::time::interval(ns.update_every);
     loop {
         tick.tick().await;
-        let mut facts = ns.facts.clone();
-        if let Ok(v) = ns.cri.runtime_version().await {
-            facts.runtime_version = v;
-        }
-        let health = node::Health {
-            not_ready: match ns.cri.not_ready().await {
-                Ok(why) => why,
-                Err(e) => Some(format!("container runtime is down: {e}")),
-            },
-            ..node::Health::default()
-        };
-        let images = ns
-            .cri
-            .list_images()
-            .await
-            .map(|l| l.into_iter().map(|i| (i.names, i.size)).collect())
-            .unwrap_or_default();
         let previous = posted
             .as_ref()
             .and_then(|(s, _)| s["conditions"].as_array().cloned())
             .unwrap_or_default();
-        let conditions = node::conditions(&health, &previous, &rfc3339(now()));
-        let status = node::status(&facts, conditions, images);
+        let status = node_status(&ns.cri, &ns.facts, &ns.pressure, &previous).await;
         let due = match &posted {
             None => true,
             Some((old, at)) => {

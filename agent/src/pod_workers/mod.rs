@@ -22,7 +22,7 @@ use crate::mutex::lock;
 use crate::runtime::Cri;
 use crate::{clock, prober, status};
 
-pub use worker::Handle;
+pub use worker::{Eviction, Handle};
 
 /// Why a sync or a termination stopped short; the worker retries.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +127,23 @@ impl PodWorkers {
     /// Whether pod `uid` has a worker (running, or terminating).
     pub fn has_worker(&self, uid: &str) -> bool {
         lock(&self.0.workers).contains_key(uid)
+    }
+
+    /// Evicts pod `uid` (see [`Handle::evict`]); false when it has no
+    /// worker or was evicted already.
+    pub fn evict(&self, uid: &str, e: Eviction) -> bool {
+        match lock(&self.0.workers).get(uid) {
+            Some(h) if !h.evicted() && !*h.done.borrow() => {
+                h.evict(e);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether pod `uid` was evicted (its worker still there).
+    pub fn evicted(&self, uid: &str) -> bool {
+        lock(&self.0.workers).get(uid).is_some_and(Handle::evicted)
     }
 
     /// Wakes the worker of pod `uid`, if any.

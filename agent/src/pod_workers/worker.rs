@@ -48,6 +48,15 @@ pub struct Handle {
     /// Becomes `true` once the worker has terminated the pod.
     pub done: watch::Receiver<bool>,
     pub full_name: String,
+    /// Set once the eviction manager evicted the pod.
+    evict: watch::Sender<Option<Eviction>>,
+}
+
+/// An eviction: the grace its containers get and the status's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub grace: Duration,
+    pub message: String,
 }
 
 impl Handle {
@@ -60,6 +69,19 @@ impl Handle {
     /// many wake-ups are pending.
     pub fn terminate(&self) {
         self.stop.send_replace(true);
+    }
+
+    /// Evicts the pod (kubelet's `TerminatePodAbnormally` with `Evict`):
+    /// its containers stop within `e.grace`, it is Failed with reason
+    /// Evicted, and nothing of it starts again.
+    pub fn evict(&self, e: Eviction) {
+        self.evict.send_replace(Some(e));
+        self.wake.notify_one();
+    }
+
+    /// Whether the pod was evicted.
+    pub fn evicted(&self) -> bool {
+        self.evict.borrow().is_some()
     }
 }
 
@@ -83,6 +105,8 @@ pub struct Worker {
     /// When the pod's configMap/secret/projected volumes were last written
     /// (they are refreshed every syncFrequency while the pod runs).
     volumes_written: Option<std::time::Instant>,
+    /// The eviction, once the eviction manager evicted the pod.
+    evicted: watch::Receiver<Option<Eviction>>,
 }
 
 /// Starts a worker. `after` is the `done` of a pod with the same full
@@ -97,6 +121,7 @@ pub fn spawn(
     let wake = Arc::new(Notify::new());
     let (stop, stop_rx) = watch::channel(orphan_name.is_some());
     let (done_tx, done) = watch::channel(false);
+    let (evict, evicted) = watch::channel(None);
     let (ns, name) = pod
         .as_ref()
         .map(|p| {
@@ -132,6 +157,7 @@ pub fn spawn(
         start_recorded: false,
         started_any: false,
         volumes_written: None,
+        evicted,
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
@@ -139,6 +165,7 @@ pub fn spawn(
         stop,
         done,
         full_name,
+        evict,
     }
 }
 
@@ -192,6 +219,9 @@ impl Worker {
     }
 
     fn grace(&self) -> Duration {
+        if let Some(e) = self.evicted.borrow().as_ref() {
+            return e.grace;
+        }
         let secs = self
             .pod
             .as_ref()
@@ -228,6 +258,10 @@ impl Worker {
         let Some(pod) = self.pod.clone() else {
             return Ok(Duration::from_secs(3600));
         };
+        let eviction = self.evicted.borrow().clone();
+        if let Some(e) = eviction {
+            return self.sync_evicted(&pod, &e).await;
+        }
         let cri = self.shared.cri.clone();
         let observed = cri.observe(&self.uid).await?;
         if let Some(oldest) = observed.sandboxes.last() {
@@ -271,6 +305,47 @@ impl Worker {
             &actions.waits,
             self.waiting.values().map(|w| w.reason.as_str()),
         ))
+    }
+
+    /// An evicted pod: its containers stop with the eviction's grace, its
+    /// sandbox stops, and it is Failed with reason Evicted and the
+    /// DisruptionTarget condition (kubelet 1.26+); nothing starts again.
+    async fn sync_evicted(&mut self, pod: &Pod, e: &Eviction) -> Result<Duration, SyncError> {
+        self.probes.clear();
+        let cri = self.shared.cri.clone();
+        let observed = cri.observe(&self.uid).await?;
+        let live: Vec<&ObservedContainer> = observed.live().collect();
+        if !live.is_empty() {
+            self.kill_pod_containers(&live).await;
+        }
+        for s in observed.sandboxes.iter().filter(|s| s.ready) {
+            cri.stop_pod_sandbox(&s.id).await?;
+        }
+        let observed = cri.observe(&self.uid).await?;
+        const DISRUPTION: &str = "DisruptionTarget";
+        let since = self
+            .shared
+            .status_of(&self.uid)
+            .and_then(|p| p.status?.conditions)
+            .and_then(|cs| cs.into_iter().find(|c| c.type_ == DISRUPTION))
+            .and_then(|c| c.last_transition_time);
+        let mut p = self.with_status(pod, &observed);
+        let st = p.status.get_or_insert_with(Default::default);
+        st.phase = Some("Failed".into());
+        st.reason = Some(crate::eviction::REASON.into());
+        st.message = Some(e.message.clone());
+        st.conditions
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::PodCondition {
+                type_: DISRUPTION.into(),
+                status: "True".into(),
+                reason: Some("TerminationByKubelet".into()),
+                message: Some(e.message.clone()),
+                last_transition_time: since.or_else(|| status::time(now_ns())),
+                ..Default::default()
+            });
+        self.shared.set_status(&self.uid, p);
+        Ok(Duration::from_secs(3600))
     }
 
     /// The pure plan for this sync, given restart back-off and probe results.
@@ -450,6 +525,12 @@ impl Worker {
     }
 
     fn publish(&mut self, pod: &Pod, observed: &Observed) {
+        let p = self.with_status(pod, observed);
+        self.shared.set_status(&self.uid, p);
+    }
+
+    /// The pod with its status now.
+    fn with_status(&mut self, pod: &Pod, observed: &Observed) -> Pod {
         let ctx = status::Context {
             waiting: &self.waiting,
             host_ip: &self.shared.node.host_ip,
@@ -478,7 +559,7 @@ impl Worker {
         }
         let mut p = pod.clone();
         p.status = Some(st);
-        self.shared.set_status(&self.uid, p);
+        p
     }
 
     /// kubelet's container GC with MaxPerPodContainer = 1: per container

@@ -47,7 +47,7 @@ pub fn no_probes(_: &str) -> ProbeState {
     ProbeState::default()
 }
 
-fn time(ns: i64) -> Option<Time> {
+pub fn time(ns: i64) -> Option<Time> {
     if ns <= 0 {
         return None;
     }

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::mutex::lock;
 
-pub use generate::{Context, ProbeState, Waiting, no_probes, pod_status};
+pub use generate::{Context, ProbeState, Waiting, no_probes, pod_status, time};
 
 /// The latest status of every pod, by UID.
 #[derive(Debug, Clone, Default)]

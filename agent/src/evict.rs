@@ -1,0 +1,190 @@
+//! The eviction manager's loop (kubelet's `managerImpl.Start` and
+//! `synchronize`): every monitoring period it reads the same summary as
+//! `/stats/summary`, asks [`eviction`] which thresholds hold, publishes the
+//! node's pressure conditions, reclaims unused images for disk signals,
+//! and only then evicts one pod, the first of kubelet's ranking that is not
+//! critical, and waits (30 s at most) for its containers to stop.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::events::{EventType, Object, Recorder};
+use crate::eviction::{self, Candidate, Condition, State, Threshold};
+use crate::pod_workers::{Eviction, PodWorkers};
+use crate::runtime::Cri;
+use crate::stats::Stats;
+use crate::{admit, clock, image_gc, status};
+
+/// The node's pressure conditions now, as the manager last saw them.
+pub type Pressure = watch::Receiver<BTreeSet<Condition>>;
+
+/// kubelet's `evictionMonitoringPeriod`.
+pub const PERIOD: Duration = Duration::from_secs(10);
+/// How long the manager waits for an evicted pod to stop.
+const CLEANUP: Duration = Duration::from_secs(30);
+/// The least grace an evicted pod's containers get (kubelet's minimum).
+const MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What the manager reads and acts on.
+#[derive(Debug)]
+pub struct Manager {
+    pub cri: Cri,
+    pub stats: Arc<Stats>,
+    pub thresholds: Vec<Threshold>,
+    /// `evictionPressureTransitionPeriod`.
+    pub transition: Duration,
+    /// `evictionMaxPodGracePeriod`: the grace a soft eviction gives.
+    pub max_pod_grace: Duration,
+    pub period: Duration,
+    pub recorder: Recorder,
+    pub node_name: String,
+    pub workers: PodWorkers,
+    pub statuses: status::Manager,
+}
+
+/// A sender of pressure conditions and what reads them.
+pub fn pressure() -> (watch::Sender<BTreeSet<Condition>>, Pressure) {
+    watch::channel(BTreeSet::new())
+}
+
+/// Starts the manager, which publishes the pressure conditions on `tx`.
+/// Without thresholds it never runs and the node never reports pressure.
+pub fn spawn(m: Manager, tx: watch::Sender<BTreeSet<Condition>>) {
+    if m.thresholds.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut state = State::default();
+        let mut tick = tokio::time::interval(m.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Some(uid) = pass(&m, &mut state, &tx).await {
+                wait_stopped(&m, &uid).await;
+            }
+        }
+    });
+}
+
+/// The summary, read off the async workers (it walks directories).
+async fn summary(m: &Manager) -> Option<serde_json::Value> {
+    let rootfs = m.cri.writable_layers().await.unwrap_or_default();
+    let stats = m.stats.clone();
+    tokio::task::spawn_blocking(move || stats.summary(rootfs))
+        .await
+        .ok()
+}
+
+/// One pass; the UID of the pod it evicted.
+async fn pass(
+    m: &Manager,
+    state: &mut State,
+    tx: &watch::Sender<BTreeSet<Condition>>,
+) -> Option<String> {
+    let (obs, usage) = eviction::observe(&summary(m).await?);
+    let p = state.pass(&m.thresholds, &obs, clock::now(), m.transition);
+    tx.send_if_modified(|now| {
+        if *now == p.conditions {
+            return false;
+        }
+        let names: Vec<&str> = p.conditions.iter().map(|c| c.name()).collect();
+        tracing::info!(conditions = ?names, "node pressure changed");
+        now.clone_from(&p.conditions);
+        true
+    });
+    let t = p.reclaim?;
+    let resource = t.signal.resource();
+    let node = Object::node(&m.node_name);
+    m.recorder.event(
+        &node,
+        EventType::Warning,
+        "EvictionThresholdMet",
+        &format!("Attempting to reclaim {resource}"),
+    );
+    if t.signal.node_reclaimable() {
+        match image_gc::remove_unused(&m.cri).await {
+            Ok(freed) => tracing::info!(bytes = freed, "eviction: unused images removed"),
+            Err(e) => tracing::warn!("eviction: removing unused images: {e}"),
+        }
+        if let Some(after) = summary(m).await
+            && eviction::met(&m.thresholds, &eviction::observe(&after).0, true).is_empty()
+        {
+            tracing::info!(
+                resource,
+                "eviction: pressure relieved without evicting a pod"
+            );
+            return None;
+        }
+    }
+    let mut candidates = candidates(m, &usage);
+    if candidates.is_empty() {
+        tracing::warn!(
+            resource,
+            "eviction: thresholds met, but no pod may be evicted"
+        );
+        return None;
+    }
+    eviction::rank(t.signal, &mut candidates);
+    let c = candidates.into_iter().next()?;
+    let message = eviction::message(&t, &obs, &c);
+    let grace = if t.hard() {
+        MIN_GRACE
+    } else {
+        m.max_pod_grace.max(MIN_GRACE)
+    };
+    let obj = Object {
+        kind: "Pod",
+        namespace: c.pod.metadata.namespace.clone().unwrap_or_default(),
+        name: c.pod.metadata.name.clone().unwrap_or_default(),
+        uid: c.uid.clone(),
+        field_path: String::new(),
+    };
+    tracing::warn!(pod = %obj.name, uid = %c.uid, signal = t.signal.name(), "evicting: {message}");
+    m.recorder
+        .event(&obj, EventType::Warning, eviction::REASON, &message);
+    m.workers
+        .evict(&c.uid, Eviction { grace, message })
+        .then_some(c.uid)
+}
+
+/// The pods that may be evicted: running (not finished), not critical,
+/// not evicted already.
+fn candidates(m: &Manager, usage: &HashMap<String, eviction::Usage>) -> Vec<Candidate> {
+    m.statuses
+        .pods()
+        .into_iter()
+        .filter_map(|p| {
+            let uid = p.metadata.uid.clone()?;
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            let finished = matches!(phase, Some("Succeeded" | "Failed"));
+            if finished || admit::is_critical(&p) || m.workers.evicted(&uid) {
+                return None;
+            }
+            Some(Candidate {
+                usage: usage.get(&uid).cloned(),
+                uid,
+                pod: Arc::new(p),
+            })
+        })
+        .collect()
+}
+
+/// Waits until the evicted pod has nothing running (kubelet's
+/// `waitForPodsCleanup`), 30 s at most.
+async fn wait_stopped(m: &Manager, uid: &str) {
+    let deadline = tokio::time::Instant::now() + CLEANUP;
+    while tokio::time::Instant::now() < deadline {
+        if m.cri
+            .observe(uid)
+            .await
+            .is_ok_and(|o| o.live().next().is_none())
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tracing::info!(uid, "eviction: timed out waiting for the pod to stop");
+}
