@@ -139,7 +139,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("objects", &[]),
     // Pure.
     ("admit", &["qos"]),
-    ("eviction", &["admit", "manifest", "qos"]),
+    ("eviction", &["admit", "qos"]),
     ("plan", &["cri_config", "probe", "reason"]),
     ("manifest", &["validate"]),
     ("validate", &["cri_config"]),

@@ -5,7 +5,7 @@
 //! and only then evicts one pod, the first of kubelet's ranking that is not
 //! critical, and waits (30 s at most) for its containers to stop.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,7 +58,10 @@ pub fn spawn(m: Manager, tx: watch::Sender<BTreeSet<Condition>>) {
     }
     tokio::spawn(async move {
         let mut state = State::default();
-        let mut tick = tokio::time::interval(m.period);
+        // The first pass after a period, as kubelet's: the sources have
+        // given their pods by then.
+        let start = tokio::time::Instant::now() + m.period;
+        let mut tick = tokio::time::interval_at(start, m.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
@@ -105,7 +108,7 @@ async fn pass(
         &format!("Attempting to reclaim {resource}"),
     );
     if t.signal.node_reclaimable() {
-        match image_gc::remove_unused(&m.cri).await {
+        match image_gc::remove_unused(&m.cri, &wanted_images(m).await).await {
             Ok(freed) => tracing::info!(bytes = freed, "eviction: unused images removed"),
             Err(e) => tracing::warn!("eviction: removing unused images: {e}"),
         }
@@ -148,6 +151,29 @@ async fn pass(
     m.workers
         .evict(&c.uid, Eviction { grace, message })
         .then_some(c.uid)
+}
+
+/// The IDs of the images the node's pods name, started or not: never
+/// reclaimed (unlike kubelet, which can pull them again, a device offline
+/// could not get them back).
+async fn wanted_images(m: &Manager) -> HashSet<String> {
+    let mut names = BTreeSet::new();
+    for p in m.workers.desired() {
+        for c in p.spec.iter().flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        }) {
+            names.extend(c.image.clone());
+        }
+    }
+    let mut ids = HashSet::new();
+    for n in names {
+        if let Ok(Some(id)) = m.cri.image_id(&n).await {
+            ids.insert(id);
+        }
+    }
+    ids
 }
 
 /// The pods that may be evicted: running (not finished), not critical,

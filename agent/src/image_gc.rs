@@ -168,12 +168,13 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
     Ok(())
 }
 
-/// Removes every image no container uses and the runtime does not pin
-/// (kubelet's `DeleteUnusedImages`, the eviction manager's reclaim under
-/// disk pressure); the bytes freed.
-pub async fn remove_unused(cri: &Cri) -> Result<u64, GcError> {
+/// Removes every image no container uses, the runtime does not pin and
+/// `keep` (IDs) does not name (kubelet's `DeleteUnusedImages`, the eviction
+/// manager's reclaim under disk pressure); the bytes freed.
+pub async fn remove_unused(cri: &Cri, keep: &HashSet<String>) -> Result<u64, GcError> {
     let images = cri.list_images().await?;
     let mut in_use = cri.container_images().await?;
+    in_use.extend(keep.iter().cloned());
     in_use.extend(cri.sandbox_image().await);
     let mut freed = 0u64;
     let unused = |i: &&Image| {

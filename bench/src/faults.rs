@@ -114,12 +114,16 @@ impl Run {
         self.dir.join("manifests")
     }
 
+    /// evictionHard names memory only: how full the host's disk is must
+    /// not decide what the run does (disk pressure would remove images
+    /// between a pod's removal and its return).
     fn write_config(&self) -> Result<()> {
         let d = self.dir.display();
         let text = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {d}/manifests\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
              healthzPort: {}\nport: {}\npodLogsDir: {d}/logs\ncgroupRoot: /{CGROUP_ROOT}\n\
+             evictionHard: {{memory.available: 1Mi}}\n\
              picolet:\n  nodeName: {NODE}\n  nodeIP: 127.0.0.1\n  dataDir: {d}/root\n\
              \x20 runDir: {d}/run\n  criSocket: {d}/run/picolet.sock\n  imagesDir: {d}/images\n\
              \x20 cniConfDir: {d}/cni\n  defaultNetwork: false\n\

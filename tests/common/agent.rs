@@ -104,6 +104,18 @@ impl Agent {
     }
 
     pub fn write_config(&self) {
+        // How full the host's disk is must not decide what a test sees
+        // (kubelet's default disk thresholds would have the eviction
+        // manager remove the test image before the test's pod names it):
+        // memory only, unless the test sets its own.
+        let eviction = if self.extra_config.contains("evictionHard") {
+            self.extra_config.clone()
+        } else {
+            format!(
+                "evictionHard: {{memory.available: 1Mi}}\n{}",
+                self.extra_config
+            )
+        };
         let text = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
@@ -117,7 +129,7 @@ impl Agent {
             self.port,
             self.dir().join("logs").display(),
             self.cgroup_root(),
-            self.extra_config,
+            eviction,
             self.shim.root().display(),
             self.cri_socket
                 .clone()

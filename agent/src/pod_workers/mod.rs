@@ -66,6 +66,8 @@ struct Shared {
     image_backoff: Mutex<Backoff>,
     /// Grace periods of orphan containers (from their annotations).
     orphan_graces: Mutex<HashMap<String, Duration>>,
+    /// The pods the sources want, as last given to [`PodWorkers::update`].
+    desired: Mutex<Vec<Arc<Pod>>>,
 }
 
 impl std::ops::Deref for Shared {
@@ -121,6 +123,7 @@ impl PodWorkers {
             backoff,
             image_backoff,
             orphan_graces: Mutex::new(HashMap::new()),
+            desired: Mutex::new(Vec::new()),
         }))
     }
 
@@ -141,6 +144,11 @@ impl PodWorkers {
         }
     }
 
+    /// The pods the sources want now (started or not).
+    pub fn desired(&self) -> Vec<Arc<Pod>> {
+        lock(&self.0.desired).clone()
+    }
+
     /// Whether pod `uid` was evicted (its worker still there).
     pub fn evicted(&self, uid: &str) -> bool {
         lock(&self.0.workers).get(uid).is_some_and(Handle::evicted)
@@ -157,6 +165,7 @@ impl PodWorkers {
     /// pod is gone, starts one per new pod, after any pod of the same full
     /// name has finished terminating.
     pub fn update(&self, desired: &BTreeMap<String, Arc<Pod>>) {
+        *lock(&self.0.desired) = desired.values().cloned().collect();
         let mut workers = lock(&self.0.workers);
         for (uid, h) in workers.iter() {
             if !desired.contains_key(uid) && !*h.done.borrow() {
