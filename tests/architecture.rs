@@ -52,6 +52,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "events",
             "eviction",
             "hooks",
+            "keyring",
             "metrics",
             "mutex",
             "objects",
@@ -113,7 +114,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ),
     ("pleg", &["health", "metrics", "runtime"]),
     ("logs", &["runtime"]),
-    ("runtime", &["cri_config", "metrics", "plan"]),
+    ("runtime", &["cri_config", "keyring", "metrics", "plan"]),
     ("source", &["clock", "manifest", "mutex"]),
     ("status", &["mutex", "plan", "reason"]),
     ("events", &["clock", "mutex"]),
@@ -145,6 +146,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("validate", &["cri_config"]),
     ("cri_config", &["projection", "qos"]),
     ("projection", &[]),
+    ("keyring", &[]),
     ("backoff", &["clock"]),
     ("metrics", &["mutex"]),
     ("probe", &[]),
@@ -158,6 +160,7 @@ const AGENT: &[(&str, &[&str])] = &[
 /// Module paths whose files must stay pure (a path and everything below).
 const AGENT_PURE: &[&str] = &[
     "admit",
+    "keyring",
     "eviction",
     "backoff",
     "kube::config",

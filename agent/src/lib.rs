@@ -26,6 +26,7 @@ pub mod health;
 pub mod hooks;
 pub mod httpc;
 pub mod image_gc;
+pub mod keyring;
 pub mod kmsg;
 pub mod kube;
 mod kubelet;

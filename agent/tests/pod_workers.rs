@@ -401,3 +401,52 @@ async fn config_maps_and_secrets_reach_the_volumes_and_env_of_an_api_pod() {
             .any(|c| c.config.labels["io.kubernetes.pod.name"] == "broken")
     );
 }
+
+#[tokio::test]
+async fn image_pull_secrets_are_tried_in_kubelets_order() {
+    let fake = FakeCri::start().await;
+    let secret =
+        |json: &str| BTreeMap::from([(".dockerconfigjson".to_string(), json.as_bytes().to_vec())]);
+    let objects = FakeObjects {
+        config_maps: BTreeMap::new(),
+        secrets: BTreeMap::from([
+            (
+                "team".to_string(),
+                secret(r#"{"auths": {"quay.io/team": {"username": "wrong", "password": "x"}}}"#),
+            ),
+            (
+                "org".to_string(),
+                // base64("right:pw")
+                secret(r#"{"auths": {"https://quay.io": {"auth": "cmlnaHQ6cHc="}}}"#),
+            ),
+        ]),
+    };
+    let s = setup_with(&fake, Some(Arc::new(objects))).await;
+    let p = api_pod(
+        "pulled",
+        serde_json::json!({
+            "imagePullSecrets": [{"name": "org"}, {"name": "gone"}, {"name": "team"}],
+            "containers": [{"name": "main", "image": "quay.io/team/app:v1",
+                            "imagePullPolicy": "Always", "command": ["sleep"]}],
+        }),
+    );
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || {
+        phase(&s.statuses, "uid-pulled") == "Running"
+    })
+    .await;
+    // The most specific key first; the refused credential, then the next.
+    let pulls = fake.state().pulls.clone();
+    assert_eq!(
+        pulls,
+        [
+            ("quay.io/team/app:v1".to_string(), "wrong".to_string()),
+            ("quay.io/team/app:v1".to_string(), "right".to_string()),
+        ]
+    );
+    let warned = s.recorder.list().into_iter().any(|e| {
+        e.reason.as_deref() == Some("FailedToRetrieveImagePullSecret")
+            && e.message.as_deref().is_some_and(|m| m.contains("(gone)"))
+    });
+    assert!(warned, "no FailedToRetrieveImagePullSecret event");
+}

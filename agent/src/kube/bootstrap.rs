@@ -162,18 +162,26 @@ pub fn kubeconfig(cfg: &KubeConfig, pem_file: &Path) -> String {
     )
 }
 
-/// With `kubeconfig` missing: bootstraps it with the token of
+/// With `kubeconfig` missing, or its bootstrapped certificate expired (a
+/// device that was offline past its certificate's life, kubelet's
+/// `isClientConfigStillValid`): bootstraps it with the token of
 /// `bootstrap`; the certificate and key go to `<cert_dir>/picolet-client-
 /// current.pem`. A key made before (a restart while waiting) is used again,
-/// as kubelet does, so no CSR is orphaned.
+/// as kubelet does, so no CSR is orphaned. A kubeconfig that is not
+/// bootstrap's is the admin's, used as it is.
 pub async fn ensure(
     kubeconfig_path: &Path,
     bootstrap: &Path,
     cert_dir: &Path,
     node: &str,
 ) -> Result<(), String> {
-    if kubeconfig_path.exists() {
-        return Ok(());
+    if let Ok(current) = std::fs::read_to_string(kubeconfig_path) {
+        let pem_file = pem_path(cert_dir);
+        let ours = current.contains(&pem_file.display().to_string());
+        if !ours || std::fs::read(&pem_file).is_ok_and(|p| still_valid(&p, unix_now())) {
+            return Ok(());
+        }
+        tracing::warn!(file = %pem_file.display(), "the client certificate has expired or cannot be read: TLS bootstrap again");
     }
     let cfg = super::config::load(bootstrap).map_err(|e| e.to_string())?;
     let client = Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION")))
@@ -294,6 +302,13 @@ pub fn rotation_at(not_before: i64, not_after: i64, fraction: f64) -> i64 {
     )]
     let offset = (life as f64 * fraction.clamp(0.0, 1.0)) as i64;
     not_before + offset
+}
+
+/// Whether the certificate in `pem_text` has not expired at `now` (only
+/// expiry counts, as kubelet's: a device without a real-time clock that
+/// boots in 1970 must not throw its certificate away).
+pub fn still_valid(pem_text: &[u8], now: i64) -> bool {
+    validity(pem_text).is_some_and(|(_, to)| now < to)
 }
 
 fn unix_now() -> i64 {
@@ -446,6 +461,11 @@ mod tests {
         assert_eq!(x509_time(0x17, b"491231235959Z"), Some(2_524_607_999));
         assert_eq!(x509_time(0x18, b"19700101000000Z"), Some(0));
         assert_eq!(validity(b"not pem"), None);
+        // Expired (or garbage): bootstrap again; a clock in 1970 is not expiry.
+        assert!(still_valid(SIGNED, from + 1));
+        assert!(!still_valid(SIGNED, to));
+        assert!(still_valid(SIGNED, 0));
+        assert!(!still_valid(b"garbage", from + 1));
     }
 
     #[test]

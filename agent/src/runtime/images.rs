@@ -119,7 +119,19 @@ impl Cri {
         Ok(r.image.map(|i| i.id))
     }
 
-    pub async fn pull_image(&self, image: &str, sandbox: PodSandboxConfig) -> Result<String> {
+    /// PullImage, with a registry credential (from the pod's pull secrets).
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<&crate::keyring::Cred>,
+        sandbox: PodSandboxConfig,
+    ) -> Result<String> {
+        let auth = auth.map(|c| cri_proto::v1::AuthConfig {
+            username: c.username.clone(),
+            password: c.password.clone(),
+            identity_token: c.identity_token.clone(),
+            ..Default::default()
+        });
         Ok(self
             .img
             .clone()
@@ -128,7 +140,7 @@ impl Cri {
                     image: image.into(),
                     ..Default::default()
                 }),
-                auth: None,
+                auth,
                 sandbox_config: Some(sandbox),
             }))
             .await

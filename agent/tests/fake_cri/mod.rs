@@ -48,6 +48,8 @@ pub struct State {
     pub calls: Vec<&'static str>,
     /// Every container start: (container name, when in Unix ns).
     pub starts: Vec<(String, i64)>,
+    /// Every PullImage: (image, the credential's username or "").
+    pub pulls: Vec<(String, String)>,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
     seq: u64,
 }
@@ -615,8 +617,16 @@ impl ImageService for Svc {
         })
     }
 
-    async fn pull_image(&self, _: Request<PullImageRequest>) -> Reply<PullImageResponse> {
-        self.with("PullImage", |_| {
+    /// Refuses the user "wrong", as a registry refuses a bad credential.
+    async fn pull_image(&self, r: Request<PullImageRequest>) -> Reply<PullImageResponse> {
+        let r = r.into_inner();
+        let image = r.image.map(|i| i.image).unwrap_or_default();
+        let user = r.auth.map(|a| a.username).unwrap_or_default();
+        self.with("PullImage", |s| {
+            s.pulls.push((image, user.clone()));
+            if user == "wrong" {
+                return Err(Status::unauthenticated("401 Unauthorized"));
+            }
             Ok(PullImageResponse {
                 image_ref: "sha256:fake".into(),
             })

@@ -6,6 +6,7 @@ use super::{MIN_GRACE, Worker};
 use crate::clock::now;
 use crate::cri_config::{self, ContainerEnv};
 use crate::events::EventType;
+use crate::keyring::{Cred, Keyring};
 use crate::mutex::lock;
 use crate::plan::{Observed, State};
 use crate::pod_workers::SyncError;
@@ -37,6 +38,47 @@ impl Worker {
         let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
         h.ensure_pod(&path, &limits)
             .map_err(|source| SyncError::PodCgroup { path, source })
+    }
+
+    /// The credentials the pod's `imagePullSecrets` hold for `image`
+    /// (cluster mode); a secret that cannot be read is a Warning event, as
+    /// kubelet's `FailedToRetrieveImagePullSecret`, and the pull goes on.
+    async fn pull_credentials(&self, pod: &Pod, c: &Container, image: &str) -> Vec<Cred> {
+        let (Some(objects), Some(spec)) = (self.shared.objects.as_ref(), pod.spec.as_ref()) else {
+            return Vec::new();
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut ring = Keyring::default();
+        let mut missing = Vec::new();
+        for name in spec
+            .image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.is_empty())
+        {
+            match objects.secret(ns, name).await {
+                Ok(Some(data)) => {
+                    if let Err(e) = ring.add_secret(&data) {
+                        tracing::warn!(pod = %self.obj.name, secret = name, "pull secret: {e}");
+                        missing.push(name.to_string());
+                    }
+                }
+                Ok(None) | Err(_) => missing.push(name.to_string()),
+            }
+        }
+        if !missing.is_empty() {
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                &format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    missing.join(", ")
+                ),
+            );
+        }
+        ring.lookup(image)
     }
 
     /// Pulls (per imagePullPolicy) and returns the image ref, or the
@@ -80,7 +122,26 @@ impl Worker {
         );
         let started = std::time::Instant::now();
         let sandbox = cri_config::sandbox_config(pod, 0, &self.sandbox_env());
-        match cri.pull_image(&image, sandbox).await {
+        // kubelet's puller: each credential the pull secrets have for this
+        // image in turn, the last error if none works; anonymous without.
+        let creds = self.pull_credentials(pod, c, &image).await;
+        let mut pulled = Err(None);
+        for cred in creds
+            .iter()
+            .map(Some)
+            .chain(creds.is_empty().then_some(None))
+        {
+            match cri.pull_image(&image, cred, sandbox.clone()).await {
+                Ok(r) => {
+                    pulled = Ok(r);
+                    break;
+                }
+                Err(e) => pulled = Err(Some(e)),
+            }
+        }
+        let pulled =
+            pulled.map_err(|e| e.map_or_else(String::new, |e| e.status.message().to_string()));
+        match pulled {
             Ok(r) => {
                 self.event(
                     Some(&c.name),
@@ -95,7 +156,7 @@ impl Worker {
             }
             Err(e) => {
                 lock(&self.shared.image_backoff).next(&key, now());
-                let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
+                let msg = format!("Failed to pull image {image:?}: {e}");
                 self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
                 Err(Waiting {
                     reason: reason::ERR_IMAGE_PULL.into(),
