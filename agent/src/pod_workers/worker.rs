@@ -311,17 +311,8 @@ impl Worker {
     /// sandbox stops, and it is Failed with reason Evicted and the
     /// DisruptionTarget condition (kubelet 1.26+); nothing starts again.
     async fn sync_evicted(&mut self, pod: &Pod, e: &Eviction) -> Result<Duration, SyncError> {
-        self.probes.clear();
-        let cri = self.shared.cri.clone();
-        let observed = cri.observe(&self.uid).await?;
-        let live: Vec<&ObservedContainer> = observed.live().collect();
-        if !live.is_empty() {
-            self.kill_pod_containers(&live).await;
-        }
-        for s in observed.sandboxes.iter().filter(|s| s.ready) {
-            cri.stop_pod_sandbox(&s.id).await?;
-        }
-        let observed = cri.observe(&self.uid).await?;
+        self.stop_pod().await?;
+        let observed = self.shared.cri.observe(&self.uid).await?;
         const DISRUPTION: &str = "DisruptionTarget";
         let since = self
             .shared
@@ -594,9 +585,9 @@ impl Worker {
         }
     }
 
-    /// Stops and removes everything the runtime has for this pod, then the
-    /// pod's cgroup, volumes and logs.
-    async fn terminate(&mut self) -> Result<(), SyncError> {
+    /// Stops the pod's containers (preStop hooks, grace) and its sandboxes;
+    /// what the runtime had before.
+    async fn stop_pod(&mut self) -> Result<Observed, SyncError> {
         self.probes.clear();
         let cri = self.shared.cri.clone();
         let observed = cri.observe(&self.uid).await?;
@@ -607,6 +598,14 @@ impl Worker {
         for s in &observed.sandboxes {
             cri.stop_pod_sandbox(&s.id).await?;
         }
+        Ok(observed)
+    }
+
+    /// Stops and removes everything the runtime has for this pod, then the
+    /// pod's cgroup, volumes and logs.
+    async fn terminate(&mut self) -> Result<(), SyncError> {
+        let cri = self.shared.cri.clone();
+        let observed = self.stop_pod().await?;
         for c in &observed.containers {
             cri.remove_container(&c.id).await?;
         }
