@@ -72,11 +72,17 @@ pub fn spawn(m: Manager, tx: watch::Sender<BTreeSet<Condition>>) {
     });
 }
 
-/// The summary, read off the async workers (it walks directories).
-async fn summary(m: &Manager) -> Option<serde_json::Value> {
-    let rootfs = m.cri.writable_layers().await.unwrap_or_default();
+/// The summary, read off the async workers; with `pod_disk` also the
+/// pods' disk usage (the runtime's writable layers, log and volume
+/// directories walked), which only ranking for a disk signal needs.
+async fn summary(m: &Manager, pod_disk: bool) -> Option<serde_json::Value> {
+    let rootfs = if pod_disk {
+        m.cri.writable_layers().await.unwrap_or_default()
+    } else {
+        HashMap::new()
+    };
     let stats = m.stats.clone();
-    tokio::task::spawn_blocking(move || stats.summary(rootfs))
+    tokio::task::spawn_blocking(move || stats.summary_of(rootfs, pod_disk))
         .await
         .ok()
 }
@@ -87,7 +93,7 @@ async fn pass(
     state: &mut State,
     tx: &watch::Sender<BTreeSet<Condition>>,
 ) -> Option<String> {
-    let (obs, usage) = eviction::observe(&summary(m).await?);
+    let (obs, mut usage) = eviction::observe(&summary(m, false).await?);
     let p = state.pass(&m.thresholds, &obs, clock::now(), m.transition);
     tx.send_if_modified(|now| {
         if *now == p.conditions {
@@ -108,28 +114,39 @@ async fn pass(
         &format!("Attempting to reclaim {resource}"),
     );
     if t.signal.node_reclaimable() {
-        match image_gc::remove_unused(&m.cri, &wanted_images(m).await).await {
-            Ok(freed) => tracing::info!(bytes = freed, "eviction: unused images removed"),
-            Err(e) => tracing::warn!("eviction: removing unused images: {e}"),
-        }
-        if let Some(after) = summary(m).await
-            && eviction::met(&m.thresholds, &eviction::observe(&after).0, true).is_empty()
-        {
-            tracing::info!(
-                resource,
-                "eviction: pressure relieved without evicting a pod"
-            );
-            return None;
+        let freed = match image_gc::remove_unused(&m.cri, &wanted_images(m).await).await {
+            Ok(freed) => freed,
+            Err(e) => {
+                tracing::warn!("eviction: removing unused images: {e}");
+                0
+            }
+        };
+        // Nothing freed, nothing changed: no second reading.
+        if freed > 0 {
+            tracing::info!(bytes = freed, "eviction: unused images removed");
+            if let Some(after) = summary(m, false).await
+                && eviction::met(&m.thresholds, &eviction::observe(&after).0, true).is_empty()
+            {
+                tracing::info!(
+                    resource,
+                    "eviction: pressure relieved without evicting a pod"
+                );
+                return None;
+            }
         }
     }
-    let mut candidates = candidates(m, &usage);
-    if candidates.is_empty() {
-        tracing::warn!(
+    if candidates(m, &usage).is_empty() {
+        // kubelet logs it every pass too; the event above says it.
+        tracing::debug!(
             resource,
             "eviction: thresholds met, but no pod may be evicted"
         );
         return None;
     }
+    if t.signal.node_reclaimable() {
+        usage = eviction::observe(&summary(m, true).await?).1;
+    }
+    let mut candidates = candidates(m, &usage);
     eviction::rank(t.signal, &mut candidates);
     let c = candidates.into_iter().next()?;
     let message = eviction::message(&t, &obs, &c);

@@ -66,6 +66,17 @@ impl Stats {
     /// runtime). Reads cgroupfs and walks volume and log directories: call
     /// it off the async workers.
     pub fn summary(&self, rootfs: HashMap<String, (u64, u64)>) -> serde_json::Value {
+        self.summary_of(rootfs, true)
+    }
+
+    /// The summary; without `pod_disk` the pods' log and volume directories
+    /// are not walked (their disk usage reads 0): what the eviction manager
+    /// reads every 10 s unless it ranks pods by disk.
+    pub fn summary_of(
+        &self,
+        rootfs: HashMap<String, (u64, u64)>,
+        pod_disk: bool,
+    ) -> serde_json::Value {
         let snap = self.collect();
         let now = crate::clock::now();
         let mut nano_cores = HashMap::new();
@@ -136,6 +147,9 @@ impl Stats {
                     start,
                 ),
             );
+            if !pod_disk {
+                continue;
+            }
             let ed = crate::volumes::pod_dir(&self.config.data_dir, &uid)
                 .join("volumes")
                 .join("kubernetes.io~empty-dir");
