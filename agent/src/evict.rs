@@ -93,7 +93,7 @@ async fn pass(
     state: &mut State,
     tx: &watch::Sender<BTreeSet<Condition>>,
 ) -> Option<String> {
-    let (obs, mut usage) = eviction::observe(&summary(m, false).await?);
+    let (obs, usage) = eviction::observe(&summary(m, false).await?);
     let p = state.pass(&m.thresholds, &obs, clock::now(), m.transition);
     tx.send_if_modified(|now| {
         if *now == p.conditions {
@@ -135,7 +135,8 @@ async fn pass(
             }
         }
     }
-    if candidates(m, &usage).is_empty() {
+    let mut candidates = candidates(m, &usage);
+    if candidates.is_empty() {
         // kubelet logs it every pass too; the event above says it.
         tracing::debug!(
             resource,
@@ -143,10 +144,13 @@ async fn pass(
         );
         return None;
     }
+    // Ranking for a disk signal needs the pods' disk usage: read it now.
     if t.signal.node_reclaimable() {
-        usage = eviction::observe(&summary(m, true).await?).1;
+        let disk = eviction::observe(&summary(m, true).await?).1;
+        for c in &mut candidates {
+            c.usage = disk.get(&c.uid).cloned();
+        }
     }
-    let mut candidates = candidates(m, &usage);
     eviction::rank(t.signal, &mut candidates);
     let c = candidates.into_iter().next()?;
     let message = eviction::message(&t, &obs, &c);

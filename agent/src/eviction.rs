@@ -294,8 +294,6 @@ pub struct State {
     met: Vec<Threshold>,
     first_observed: HashMap<(Signal, bool), Duration>,
     condition_last_observed: HashMap<Condition, Duration>,
-    /// The conditions of the last pass, for admission.
-    pub conditions: BTreeSet<Condition>,
 }
 
 impl State {
@@ -317,8 +315,6 @@ impl State {
             .retain(|k, _| now_met.iter().any(|t| t.key() == *k));
         for t in &now_met {
             self.first_observed.entry(t.key()).or_insert(now);
-        }
-        for t in &now_met {
             self.condition_last_observed
                 .insert(t.signal.condition(), now);
         }
@@ -336,7 +332,6 @@ impl State {
         // Memory first (kubelet's byEvictionPriority), then hard before soft.
         acting.sort_by_key(|t| (t.signal != Signal::MemoryAvailable, !t.hard(), t.signal));
         self.met = acting.clone();
-        self.conditions = conditions.clone();
         Pass {
             conditions,
             reclaim: acting.into_iter().next(),

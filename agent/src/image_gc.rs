@@ -71,7 +71,7 @@ impl ImageGc {
             });
             r.size = image.size;
             r.pinned = image.pinned;
-            if in_use.contains(&image.id) || image.names.iter().any(|n| in_use.contains(n)) {
+            if used(image, in_use) {
                 r.last_used = Some(now);
             }
         }
@@ -104,6 +104,18 @@ impl ImageGc {
     }
 }
 
+/// Whether `in_use` names `image` by its ID or one of its names.
+fn used(image: &Image, in_use: &HashSet<String>) -> bool {
+    in_use.contains(&image.id) || image.names.iter().any(|n| in_use.contains(n))
+}
+
+/// The image references of every container, and the sandbox image.
+async fn in_use(cri: &Cri) -> Result<HashSet<String>, GcError> {
+    let mut in_use = cri.container_images().await?;
+    in_use.extend(cri.sandbox_image().await);
+    Ok(in_use)
+}
+
 /// Capacity and available bytes of the filesystem holding `path`.
 fn fs_space(path: &Path) -> Option<(u64, u64)> {
     let s = nix::sys::statvfs::statvfs(path).ok()?;
@@ -132,9 +144,7 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
     let (policy, shared) = (m.policy, m);
     let now = Instant::now();
     let images = shared.cri.list_images().await?;
-    let mut in_use = shared.cri.container_images().await?;
-    in_use.extend(shared.cri.sandbox_image().await);
-    gc.detect(&images, &in_use, now);
+    gc.detect(&images, &in_use(&shared.cri).await?, now);
     let mount = shared.cri.image_fs_mountpoint().await?;
     let Some((capacity, available)) = fs_space(&mount) else {
         return Err(GcError::Statvfs(mount));
@@ -173,14 +183,10 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
 /// manager's reclaim under disk pressure); the bytes freed.
 pub async fn remove_unused(cri: &Cri, keep: &HashSet<String>) -> Result<u64, GcError> {
     let images = cri.list_images().await?;
-    let mut in_use = cri.container_images().await?;
+    let mut in_use = in_use(cri).await?;
     in_use.extend(keep.iter().cloned());
-    in_use.extend(cri.sandbox_image().await);
     let mut freed = 0u64;
-    let unused = |i: &&Image| {
-        !i.pinned && !in_use.contains(&i.id) && !i.names.iter().any(|n| in_use.contains(n))
-    };
-    for i in images.iter().filter(unused) {
+    for i in images.iter().filter(|i| !i.pinned && !used(i, &in_use)) {
         match cri.remove_image(&i.id).await {
             Ok(()) => {
                 freed = freed.saturating_add(i.size);

@@ -125,22 +125,13 @@ impl Worker {
         // kubelet's puller: each credential the pull secrets have for this
         // image in turn, the last error if none works; anonymous without.
         let creds = self.pull_credentials(pod, c, &image).await;
-        let mut pulled = Err(None);
-        for cred in creds
-            .iter()
-            .map(Some)
-            .chain(creds.is_empty().then_some(None))
-        {
-            match cri.pull_image(&image, cred, sandbox.clone()).await {
-                Ok(r) => {
-                    pulled = Ok(r);
-                    break;
-                }
-                Err(e) => pulled = Err(Some(e)),
+        let mut pulled = cri.pull_image(&image, creds.first(), sandbox.clone()).await;
+        for cred in creds.iter().skip(1) {
+            if pulled.is_ok() {
+                break;
             }
+            pulled = cri.pull_image(&image, Some(cred), sandbox.clone()).await;
         }
-        let pulled =
-            pulled.map_err(|e| e.map_or_else(String::new, |e| e.status.message().to_string()));
         match pulled {
             Ok(r) => {
                 self.event(
@@ -156,7 +147,7 @@ impl Worker {
             }
             Err(e) => {
                 lock(&self.shared.image_backoff).next(&key, now());
-                let msg = format!("Failed to pull image {image:?}: {e}");
+                let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
                 self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
                 Err(Waiting {
                     reason: reason::ERR_IMAGE_PULL.into(),
