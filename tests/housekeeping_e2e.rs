@@ -1,7 +1,8 @@
 //! End-to-end: the agent's housekeeping on the real shim — container log
 //! rotation (kubelet's containerLogMaxSize / containerLogMaxFiles, through
-//! CRI ReopenContainerLog) and image garbage collection (imageGC*
-//! thresholds, through CRI RemoveImage). Root only.
+//! CRI ReopenContainerLog), image garbage collection (imageGC*
+//! thresholds, through CRI RemoveImage) and node-pressure eviction. Root
+//! only.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::agent::{Agent, container, phase};
+use common::agent::{Agent, container, phase, pod, running};
 use common::test_images;
 
 /// A container's log files, oldest first: compressed rotated ones, the
@@ -178,4 +179,149 @@ fn unused_images_are_garbage_collected_and_used_ones_stay() {
     agent.wait("pod gone", Duration::from_secs(30), || {
         agent.pod("user").is_none()
     });
+}
+
+/// An API server pod as the checkpoint keeps it (what the device ran when
+/// its uplink went away): `requests` are its container's.
+fn api_pod(name: &str, requests: serde_json::Value) -> (String, serde_json::Value) {
+    let uid = format!("uid-{name}-{}", std::process::id());
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "1",
+                     "creationTimestamp": "2026-11-26T00:00:00Z"},
+        "spec": {"nodeName": "e2e", "terminationGracePeriodSeconds": 30,
+                 "containers": [{"name": "main", "image": "busybox:latest",
+                                 "imagePullPolicy": "IfNotPresent",
+                                 "command": ["sh", "-c", "sleep 1000"],
+                                 "resources": {"requests": requests}}]},
+        "status": {"phase": "Pending"},
+    });
+    (uid, pod)
+}
+
+/// Issue 18: memory pressure on a device that lost its API server (its
+/// cluster pods run from the checkpoint) evicts the BestEffort pod first,
+/// then the Burstable one, never the static pod; the node reports
+/// MemoryPressure on `/node`. The threshold sits between what is available
+/// and the capacity, so the pods still fit allocatable.
+#[test]
+fn memory_pressure_evicts_best_effort_first_and_never_the_static_pod() {
+    require_root!();
+    let total_kib: u64 = std::fs::read_to_string("/proc/meminfo")
+        .expect("meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("MemTotal");
+    let mut agent = Agent::prepare(&format!(
+        "evictionHard: {{memory.available: {}Ki}}\nevictionPressureTransitionPeriod: 5s\n",
+        total_kib - 8 * 1024
+    ));
+    // Nothing listens there: the API server is away, the checkpoint rules.
+    let kubeconfig = agent.dir().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters: [{name: c, cluster: {server: \"https://127.0.0.1:9\", insecure-skip-tls-verify: true}}]\n\
+         users: [{name: u, user: {token: offline}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}]\n",
+    )
+    .expect("kubeconfig");
+    agent.picolet_extra = format!("  kubeconfig: {}\n", kubeconfig.display());
+    // (`agent.pod(name)` finds `name-e2e`, a static pod's name.)
+    let (be, be_pod) = api_pod("besteffort-e2e", serde_json::json!({}));
+    let (bu, bu_pod) = api_pod(
+        "burstable-e2e",
+        serde_json::json!({"memory": "1Mi", "cpu": "10m"}),
+    );
+    let checkpoint = agent.shim.root().join("agent/api-pods.json");
+    std::fs::create_dir_all(checkpoint.parent().expect("dir")).expect("mkdir");
+    std::fs::write(
+        &checkpoint,
+        serde_json::to_vec(&serde_json::json!({ &be: be_pod, &bu: bu_pod })).expect("json"),
+    )
+    .expect("checkpoint");
+    agent.write_manifest("keeper.yaml", &pod(&agent, "keeper", "sleep 1000", ""));
+    agent.spawn();
+    let evicted =
+        |p: &serde_json::Value| phase(p) == "Failed" && p["status"]["reason"] == "Evicted";
+    let first = agent.wait_pod("besteffort", "evicted", Duration::from_secs(60), evicted);
+    let at = Instant::now();
+    let msg = first["status"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("The node was low on resource: memory. Threshold quantity: ")
+            && msg.contains("Container main was using "),
+        "{msg}"
+    );
+    let cond = |p: &serde_json::Value, t: &str| {
+        p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        cond(&first, "DisruptionTarget")["reason"],
+        "TerminationByKubelet"
+    );
+    // The Burstable pod was still running when the BestEffort one went.
+    assert!(
+        !evicted(&agent.pod("burstable").expect("burstable")),
+        "evicted together with the BestEffort pod"
+    );
+    agent.wait_pod(
+        "burstable",
+        "evicted next",
+        Duration::from_secs(60),
+        evicted,
+    );
+    assert!(at.elapsed() >= Duration::from_secs(5), "one pod a pass");
+    assert!(
+        container(&agent.pod("besteffort").expect("be"), "main")["state"]["terminated"].is_object(),
+        "its container stopped"
+    );
+    // A pass after both evictions (the node event's third count) leaves
+    // the static pod running; the node says why.
+    agent.wait(
+        "a pass with nothing left to evict",
+        Duration::from_secs(30),
+        || {
+            agent.events().iter().any(|e| {
+                e["reason"] == "EvictionThresholdMet" && e["count"].as_u64().unwrap_or(0) >= 3
+            })
+        },
+    );
+    let keeper = agent.pod("keeper").expect("keeper");
+    assert!(running(&keeper), "static pod evicted: {keeper}");
+    let node: serde_json::Value =
+        serde_json::from_str(&agent.get("/node").expect("/node")).expect("node json");
+    let memory = node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "MemoryPressure")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(memory["status"], "True", "{node}");
+    for uid in [&be, &bu] {
+        assert!(
+            agent
+                .events()
+                .iter()
+                .any(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == uid.as_str()),
+            "no Evicted event for {uid}"
+        );
+    }
+    assert!(
+        !agent
+            .events()
+            .iter()
+            .any(|e| e["reason"] == "Evicted" && e["involvedObject"]["name"] == "keeper-e2e"),
+        "the static pod was evicted"
+    );
 }
