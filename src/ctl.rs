@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cri_proto::picolet::ImportRequest;
 use cri_proto::picolet::images_client::ImagesClient;
+use cri_proto::picolet::{ImportRequest, PullRequest};
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
@@ -36,6 +36,14 @@ enum CtlCommand {
     Import {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Pull an image from its registry (mirrors, auth and TLS from the
+    /// shim's registries.yaml), with a progress bar.
+    Pull {
+        image: String,
+        /// Registry credentials, `USERNAME[:PASSWORD]` (as crictl's --creds).
+        #[arg(long)]
+        creds: Option<String>,
     },
     /// Remove images by reference or ID.
     Rmi {
@@ -160,6 +168,7 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
     match args.command {
         CtlCommand::Images { quiet } => images(channel, quiet).await,
         CtlCommand::Import { files } => import(channel, files).await,
+        CtlCommand::Pull { image, creds } => pull(channel, image, creds).await,
         CtlCommand::Rmi { images } => rmi(channel, images).await,
         CtlCommand::Pods => pods(channel).await,
         CtlCommand::Ps { all } => ps(channel, all).await,
@@ -382,6 +391,61 @@ async fn import(channel: cri_proto::Channel, files: Vec<PathBuf>) -> Result<()> 
                 .unwrap_or_else(|| "<untagged>".into());
             println!("imported {name} {}", i.id);
         }
+    }
+    Ok(())
+}
+
+async fn pull(channel: cri_proto::Channel, image: String, creds: Option<String>) -> Result<()> {
+    let (username, password) = match creds
+        .as_deref()
+        .map(|c| c.split_once(':').unwrap_or((c, "")))
+    {
+        Some((u, p)) => (u.to_string(), p.to_string()),
+        None => Default::default(),
+    };
+    let bar = indicatif::ProgressBar::new(0).with_message(image.clone());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {prefix}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let mut stream = ImagesClient::new(channel)
+        .pull(PullRequest {
+            image: image.clone(),
+            username,
+            password,
+        })
+        .await
+        .with_context(|| format!("pull {image}"))?
+        .into_inner();
+    let mut id = String::new();
+    let mut total = 0;
+    while let Some(msg) = stream
+        .message()
+        .await
+        .with_context(|| format!("pull {image}"))?
+    {
+        if msg.total_bytes > 0 {
+            bar.set_length(msg.total_bytes);
+            bar.set_position(msg.done_bytes);
+            bar.set_prefix(format!("layers {}/{}", msg.layers_done, msg.layers));
+            total = msg.total_bytes;
+        }
+        if !msg.id.is_empty() {
+            id = msg.id;
+        }
+    }
+    bar.finish_and_clear();
+    if total > 0 {
+        println!(
+            "pulled {image} {id} ({} in {:.1}s)",
+            indicatif::HumanBytes(total),
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        println!("{image} is up to date: {id}");
     }
     Ok(())
 }

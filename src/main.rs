@@ -131,6 +131,10 @@ pub(crate) struct ShimArgs {
     /// Preload folder: every image archive here is imported (`picolet.imagesDir`).
     #[arg(long)]
     images_dir: Option<PathBuf>,
+    /// Registry mirrors, auth and TLS in k3s's registries.yaml format
+    /// (`picolet.registryConfig`) [default: /etc/picolet/registries.yaml].
+    #[arg(long)]
+    registry_config: Option<PathBuf>,
     #[command(flatten)]
     cni: CniArgs,
     /// Address of the CRI streaming server (Exec, PortForward URLs); port 0
@@ -224,6 +228,9 @@ pub(crate) struct UpArgs {
     /// Image preload folder (`picolet.imagesDir`).
     #[arg(long)]
     images_dir: Option<PathBuf>,
+    /// Registry mirrors, auth and TLS, k3s's registries.yaml (`picolet.registryConfig`).
+    #[arg(long)]
+    registry_config: Option<PathBuf>,
     #[command(flatten)]
     cni: CniArgs,
     /// The shim's CRI streaming server address [default: 127.0.0.1:0].
@@ -529,9 +536,16 @@ fn run_shim(args: ShimArgs) -> ExitCode {
     if let Some(max) = config.max_layer_bytes {
         store.unpack.max_layer_bytes = max;
     }
+    let pull = shim::PullOptions {
+        registry_config: args.registry_config.unwrap_or(config.registry_config),
+        auth_file: Some(config.registry_auth_file),
+        // containerd's max_concurrent_downloads.
+        parallel: 3,
+    };
     let result = rt.block_on(shim::serve(
         paths,
         store,
+        pull,
         args.streaming_address
             .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
         shutdown_signal(),

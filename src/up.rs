@@ -32,6 +32,7 @@ fn shim_argv(a: &UpArgs) -> Vec<String> {
     push_opt(&mut v, "--socket", &path_str(&a.agent.cri_socket));
     push_opt(&mut v, "--run-dir", &path_str(&a.run_dir));
     push_opt(&mut v, "--images-dir", &path_str(&a.images_dir));
+    push_opt(&mut v, "--registry-config", &path_str(&a.registry_config));
     push_opt(&mut v, "--cni-conf-dir", &path_str(&a.cni.cni_conf_dir));
     push_opt(&mut v, "--cni-bin-dir", &a.cni.cni_bin_dir);
     push_opt(

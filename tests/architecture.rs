@@ -208,7 +208,7 @@ const SHIM: &[(&str, &[&str])] = &[
         &["container_exec", "error", "host", "monitor", "runtime"],
     ),
     ("image_service", &["error"]),
-    ("import_service", &["error"]),
+    ("import_service", &["error", "image_service"]),
     (
         "container",
         &[

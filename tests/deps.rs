@@ -9,7 +9,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cri-proto", &[]),
     ("cgroup", &["edge-config"]),
     ("images", &["edge-config"]),
-    ("shim", &["cri-proto", "cgroup", "images", "edge-config"]),
+    ("registry", &["images"]),
+    (
+        "shim",
+        &["cri-proto", "cgroup", "images", "registry", "edge-config"],
+    ),
     ("agent", &["cri-proto", "cgroup", "edge-config"]),
     ("xtask", &[]),
     // Benchmarks measure the agent's pure parts in process (scrape-bench).

@@ -120,6 +120,10 @@ struct RawPicolet {
     cri_socket: Option<String>,
     data_dir: Option<String>,
     images_dir: Option<String>,
+    /// k3s-style registries.yaml: mirrors, rewrites, per-registry auth and TLS.
+    registry_config: Option<String>,
+    /// A docker config.json whose `auths` serve pulls that bring no credentials.
+    registry_auth_file: Option<String>,
     run_dir: Option<String>,
     /// CNI network configs (containerd's `conf_dir`): the first in lexical order is used.
     cni_conf_dir: Option<String>,
@@ -211,6 +215,11 @@ pub struct Config {
     pub cri_socket: PathBuf,
     pub data_dir: PathBuf,
     pub images_dir: PathBuf,
+    /// `picolet.registryConfig`: the shim's registries.yaml (k3s format).
+    pub registry_config: PathBuf,
+    /// `picolet.registryAuthFile`: a docker config.json for pulls without
+    /// credentials of their own.
+    pub registry_auth_file: PathBuf,
     pub run_dir: PathBuf,
     /// `picolet.cniConfDir`: the shim's CNI network configs.
     pub cni_conf_dir: PathBuf,
@@ -581,6 +590,14 @@ impl Config {
             images_dir: PathBuf::from(
                 p.images_dir
                     .unwrap_or_else(|| crate::DEFAULT_IMAGES_DIR.into()),
+            ),
+            registry_config: PathBuf::from(
+                p.registry_config
+                    .unwrap_or_else(|| crate::DEFAULT_REGISTRY_CONFIG.into()),
+            ),
+            registry_auth_file: PathBuf::from(
+                p.registry_auth_file
+                    .unwrap_or_else(|| crate::DEFAULT_REGISTRY_AUTH_FILE.into()),
             ),
             run_dir: PathBuf::from(p.run_dir.unwrap_or_else(|| crate::DEFAULT_RUN_DIR.into())),
             cni_conf_dir: PathBuf::from(

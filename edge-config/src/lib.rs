@@ -24,6 +24,10 @@ pub const DEFAULT_RUN_DIR: &str = "/run/picolet";
 pub const DEFAULT_SOCKET: &str = "/run/picolet/picolet.sock";
 /// Default image preload folder (`--images-dir`).
 pub const DEFAULT_IMAGES_DIR: &str = "/var/lib/picolet/images";
+/// Default registries.yaml (`--registry-config`): k3s's format.
+pub const DEFAULT_REGISTRY_CONFIG: &str = "/etc/picolet/registries.yaml";
+/// Default docker config.json of registry credentials (`picolet.registryAuthFile`).
+pub const DEFAULT_REGISTRY_AUTH_FILE: &str = "/etc/picolet/docker-config.json";
 
 /// Default CNI config folder (`--cni-conf-dir`), containerd's.
 pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";

@@ -19,6 +19,8 @@ use crate::fsutil;
 pub struct Blobs {
     root: PathBuf,
     ingest: PathBuf,
+    /// Downloads under way or interrupted: `partial/<hex>`, resumable.
+    partial: PathBuf,
 }
 
 impl Blobs {
@@ -26,10 +28,15 @@ impl Blobs {
     pub fn open(store: &Path) -> Result<Self> {
         let root = store.join("blobs").join("sha256");
         let ingest = store.join("ingest");
-        for d in [&root, &ingest] {
+        let partial = store.join("partial");
+        for d in [&root, &ingest, &partial] {
             fs::create_dir_all(d).map_err(Error::io("create", d))?;
         }
-        Ok(Self { root, ingest })
+        Ok(Self {
+            root,
+            ingest,
+            partial,
+        })
     }
 
     /// Where a blob lives (whether or not it exists).
@@ -104,6 +111,45 @@ impl Blobs {
         tmp.committed = true;
         fsutil::sync_dir(&self.root)?;
         Ok((digest, n))
+    }
+
+    /// Where a download of `digest` is written until it is complete. One
+    /// writer at a time (the puller serialises downloads of one digest).
+    pub fn partial_path(&self, digest: &Digest) -> PathBuf {
+        self.partial.join(digest.hex())
+    }
+
+    /// Makes a complete download visible as blob `digest`: the caller has
+    /// verified its content hashes to `digest` while it streamed. fsync,
+    /// rename, fsync of the directory.
+    pub fn commit_partial(&self, digest: &Digest) -> Result<()> {
+        let from = self.partial_path(digest);
+        File::open(&from)
+            .and_then(|f| f.sync_all())
+            .map_err(Error::io("fsync blob", &from))?;
+        let dest = self.path(digest);
+        fs::rename(&from, &dest).map_err(Error::io("commit blob", &dest))?;
+        fsutil::sync_dir(&self.root)
+    }
+
+    /// Drops partial downloads older than `max_age` (nobody resumes them).
+    pub fn clean_partial(&self, max_age: std::time::Duration) -> Result<()> {
+        let entries = match fs::read_dir(&self.partial) {
+            Ok(e) => e,
+            Err(e) => return Err(Error::io("list", &self.partial)(e)),
+        };
+        for e in entries.flatten() {
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_none_or(|age| age > max_age);
+            if old {
+                fsutil::remove_file_if_exists(&e.path())?;
+            }
+        }
+        Ok(())
     }
 
     /// Every stored blob.

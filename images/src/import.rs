@@ -46,9 +46,12 @@ pub(crate) struct Importer<'a> {
 }
 
 /// One image found in the source, before it is committed.
-struct Candidate {
-    manifest: Digest,
-    names: Vec<Reference>,
+pub(crate) struct Candidate {
+    pub manifest: Digest,
+    pub names: Vec<Reference>,
+    /// What the names' repo digests point at when that is not `manifest`
+    /// (a pulled tag that resolved to a multi-arch index).
+    pub repo_digest: Option<Digest>,
 }
 
 impl Importer<'_> {
@@ -92,7 +95,11 @@ impl Importer<'_> {
                 continue;
             }
             let manifest = self.resolve(desc, 0)?;
-            out.push(Candidate { manifest, names });
+            out.push(Candidate {
+                manifest,
+                names,
+                repo_digest: None,
+            });
         }
         if out.is_empty() && skipped_platform {
             return Err(Error::NoPlatform {
@@ -198,6 +205,7 @@ impl Importer<'_> {
             out.push(Candidate {
                 manifest: digest,
                 names,
+                repo_digest: None,
             });
         }
         Ok(out)
@@ -219,7 +227,8 @@ impl Importer<'_> {
         Ok(out)
     }
 
-    fn image(&self, c: Candidate) -> Result<ImageRecord> {
+    /// Verifies, unpacks and describes one image whose manifest is known.
+    pub fn image(&self, c: Candidate) -> Result<ImageRecord> {
         let manifest_bytes = self.blobs.read(&c.manifest)?;
         let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes)
             .map_err(|e| self.bad(format!("manifest {}: {e}", c.manifest)))?;
@@ -291,8 +300,9 @@ impl Importer<'_> {
             .collect();
         repo_tags.sort();
         repo_tags.dedup();
+        let points_at = c.repo_digest.as_ref().unwrap_or(&c.manifest);
         let mut repo_digests: Vec<String> =
-            c.names.iter().map(|n| n.with_digest(&c.manifest)).collect();
+            c.names.iter().map(|n| n.with_digest(points_at)).collect();
         repo_digests.sort();
         repo_digests.dedup();
         Ok(ImageRecord {

@@ -36,4 +36,4 @@ pub use platform::Platform;
 pub use preload::Preloader;
 pub use reference::Reference;
 pub use snapshots::overlay_options;
-pub use store::{ImageRecord, ImageStore, LayerRecord, StoreOptions, Usage};
+pub use store::{ImageRecord, ImageStore, LayerRecord, Lease, StoreOptions, Usage};

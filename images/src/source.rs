@@ -107,6 +107,18 @@ impl Source {
         Ok(src)
     }
 
+    /// A source whose blobs are all in the store already (a registry pull
+    /// fetched them): `name` is shown in errors.
+    pub fn in_store(name: String) -> Self {
+        Self {
+            name,
+            metadata: HashMap::new(),
+            files: HashMap::new(),
+            links: HashMap::new(),
+            dir: None,
+        }
+    }
+
     fn bad(&self, what: impl Into<String>) -> Error {
         Error::BadArchive {
             source_name: self.name.clone(),

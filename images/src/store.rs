@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use oci_spec::image::ImageConfiguration;
 use serde::{Deserialize, Serialize};
@@ -21,7 +21,7 @@ use crate::blobs::Blobs;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::fsutil;
-use crate::import::Importer;
+use crate::import::{Candidate, Importer};
 use crate::platform::Platform;
 use crate::reference::Reference;
 use crate::snapshots::Snapshots;
@@ -29,6 +29,9 @@ use crate::source::{Progress, Source};
 use crate::unpack::UnpackOptions;
 
 pub(crate) const METADATA_FILE: &str = "images.json";
+/// Partly downloaded blobs older than this are dropped when the store opens;
+/// younger ones let a pull resume where it stopped.
+const PARTIAL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// One layer of an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +111,43 @@ pub struct ImageStore {
     write: Mutex<()>,
     /// In-use counts by image ID (containers using the image).
     pins: Mutex<HashMap<Digest, usize>>,
+    /// Blobs and snapshots (by diff ID) of pulls under way, with counts:
+    /// GC spares them although no image references them yet.
+    leases: Arc<Mutex<HashMap<Digest, usize>>>,
+}
+
+/// Keeps blobs and snapshots a pull is writing from GC until dropped.
+#[derive(Debug)]
+pub struct Lease {
+    held: Vec<Digest>,
+    leases: Arc<Mutex<HashMap<Digest, usize>>>,
+}
+
+impl Lease {
+    /// Adds a digest (a blob or a diff ID) to the lease.
+    pub fn add(&mut self, digest: &Digest) {
+        *self
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(digest.clone())
+            .or_default() += 1;
+        self.held.push(digest.clone());
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut leases = self.leases.lock().unwrap_or_else(|p| p.into_inner());
+        for d in self.held.drain(..) {
+            if let Some(n) = leases.get_mut(&d) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    leases.remove(&d);
+                }
+            }
+        }
+    }
 }
 
 impl ImageStore {
@@ -138,8 +178,10 @@ impl ImageStore {
             images: RwLock::new(meta.images),
             write: Mutex::new(()),
             pins: Mutex::new(HashMap::new()),
+            leases: Arc::default(),
         };
         store.blobs.clean_ingest()?;
+        store.blobs.clean_partial(PARTIAL_MAX_AGE)?;
         store.snapshots.clean_tmp()?;
         store.gc()?;
         Ok(store)
@@ -173,6 +215,60 @@ impl ImageStore {
         // platforms, replaced manifests) or what a failed import stored.
         self.gc_locked()?;
         result
+    }
+
+    /// The content-addressed blobs (a registry pull writes them).
+    pub fn blobs(&self) -> &Blobs {
+        &self.blobs
+    }
+
+    /// The platform multi-arch indexes are resolved to.
+    pub fn platform(&self) -> &Platform {
+        &self.platform
+    }
+
+    /// An empty lease; what is added to it GC leaves alone until it drops.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            held: Vec::new(),
+            leases: self.leases.clone(),
+        }
+    }
+
+    /// Unpacks a complete layer blob into its snapshot (once per diff ID),
+    /// so a pull unpacks each layer as it arrives.
+    pub fn unpack_layer(&self, blob: &Digest, diff_id: &Digest) -> Result<()> {
+        self.snapshots.ensure(&self.blobs, blob, diff_id).map(drop)
+    }
+
+    /// Records an image whose manifest, config and layers are all in the
+    /// blob store (a registry pull fetched them), named `name`; its repo
+    /// digest is `name@points_at` (the digest the tag resolved to, an index
+    /// for a multi-arch image). `source_name` is shown in errors.
+    pub fn commit_pulled(
+        &self,
+        source_name: String,
+        manifest: &Digest,
+        name: &Reference,
+        points_at: &Digest,
+    ) -> Result<ImageRecord> {
+        let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let source = Source::in_store(source_name);
+        let importer = Importer {
+            source: &source,
+            blobs: &self.blobs,
+            snapshots: &self.snapshots,
+            platform: &self.platform,
+        };
+        let mut name = name.clone();
+        name.digest = None;
+        let rec = importer.image(Candidate {
+            manifest: manifest.clone(),
+            names: vec![name],
+            repo_digest: Some(points_at.clone()),
+        })?;
+        self.commit(|images| merge(images, rec.clone()))?;
+        Ok(rec)
     }
 
     /// All images.
@@ -267,8 +363,13 @@ impl ImageStore {
 
     fn gc_locked(&self) -> Result<()> {
         let images = self.list();
-        let mut blobs: HashSet<&Digest> = HashSet::new();
-        let mut snaps: HashSet<&Digest> = HashSet::new();
+        let leased = self
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut blobs: HashSet<&Digest> = leased.keys().collect();
+        let mut snaps: HashSet<&Digest> = leased.keys().collect();
         for i in &images {
             blobs.insert(&i.id);
             blobs.insert(&i.manifest);

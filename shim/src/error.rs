@@ -8,6 +8,10 @@ use tonic::{Code, Status};
 pub enum Error {
     #[error(transparent)]
     Image(#[from] ImageError),
+    /// A registry pull failed: the message names the reference, the
+    /// registry and the HTTP status or reason.
+    #[error(transparent)]
+    Pull(#[from] registry::Error),
     #[error("{0}")]
     InvalidArgument(String),
     #[error("{0}")]
@@ -61,6 +65,12 @@ impl Error {
 impl From<Error> for Status {
     fn from(e: Error) -> Status {
         let code = match &e {
+            Error::Pull(pe) => match pe.kind {
+                registry::Kind::NotFound => Code::NotFound,
+                registry::Kind::Unauthorized => Code::PermissionDenied,
+                registry::Kind::Unreachable => Code::Unavailable,
+                registry::Kind::Other => Code::Unknown,
+            },
             Error::Image(ie) => match ie {
                 ImageError::NotFound(_) => Code::NotFound,
                 ImageError::InUse { .. } => Code::FailedPrecondition,

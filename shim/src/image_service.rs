@@ -14,15 +14,16 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 
-/// Serves CRI ImageService from an [`ImageStore`].
+/// Serves CRI ImageService from an [`ImageStore`], pulling what it lacks.
 #[derive(Debug, Clone)]
 pub struct ImageSvc {
     store: Arc<ImageStore>,
+    puller: Arc<registry::Puller>,
 }
 
 impl ImageSvc {
-    pub fn new(store: Arc<ImageStore>) -> Self {
-        Self { store }
+    pub fn new(store: Arc<ImageStore>, puller: Arc<registry::Puller>) -> Self {
+        Self { store, puller }
     }
 
     fn to_cri(&self, rec: &ImageRecord) -> Image {
@@ -72,18 +73,72 @@ impl ImageSvc {
         })
     }
 
-    fn do_pull(&self, req: PullImageRequest) -> Result<PullImageResponse, Error> {
+    async fn do_pull(&self, req: PullImageRequest) -> Result<PullImageResponse, Error> {
         let reference = image_ref(req.image.as_ref())?;
-        match self.store.get(reference) {
-            Some(rec) => Ok(PullImageResponse {
-                image_ref: rec.id.to_string(),
-            }),
-            None => Err(Error::NotFound(format!(
-                "image {reference:?} is not in the local store and pulling from a registry is not implemented yet: \
-                 import it with `picolet ctl import FILE` or put the archive in the preload folder"
-            ))),
-        }
+        let cred = req.auth.map(credential).transpose()?;
+        let id = pull(
+            &self.store,
+            &self.puller,
+            reference,
+            cred,
+            Arc::new(registry::Progress::default()),
+        )
+        .await?;
+        Ok(PullImageResponse { image_ref: id })
     }
+}
+
+/// The image ID of `reference`: an image already in the store is answered
+/// from it without asking a registry (an edge device works offline, and a
+/// tag is not re-resolved: pull by digest, or remove the image first, to
+/// move it); anything else is pulled, its size and time logged.
+pub(crate) async fn pull(
+    store: &ImageStore,
+    puller: &Arc<registry::Puller>,
+    reference: &str,
+    cred: Option<registry::Credential>,
+    progress: Arc<registry::Progress>,
+) -> Result<String, Error> {
+    if let Some(rec) = store.get(reference) {
+        return Ok(rec.id.to_string());
+    }
+    let Ok(parsed) = images::Reference::parse(reference) else {
+        return Err(Error::NotFound(format!(
+            "image {reference:?} is not in the store, and an image ID cannot be pulled"
+        )));
+    };
+    let started = std::time::Instant::now();
+    let rec = puller
+        .pull(&parsed, cred, progress.clone())
+        .await
+        .inspect_err(|e| tracing::warn!(image = %parsed, error = %e, "pull failed"))?;
+    tracing::info!(
+        image = %parsed,
+        id = %rec.id,
+        size = rec.size(),
+        fetched = progress.fetched.load(std::sync::atomic::Ordering::Relaxed),
+        ms = started.elapsed().as_millis(),
+        "pulled"
+    );
+    Ok(rec.id.to_string())
+}
+
+/// CRI's `AuthConfig` as registry credentials (`auth` is base64 of
+/// `username:password`, as in a docker config).
+pub(crate) fn credential(a: cri_proto::v1::AuthConfig) -> Result<registry::Credential, Error> {
+    let mut c = registry::Credential {
+        username: a.username,
+        password: a.password,
+        identity_token: a.identity_token,
+        registry_token: a.registry_token,
+    };
+    if !a.auth.is_empty() {
+        let (u, p) = registry::decode_auth(&a.auth)
+            .map_err(|e| Error::InvalidArgument(format!("auth.{e}")))?;
+        c.username = u;
+        c.password = p;
+    }
+    Ok(c)
 }
 
 /// `"1000:1000"` → uid 1000; `"nobody"` → username.
@@ -162,7 +217,7 @@ impl ImageService for ImageSvc {
         &self,
         req: Request<PullImageRequest>,
     ) -> Result<Response<PullImageResponse>, Status> {
-        Ok(Response::new(self.do_pull(req.into_inner())?))
+        Ok(Response::new(self.do_pull(req.into_inner()).await?))
     }
 
     async fn remove_image(

@@ -49,6 +49,8 @@ use images::{ImageStore, Preloader};
 
 pub use error::Error;
 pub use image_service::ImageSvc;
+/// How images missing from the store are pulled (`serve`'s `pull`).
+pub use registry::Options as PullOptions;
 pub use runtime::Runtime;
 pub use runtime_service::{RUNTIME_API_VERSION, RUNTIME_NAME, RuntimeSvc};
 
@@ -75,11 +77,13 @@ pub enum ShimError {
 }
 
 /// Runs the shim until `shutdown` resolves; `store` says how images are
-/// stored (platform, unpack limits); the streaming server (Exec,
+/// stored (platform, unpack limits), `pull` how images missing from it are
+/// pulled (registries.yaml, credentials); the streaming server (Exec,
 /// PortForward) listens on `streaming` (port 0: any free port).
 pub async fn serve(
     paths: ShimPaths,
     store: images::StoreOptions,
+    pull: registry::Options,
     streaming: std::net::SocketAddr,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ShimError> {
@@ -121,6 +125,7 @@ pub async fn serve(
             })?;
     tokio::spawn(streaming_server.clone().serve(listener, runtime.clone()));
 
+    let puller = Arc::new(registry::Puller::new(store.clone(), pull));
     let incoming = cri_proto::listen(&paths.socket)?;
     tracing::info!(socket = %paths.socket.display(), "serving CRI");
     tonic::transport::Server::builder()
@@ -128,8 +133,13 @@ pub async fn serve(
             runtime,
             streaming_server,
         )))
-        .add_service(ImageServiceServer::new(ImageSvc::new(store.clone())))
-        .add_service(ImagesServer::new(import_service::ImportSvc::new(store)))
+        .add_service(ImageServiceServer::new(ImageSvc::new(
+            store.clone(),
+            puller.clone(),
+        )))
+        .add_service(ImagesServer::new(import_service::ImportSvc::new(
+            store, puller,
+        )))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     let _ = std::fs::remove_file(&paths.socket);
