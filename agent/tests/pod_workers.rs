@@ -37,8 +37,16 @@ async fn setup(fake: &FakeCri) -> Setup {
 }
 
 async fn setup_with(fake: &FakeCri, objects: Option<Arc<dyn agent::objects::ApiObjects>>) -> Setup {
+    setup_config(fake, objects, |_| {}).await
+}
+
+async fn setup_config(
+    fake: &FakeCri,
+    objects: Option<Arc<dyn agent::objects::ApiObjects>>,
+    adjust: impl FnOnce(&mut edge_config::Config),
+) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = edge_config::Config {
+    let mut config = edge_config::Config {
         cri_socket: fake.socket().to_path_buf(),
         cgroups_per_qos: false,
         data_dir: dir.path().join("data"),
@@ -48,6 +56,7 @@ async fn setup_with(fake: &FakeCri, objects: Option<Arc<dyn agent::objects::ApiO
         restart_backoff_max: Duration::from_millis(600),
         ..Default::default()
     };
+    adjust(&mut config);
     std::fs::write(&config.resolv_conf, "nameserver 10.0.0.1\n").expect("resolv.conf");
     let statuses = status::Manager::default();
     let recorder = Recorder::new(100, "node");
@@ -400,6 +409,56 @@ async fn config_maps_and_secrets_reach_the_volumes_and_env_of_an_api_pod() {
             .values()
             .any(|c| c.config.labels["io.kubernetes.pod.name"] == "broken")
     );
+}
+
+/// Three pods whose images are pulled (`Always`) at once: how many pulls
+/// the fake runtime saw at the same time.
+async fn most_pulls_at_once(adjust: impl FnOnce(&mut edge_config::Config)) -> usize {
+    let fake = FakeCri::start().await;
+    fake.state().pull_delay = Duration::from_millis(300);
+    let s = setup_config(&fake, None, adjust).await;
+    let pods: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|n| {
+            api_pod(
+                n,
+                serde_json::json!({"containers": [{"name": "main", "image": format!("quay.io/team/{n}:v1"),
+                                   "imagePullPolicy": "Always", "command": ["sleep"]}]}),
+            )
+        })
+        .collect();
+    s.workers.update(&desired(&pods.iter().collect::<Vec<_>>()));
+    eventually("three pods Running", || {
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| phase(&s.statuses, &format!("uid-{n}")) == "Running")
+    })
+    .await;
+    let most = fake.state().pulls_most;
+    let pulled = s
+        .recorder
+        .list()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Pulled"))
+        .filter_map(|e| e.message)
+        .collect::<Vec<_>>();
+    assert_eq!(pulled.len(), 3, "{pulled:?}");
+    assert!(
+        pulled.iter().all(|m| m.contains("including waiting")),
+        "{pulled:?}"
+    );
+    most
+}
+
+#[tokio::test]
+async fn image_pulls_are_serialized_unless_told_otherwise() {
+    assert_eq!(most_pulls_at_once(|_| {}).await, 1);
+    let parallel = most_pulls_at_once(|c| {
+        c.serialize_image_pulls = false;
+        c.max_parallel_image_pulls = Some(2);
+    })
+    .await;
+    assert_eq!(parallel, 2);
 }
 
 #[tokio::test]

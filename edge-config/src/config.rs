@@ -89,6 +89,7 @@ struct Raw {
     node_status_report_frequency: Option<String>,
     node_lease_duration_seconds: Option<u32>,
     serialize_image_pulls: Option<bool>,
+    max_parallel_image_pulls: Option<u32>,
     pod_logs_dir: Option<String>,
     register_with_taints: Option<Vec<RawTaint>>,
     rotate_certificates: Option<bool>,
@@ -184,6 +185,9 @@ pub struct Config {
     /// The node lease's duration; it is renewed every quarter of it.
     pub node_lease_duration_seconds: u32,
     pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls`: pulls at once when `serializeImagePulls` is
+    /// false (none: no limit).
+    pub max_parallel_image_pulls: Option<u32>,
     /// `podLogsDir`: where container logs go (kubelet: /var/log/pods).
     pub pod_logs_dir: PathBuf,
     pub node_name: String,
@@ -438,6 +442,18 @@ impl Config {
                     .map_err(|_| err("picolet.nodeIP", format!("{t:?} is not an IP address")))?,
             ),
         };
+        // kubelet's validation of the two pull settings.
+        let serialize_image_pulls = raw.serialize_image_pulls.unwrap_or(true);
+        match raw.max_parallel_image_pulls {
+            Some(0) => return Err(err("maxParallelImagePulls", "must be at least 1".into())),
+            Some(n) if n > 1 && serialize_image_pulls => {
+                return Err(err(
+                    "maxParallelImagePulls",
+                    format!("{n}: must be 1 or unset while serializeImagePulls is true"),
+                ));
+            }
+            _ => {}
+        }
         let backoff_initial = dur(
             "picolet.restartBackoffInitial",
             &p.restart_backoff_initial,
@@ -575,7 +591,8 @@ impl Config {
                 "5m",
             )?,
             node_lease_duration_seconds,
-            serialize_image_pulls: raw.serialize_image_pulls.unwrap_or(true),
+            serialize_image_pulls,
+            max_parallel_image_pulls: raw.max_parallel_image_pulls,
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
             kubeconfig: p.kubeconfig.map(PathBuf::from),
@@ -777,6 +794,22 @@ mod tests {
     #[test]
     fn max_layer_size_is_a_quantity_and_unset_by_default() {
         assert_eq!(Config::default().max_layer_bytes, None);
+        let pulls = |text: &str| {
+            Config::parse(text, Path::new("c.yaml"))
+                .map(|c| (c.serialize_image_pulls, c.max_parallel_image_pulls))
+        };
+        assert_eq!(pulls(""), Ok((true, None)));
+        assert_eq!(
+            pulls("serializeImagePulls: false\nmaxParallelImagePulls: 3"),
+            Ok((false, Some(3)))
+        );
+        assert!(
+            pulls("maxParallelImagePulls: 3")
+                .expect_err("serialized")
+                .to_string()
+                .contains("maxParallelImagePulls")
+        );
+        assert!(pulls("serializeImagePulls: false\nmaxParallelImagePulls: 0").is_err());
         let c = parse("picolet:\n  maxLayerSize: 2Gi\n").expect("parse");
         assert_eq!(c.max_layer_bytes, Some(2 << 30));
     }

@@ -64,6 +64,9 @@ struct Shared {
     workers: Mutex<HashMap<String, Handle>>,
     backoff: Mutex<Backoff>,
     image_backoff: Mutex<Backoff>,
+    /// Image pulls at once: one with `serializeImagePulls` (kubelet's
+    /// default), else `maxParallelImagePulls` (no limit when unset).
+    pull_gate: tokio::sync::Semaphore,
     /// Grace periods of orphan containers (from their annotations).
     orphan_graces: Mutex<HashMap<String, Duration>>,
     /// The pods the sources want, as last given to [`PodWorkers::update`].
@@ -117,7 +120,18 @@ impl PodWorkers {
             ))
         };
         let (backoff, image_backoff) = (backoff(), backoff());
+        let pulls_at_once = match (
+            ctx.config.serialize_image_pulls,
+            ctx.config.max_parallel_image_pulls,
+        ) {
+            (true, _) => 1,
+            (false, Some(n)) => usize::try_from(n).unwrap_or(usize::MAX),
+            (false, None) => tokio::sync::Semaphore::MAX_PERMITS,
+        };
         Self(Arc::new(Shared {
+            pull_gate: tokio::sync::Semaphore::new(
+                pulls_at_once.min(tokio::sync::Semaphore::MAX_PERMITS),
+            ),
             ctx,
             workers: Mutex::new(HashMap::new()),
             backoff,

@@ -135,7 +135,9 @@ impl Cri {
         Ok(self
             .img
             .clone()
-            .pull_image(self.req(PullImageRequest {
+            // No deadline, as kubelet's: a large image on a slow link takes
+            // what it takes (the runtime bounds each stalled read).
+            .pull_image(tonic::Request::new(PullImageRequest {
                 image: Some(ImageSpec {
                     image: image.into(),
                     ..Default::default()

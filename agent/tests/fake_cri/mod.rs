@@ -50,6 +50,11 @@ pub struct State {
     pub starts: Vec<(String, i64)>,
     /// Every PullImage: (image, the credential's username or "").
     pub pulls: Vec<(String, String)>,
+    /// How long each PullImage takes.
+    pub pull_delay: std::time::Duration,
+    /// PullImage calls under way now, and the most at once so far.
+    pub pulls_now: usize,
+    pub pulls_most: usize,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
     seq: u64,
 }
@@ -622,6 +627,14 @@ impl ImageService for Svc {
         let r = r.into_inner();
         let image = r.image.map(|i| i.image).unwrap_or_default();
         let user = r.auth.map(|a| a.username).unwrap_or_default();
+        let delay = {
+            let mut s = lock(&self.0);
+            s.pulls_now += 1;
+            s.pulls_most = s.pulls_most.max(s.pulls_now);
+            s.pull_delay
+        };
+        tokio::time::sleep(delay).await;
+        lock(&self.0).pulls_now -= 1;
         self.with("PullImage", |s| {
             s.pulls.push((image, user.clone()));
             if user == "wrong" {

@@ -125,6 +125,8 @@ impl Worker {
         // kubelet's puller: each credential the pull secrets have for this
         // image in turn, the last error if none works; anonymous without.
         let creds = self.pull_credentials(pod, c, &image).await;
+        let turn = self.shared.pull_gate.acquire().await;
+        let pulling = std::time::Instant::now();
         let mut pulled = cri.pull_image(&image, creds.first(), sandbox.clone()).await;
         for cred in creds.iter().skip(1) {
             if pulled.is_ok() {
@@ -132,6 +134,8 @@ impl Worker {
             }
             pulled = cri.pull_image(&image, Some(cred), sandbox.clone()).await;
         }
+        let pulled_in = pulling.elapsed();
+        drop(turn);
         match pulled {
             Ok(r) => {
                 self.event(
@@ -139,7 +143,7 @@ impl Worker {
                     EventType::Normal,
                     "Pulled",
                     &format!(
-                        "Successfully pulled image {image:?} in {:?}",
+                        "Successfully pulled image {image:?} in {pulled_in:?} ({:?} including waiting)",
                         started.elapsed()
                     ),
                 );
