@@ -1,0 +1,715 @@
+//! Pulls from a real registry: Debian's `docker-registry` (distribution 2.8)
+//! on 127.0.0.1, images pushed to it with skopeo. Plain HTTP through a
+//! mirror entry with a rewrite; TLS with a test CA and htpasswd basic auth;
+//! a multi-arch index; a download broken off halfway and resumed; a blob
+//! corrupted at the registry; concurrent pulls of one image; and CRI
+//! PullImage with credentials through the real shim. Root: layers are
+//! unpacked with their owners and whiteouts.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::{Shim, spec, test_images};
+use cri_proto::v1::{AuthConfig, ImageStatusRequest, PullImageRequest};
+use images::{ImageStore, Platform, Reference, StoreOptions};
+use registry::{Credential, Kind, Options, Progress, Puller};
+use tonic::Code;
+
+const USER: &str = "edge";
+const PASSWORD: &str = "pull-me";
+
+/// Whether the peers are installed; CI must have them.
+fn require_peers() -> bool {
+    let missing: Vec<&str> = ["docker-registry", "skopeo", "openssl", "htpasswd"]
+        .into_iter()
+        .filter(|c| !common::have(c))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI must have {missing:?} (scripts/setup.sh installs docker-registry, skopeo, openssl, apache2-utils)"
+    );
+    eprintln!("SKIP registry tests: {missing:?} not installed");
+    false
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A test CA and a server certificate for 127.0.0.1 signed by it.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Pki {
+    fn make(dir: &Path, name: &str) -> Self {
+        let p = |f: &str| dir.join(format!("{name}-{f}"));
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        run(Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name} test CA"),
+            ])
+            .args(ec)
+            .arg("-keyout")
+            .arg(p("ca.key"))
+            .arg("-out")
+            .arg(p("ca.crt")));
+        run(Command::new("openssl")
+            .args(["req", "-subj", "/CN=127.0.0.1"])
+            .args(ec)
+            .arg("-keyout")
+            .arg(p("server.key"))
+            .arg("-out")
+            .arg(p("server.csr")));
+        std::fs::write(
+            p("ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("ext");
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
+            .arg("-in")
+            .arg(p("server.csr"))
+            .arg("-CA")
+            .arg(p("ca.crt"))
+            .arg("-CAkey")
+            .arg(p("ca.key"))
+            .arg("-extfile")
+            .arg(p("ext"))
+            .arg("-out")
+            .arg(p("server.crt")));
+        Self {
+            ca: p("ca.crt"),
+            cert: p("server.crt"),
+            key: p("server.key"),
+        }
+    }
+}
+
+/// A `docker-registry` on 127.0.0.1 with its storage in a temp dir; killed
+/// by PID on drop.
+struct Registry {
+    child: Child,
+    dir: tempfile::TempDir,
+    addr: String,
+    tls: Option<Pki>,
+    auth: bool,
+}
+
+impl Registry {
+    fn start(tls: bool, auth: bool) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("picolet-registry-")
+            .tempdir()
+            .expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let pki = tls.then(|| Pki::make(dir.path(), "registry"));
+        let mut config = format!(
+            "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\nhttp:\n  addr: {addr}\n",
+            dir.path().join("data").display()
+        );
+        if let Some(p) = &pki {
+            config += &format!(
+                "  tls: {{certificate: {}, key: {}}}\n",
+                p.cert.display(),
+                p.key.display()
+            );
+        }
+        if auth {
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", USER, PASSWORD])
+                .output()
+                .expect("htpasswd");
+            std::fs::write(dir.path().join("htpasswd"), out.stdout).expect("htpasswd file");
+            config += &format!(
+                "auth:\n  htpasswd: {{realm: picolet-test, path: {}}}\n",
+                dir.path().join("htpasswd").display()
+            );
+        }
+        std::fs::write(dir.path().join("config.yml"), config).expect("config");
+        let log = std::fs::File::create(dir.path().join("registry.log")).expect("log");
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start docker-registry");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not listen on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            dir,
+            addr,
+            tls: pki,
+            auth,
+        }
+    }
+
+    /// Pushes `src` (a skopeo source) as `repo:tag`; `all`: every platform.
+    fn push(&self, src: &str, repo_tag: &str, all: bool) {
+        let mut cmd = Command::new("skopeo");
+        cmd.args(["--insecure-policy", "copy", "-q"]);
+        if all {
+            cmd.arg("--all");
+        }
+        match &self.tls {
+            Some(p) => {
+                let certs = self.dir.path().join("certs.d");
+                std::fs::create_dir_all(&certs).expect("certs dir");
+                std::fs::copy(&p.ca, certs.join("ca.crt")).expect("ca");
+                cmd.arg("--dest-cert-dir").arg(certs);
+            }
+            None => {
+                cmd.arg("--dest-tls-verify=false");
+            }
+        }
+        if self.auth {
+            cmd.args(["--dest-creds", &format!("{USER}:{PASSWORD}")]);
+        }
+        run(cmd
+            .arg(src)
+            .arg(format!("docker://{}/{repo_tag}", self.addr)));
+    }
+
+    /// The file a blob is stored in.
+    fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A store and a puller in a temp dir with this registries.yaml.
+struct Node {
+    dir: tempfile::TempDir,
+    store: Arc<ImageStore>,
+    puller: Arc<Puller>,
+}
+
+impl Node {
+    fn new(registries_yaml: &str) -> Self {
+        Self::for_platform(registries_yaml, Platform::host())
+    }
+
+    fn for_platform(registries_yaml: &str, platform: Platform) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("picolet-pull-")
+            .tempdir()
+            .expect("tempdir");
+        std::fs::write(dir.path().join("registries.yaml"), registries_yaml).expect("yaml");
+        let store = Arc::new(
+            ImageStore::open_with(
+                dir.path().join("store"),
+                StoreOptions {
+                    platform,
+                    ..Default::default()
+                },
+            )
+            .expect("store"),
+        );
+        let puller = Arc::new(Puller::new(
+            store.clone(),
+            Options {
+                registry_config: dir.path().join("registries.yaml"),
+                auth_file: None,
+                parallel: 3,
+            },
+        ));
+        Self { dir, store, puller }
+    }
+
+    async fn pull(
+        &self,
+        r: &str,
+        cred: Option<Credential>,
+    ) -> Result<(images::ImageRecord, Arc<Progress>), registry::Error> {
+        let progress = Arc::new(Progress::default());
+        let rec = self
+            .puller
+            .pull(
+                &Reference::parse(r).expect("reference"),
+                cred,
+                progress.clone(),
+            )
+            .await?;
+        Ok((rec, progress))
+    }
+
+    fn file_in_image(&self, r: &str, path: &str) -> Option<String> {
+        let rec = self.store.get(r)?;
+        self.store
+            .layer_dirs(&rec)
+            .iter()
+            .find_map(|d| std::fs::read_to_string(d.join(path)).ok())
+    }
+}
+
+fn right() -> Option<Credential> {
+    Some(Credential {
+        username: USER.into(),
+        password: PASSWORD.into(),
+        ..Default::default()
+    })
+}
+
+fn layout(path: &Path, tag: &str) -> String {
+    format!("oci:{}:{tag}", path.display())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anonymous_pulls_through_mirrors_with_rewrites_and_platform_indexes() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let reg = Registry::start(false, false);
+    reg.push(
+        &layout(&t.busybox_layout, "latest"),
+        "mirrored/busybox:latest",
+        false,
+    );
+    reg.push(
+        &layout(&t.multiarch_layout, "v1"),
+        "picolet-test/multiarch:v1",
+        true,
+    );
+    // registry.invalid is never reached: its mirror answers, with the
+    // repository rewritten. The registry itself speaks plain HTTP: a mirror
+    // entry at its own address says so.
+    let yaml = format!(
+        "mirrors:\n  registry.invalid:\n    endpoint: [\"http://{a}\"]\n    rewrite: {{\"^team/(.*)\": \"mirrored/$1\"}}\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
+        a = reg.addr
+    );
+    let node = Node::new(&yaml);
+    let (rec, progress) = node
+        .pull("registry.invalid/team/busybox:latest", None)
+        .await
+        .expect("pull through the mirror");
+    assert_eq!(rec.repo_tags, ["registry.invalid/team/busybox:latest"]);
+    assert!(
+        rec.repo_digests[0].starts_with("registry.invalid/team/busybox@sha256:"),
+        "{:?}",
+        rec.repo_digests
+    );
+    assert_eq!(
+        progress.total.load(Ordering::Relaxed),
+        rec.size() - rec.manifest_size
+    );
+    assert_eq!(progress.layers_done.load(Ordering::Relaxed), 1);
+    let bin = node
+        .store
+        .layer_dirs(&rec)
+        .iter()
+        .any(|d| d.join("bin/busybox").is_file());
+    assert!(bin, "busybox unpacked");
+    // Nothing left half-way.
+    assert_eq!(
+        std::fs::read_dir(node.dir.path().join("store/partial"))
+            .expect("partial")
+            .count(),
+        0
+    );
+
+    // The index resolves to the store's platform, each way round; the repo
+    // digest is the index's, as with containerd.
+    let multi = format!("{}/picolet-test/multiarch:v1", reg.addr);
+    for arch in ["amd64", "arm64"] {
+        let platform = Platform::parse(&format!("linux/{arch}")).expect("platform");
+        let n = Node::for_platform(&yaml, platform);
+        let (rec, _) = n.pull(&multi, None).await.expect("pull multi-arch");
+        assert_eq!(
+            n.file_in_image(&multi, "arch").as_deref(),
+            Some(format!("{arch}\n").as_str())
+        );
+        let by_digest = rec.repo_digests[0].clone();
+        assert_ne!(
+            by_digest,
+            format!("{}/picolet-test/multiarch@{}", reg.addr, rec.manifest)
+        );
+        // Pull by that digest into another store: the same image.
+        let n2 = Node::for_platform(&yaml, Platform::parse(&format!("linux/{arch}")).expect("p"));
+        let (again, _) = n2.pull(&by_digest, None).await.expect("pull by digest");
+        assert_eq!(again.id, rec.id);
+    }
+    let riscv = Node::for_platform(&yaml, Platform::parse("linux/riscv64").expect("p"));
+    let err = riscv
+        .pull(&multi, None)
+        .await
+        .expect_err("no riscv64 image");
+    assert!(
+        err.message.contains("no image for platform linux/riscv64"),
+        "{err}"
+    );
+
+    // Errors name the reference, the registry and the status.
+    let err = node
+        .pull(&format!("{}/mirrored/busybox:nope", reg.addr), None)
+        .await
+        .expect_err("unknown tag");
+    assert_eq!(err.kind, Kind::NotFound);
+    assert!(
+        err.message.contains(&format!("({})", reg.addr))
+            && err.message.contains("HTTP 404 Not Found: MANIFEST_UNKNOWN"),
+        "{err}"
+    );
+    let wrong = format!("{}/mirrored/busybox@sha256:{}", reg.addr, "0".repeat(64));
+    let err = node.pull(&wrong, None).await.expect_err("unknown digest");
+    assert_eq!(err.kind, Kind::NotFound, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn basic_auth_over_tls_with_a_test_ca_and_a_refused_unknown_ca() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let reg = Registry::start(true, true);
+    reg.push(
+        &layout(&t.busybox_layout, "latest"),
+        "edge/busybox:v1",
+        false,
+    );
+    let image = format!("{}/edge/busybox:v1", reg.addr);
+    let ca = reg.tls.as_ref().expect("pki").ca.display().to_string();
+    let trusted = format!(
+        "configs:\n  \"{}\":\n    tls: {{ca_file: {ca}}}\n",
+        reg.addr
+    );
+    let node = Node::new(&trusted);
+
+    let err = node.pull(&image, None).await.expect_err("no credentials");
+    assert_eq!(err.kind, Kind::Unauthorized, "{err}");
+    assert!(
+        err.message.contains("HTTP 401") && err.message.contains(&reg.addr),
+        "{err}"
+    );
+    let wrong = Some(Credential {
+        username: USER.into(),
+        password: "guess".into(),
+        ..Default::default()
+    });
+    let err = node.pull(&image, wrong).await.expect_err("wrong password");
+    assert_eq!(err.kind, Kind::Unauthorized, "{err}");
+    assert!(err.message.contains("credentials refused"), "{err}");
+    let (rec, _) = node.pull(&image, right()).await.expect("right password");
+    assert_eq!(rec.repo_tags, [image.clone()]);
+
+    // Credentials from registries.yaml, base64 `auth` form.
+    let with_auth = format!(
+        "configs:\n  \"{}\":\n    auth: {{auth: ZWRnZTpwdWxsLW1l}}\n    tls: {{ca_file: {ca}}}\n",
+        reg.addr
+    );
+    Node::new(&with_auth)
+        .pull(&image, None)
+        .await
+        .expect("credentials from registries.yaml");
+
+    // The system's CAs do not know the test CA.
+    let err = Node::new("")
+        .pull(&image, right())
+        .await
+        .expect_err("unknown CA");
+    assert_eq!(err.kind, Kind::Unreachable, "{err}");
+    assert!(
+        err.message.contains(&format!("TLS with {}", reg.addr))
+            && err.message.contains("UnknownIssuer"),
+        "{err}"
+    );
+    // Another CA is no better.
+    let other = Pki::make(node.dir.path(), "other");
+    let err = Node::new(&format!(
+        "configs:\n  \"{}\":\n    tls: {{ca_file: {}}}\n",
+        reg.addr,
+        other.ca.display()
+    ))
+    .pull(&image, right())
+    .await
+    .expect_err("another CA");
+    assert!(err.message.contains("UnknownIssuer"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_download_resumes_and_a_corrupted_blob_is_refused() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let reg = Registry::start(false, false);
+    // A 16 MiB incompressible layer over busybox.
+    let base = xtask::busybox_layer(Path::new(
+        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
+    ))
+    .expect("busybox layer");
+    let big = xtask::big_image(&base, 16);
+    let big_layer = big.layers[1].blob();
+    let big_digest = xtask::sha256(&big_layer);
+    let work = tempfile::tempdir().expect("tempdir");
+    xtask::write_oci_layout(&work.path().join("big.oci"), std::slice::from_ref(&big))
+        .expect("layout");
+    reg.push(
+        &layout(&work.path().join("big.oci"), "v1"),
+        "bench/big:v1",
+        false,
+    );
+    reg.push(
+        &layout(&t.busybox_layout, "latest"),
+        "broken/busybox:v1",
+        false,
+    );
+    let yaml = format!(
+        "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
+        a = reg.addr
+    );
+
+    // What a pull cut off halfway leaves: the first half of the layer.
+    let node = Node::new(&yaml);
+    let half = big_layer.len() / 2;
+    let partial = node
+        .dir
+        .path()
+        .join("store/partial")
+        .join(big_digest.trim_start_matches("sha256:"));
+    std::fs::write(&partial, &big_layer[..half]).expect("partial");
+    let image = format!("{}/bench/big:v1", reg.addr);
+    let (rec, progress) = node.pull(&image, None).await.expect("resumed pull");
+    let fetched = progress.fetched.load(Ordering::Relaxed);
+    let busybox_blob = base.blob().len() as u64;
+    // The rest of the big layer, busybox's layer and the config: not the first half again.
+    assert!(
+        fetched < (big_layer.len() - half) as u64 + busybox_blob + 4096,
+        "fetched {fetched} bytes of a {} byte layer whose first {half} were there",
+        big_layer.len()
+    );
+    assert_eq!(
+        progress.done.load(Ordering::Relaxed),
+        progress.total.load(Ordering::Relaxed)
+    );
+    assert!(!partial.exists());
+    let blob = node
+        .store
+        .blobs()
+        .path(&images::Digest::parse(&big_digest).expect("digest"));
+    assert_eq!(std::fs::read(blob).expect("blob"), big_layer);
+    assert_eq!(rec.layers.len(), 2);
+
+    // A partial file with the wrong bytes: the whole is refused, nothing
+    // stays, and the next pull starts over and succeeds.
+    let again = Node::new(&yaml);
+    let partial = again
+        .dir
+        .path()
+        .join("store/partial")
+        .join(big_digest.trim_start_matches("sha256:"));
+    std::fs::write(&partial, vec![0u8; half]).expect("bad partial");
+    let err = again.pull(&image, None).await.expect_err("bad partial");
+    assert!(
+        err.message
+            .contains(&format!("blob {big_digest}: content hashes to")),
+        "{err}"
+    );
+    assert!(!partial.exists());
+    again.pull(&image, None).await.expect("starts over");
+
+    // A blob the registry serves corrupted (same size, one byte changed).
+    let layer_digest = xtask::sha256(&base.blob());
+    let stored = reg.blob_file(&layer_digest);
+    let mut bytes = std::fs::read(&stored).expect("registry blob");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&stored, bytes).expect("corrupt");
+    let fresh = Node::new(&yaml);
+    let err = fresh
+        .pull(&format!("{}/broken/busybox:v1", reg.addr), None)
+        .await
+        .expect_err("corrupted blob");
+    assert_eq!(err.kind, Kind::Other);
+    assert!(
+        err.message
+            .contains(&format!("blob {layer_digest}: content hashes to"))
+            && err.message.contains("corrupted, not stored"),
+        "{err}"
+    );
+    let d = images::Digest::parse(&layer_digest).expect("digest");
+    assert!(!fresh.store.blobs().contains(&d));
+    assert_eq!(
+        std::fs::read_dir(fresh.dir.path().join("store/partial"))
+            .expect("partial")
+            .count(),
+        0
+    );
+    assert!(fresh.store.list().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_pulls_of_one_image_download_it_once() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let reg = Registry::start(false, false);
+    reg.push(&layout(&t.layered_layout, "v1"), "layered:v1", false);
+    let yaml = format!(
+        "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
+        a = reg.addr
+    );
+    let node = Node::new(&yaml);
+    let image = format!("{}/layered:v1", reg.addr);
+    let pulls: Vec<_> = (0..4)
+        .map(|_| {
+            let (puller, r) = (node.puller.clone(), Reference::parse(&image).expect("ref"));
+            tokio::spawn(async move {
+                let p = Arc::new(Progress::default());
+                let rec = puller.pull(&r, None, p.clone()).await.expect("pull");
+                (
+                    rec,
+                    p.fetched.load(Ordering::Relaxed),
+                    p.total.load(Ordering::Relaxed),
+                )
+            })
+        })
+        .collect();
+    let mut fetched = 0;
+    let mut ids = Vec::new();
+    let mut total = 0;
+    for p in pulls {
+        let (rec, f, t) = p.await.expect("task");
+        fetched += f;
+        total = t;
+        ids.push(rec.id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(
+        fetched, total,
+        "four pulls fetched {fetched} bytes of a {total} byte image"
+    );
+    assert_eq!(node.store.list().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cri_pull_image_with_credentials_and_ctl_pull() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let reg = Registry::start(true, true);
+    reg.push(
+        &layout(&t.busybox_layout, "latest"),
+        "edge/busybox:v1",
+        false,
+    );
+    reg.push(&layout(&t.layered_layout, "v1"), "edge/layered:v1", false);
+    let ca = reg.tls.as_ref().expect("pki").ca.display().to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = dir.path().join("registries.yaml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "configs:\n  \"{}\":\n    tls: {{ca_file: {ca}}}\n",
+            reg.addr
+        ),
+    )
+    .expect("yaml");
+    let shim =
+        Shim::start_with_config(&format!("picolet:\n  registryConfig: {}\n", yaml.display()));
+    let mut client = shim.client().await;
+    let image = format!("{}/edge/busybox:v1", reg.addr);
+    let pull = |auth: Option<AuthConfig>| PullImageRequest {
+        image: Some(spec(&image)),
+        auth,
+        ..Default::default()
+    };
+    let err = client.pull_image(pull(None)).await.expect_err("anonymous");
+    assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+    // kubelet sends a pull secret's `auth` as it is.
+    let auth = AuthConfig {
+        auth: "ZWRnZTpwdWxsLW1l".into(),
+        ..Default::default()
+    };
+    let id = client
+        .pull_image(pull(Some(auth)))
+        .await
+        .expect("pull with credentials")
+        .into_inner()
+        .image_ref;
+    let status = client
+        .image_status(ImageStatusRequest {
+            image: Some(spec(&image)),
+            verbose: false,
+        })
+        .await
+        .expect("status")
+        .into_inner()
+        .image
+        .expect("image");
+    assert_eq!(status.id, id);
+    assert!(status.repo_digests[0].starts_with(&format!("{}/edge/busybox@sha256:", reg.addr)));
+
+    // `picolet ctl pull` with --creds, then again: up to date.
+    let layered = format!("{}/edge/layered:v1", reg.addr);
+    let out = shim.ctl(&["pull", &layered, "--creds", &format!("{USER}:{PASSWORD}")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.starts_with(&format!("pulled {layered} sha256:")),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = shim.ctl(&["pull", &layered]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is up to date"));
+    let log = std::fs::read_to_string(shim.dir.path().join("shim.log")).expect("log");
+    assert!(log.contains("pulled") && log.contains("fetched="), "{log}");
+    assert!(!log.contains(PASSWORD), "the shim logged a password");
+}
