@@ -442,7 +442,7 @@ async fn basic_auth_over_tls_with_a_test_ca_and_a_refused_unknown_ca() {
     assert_eq!(err.kind, Kind::Unauthorized, "{err}");
     assert!(err.message.contains("credentials refused"), "{err}");
     let (rec, _) = node.pull(&image, right()).await.expect("right password");
-    assert_eq!(rec.repo_tags, [image.clone()]);
+    assert_eq!(rec.repo_tags, std::slice::from_ref(&image));
 
     // Credentials from registries.yaml, base64 `auth` form.
     let with_auth = format!(
