@@ -7,6 +7,8 @@
 //! unpacked with their owners and whiteouts.
 
 mod common;
+#[path = "registry_e2e/token_server.rs"]
+mod token_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,6 +20,7 @@ use common::{Shim, spec, test_images};
 use cri_proto::v1::{AuthConfig, ImageStatusRequest, PullImageRequest};
 use images::{ImageStore, Platform, Reference, StoreOptions};
 use registry::{Credential, Kind, Options, Progress, Puller};
+use token_server::TokenServer;
 use tonic::Code;
 
 const USER: &str = "edge";
@@ -112,6 +115,15 @@ impl Pki {
     }
 }
 
+/// How the registry authenticates.
+enum Auth<'a> {
+    None,
+    /// htpasswd: HTTP basic.
+    Htpasswd,
+    /// Bearer tokens from this token server.
+    Token(&'a TokenServer),
+}
+
 /// A `docker-registry` on 127.0.0.1 with its storage in a temp dir; killed
 /// by PID on drop.
 struct Registry {
@@ -123,7 +135,11 @@ struct Registry {
 }
 
 impl Registry {
-    fn start(tls: bool, auth: bool) -> Self {
+    fn start(tls: bool, htpasswd: bool) -> Self {
+        Self::start_with(tls, if htpasswd { Auth::Htpasswd } else { Auth::None })
+    }
+
+    fn start_with(tls: bool, auth: Auth<'_>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("picolet-registry-")
             .tempdir()
@@ -145,7 +161,16 @@ impl Registry {
                 p.key.display()
             );
         }
-        if auth {
+        if let Auth::Token(t) = &auth {
+            config += &format!(
+                "auth:\n  token: {{realm: \"{}\", service: {}, issuer: {}, rootcertbundle: {}}}\n",
+                t.realm,
+                token_server::SERVICE,
+                token_server::ISSUER,
+                t.cert.display()
+            );
+        }
+        if let Auth::Htpasswd = auth {
             let out = Command::new("htpasswd")
                 .args(["-Bbn", USER, PASSWORD])
                 .output()
@@ -178,7 +203,7 @@ impl Registry {
             dir,
             addr,
             tls: pki,
-            auth,
+            auth: !matches!(auth, Auth::None),
         }
     }
 
@@ -476,6 +501,71 @@ async fn basic_auth_over_tls_with_a_test_ca_and_a_refused_unknown_ca() {
     .await
     .expect_err("another CA");
     assert!(err.message.contains("UnknownIssuer"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bearer_tokens_from_a_token_server_with_basic_credentials_or_a_refresh_token() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let work = tempfile::tempdir().expect("tempdir");
+    let tokens = TokenServer::start(work.path(), USER, PASSWORD);
+    let reg = Registry::start_with(false, Auth::Token(&tokens));
+    reg.push(
+        &layout(&t.busybox_layout, "latest"),
+        "edge/busybox:v1",
+        false,
+    );
+    reg.push(&layout(&t.layered_layout, "v1"), "edge/layered:v1", false);
+    let yaml = format!(
+        "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
+        a = reg.addr
+    );
+    let image = format!("{}/edge/busybox:v1", reg.addr);
+    let node = Node::new(&yaml);
+
+    let err = node.pull(&image, None).await.expect_err("anonymous");
+    assert_eq!(err.kind, Kind::Unauthorized, "{err}");
+    assert!(
+        err.message
+            .contains(&format!("token server {}: HTTP 401", tokens.realm)),
+        "{err}"
+    );
+    let before = tokens.issued.load(Ordering::SeqCst);
+    let (rec, _) = node
+        .pull(&image, right())
+        .await
+        .expect("token for basic credentials");
+    assert_eq!(tokens.issued.load(Ordering::SeqCst), before + 1);
+    // The same scope again: the cached token, no new one.
+    node.store.remove(&image).expect("remove");
+    let (again, _) = node.pull(&image, right()).await.expect("cached token");
+    assert_eq!(again.id, rec.id);
+    assert_eq!(tokens.issued.load(Ordering::SeqCst), before + 1);
+    // Another repository is another scope.
+    node.pull(&format!("{}/edge/layered:v1", reg.addr), right())
+        .await
+        .expect("layered");
+    assert_eq!(tokens.issued.load(Ordering::SeqCst), before + 2);
+
+    // An identity token (OAuth2 refresh token), as docker login leaves it.
+    let identity = |token: &str| {
+        Some(Credential {
+            identity_token: token.into(),
+            ..Default::default()
+        })
+    };
+    let err = Node::new(&yaml)
+        .pull(&image, identity("stale"))
+        .await
+        .expect_err("stale refresh token");
+    assert_eq!(err.kind, Kind::Unauthorized, "{err}");
+    Node::new(&yaml)
+        .pull(&image, identity(token_server::REFRESH_TOKEN))
+        .await
+        .expect("token for a refresh token");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -177,13 +177,15 @@ impl Puller {
             kind: Kind::Other,
             message: format!("{name} ({}): {message}", attempt.endpoint.authority),
         };
-        // CRI's credentials are for the image's registry; a mirror uses its
-        // own from registries.yaml.
-        let cred = match (attempt.mirror, cred) {
-            (false, Some(c)) => Some(c.clone()),
+        // CRI's credentials (else the docker config's) are for the image's
+        // registry, also when a mirror entry serves its own address; other
+        // mirrors use their own from registries.yaml.
+        let own = !attempt.mirror || attempt.endpoint.authority == reference.domain;
+        let cred = match (own, cred) {
+            (true, Some(c)) => Some(c.clone()),
             _ => match host.and_then(|h| h.auth.clone()) {
                 Some(c) => Some(c),
-                None if !attempt.mirror => match &self.opts.auth_file {
+                None if own => match &self.opts.auth_file {
                     Some(f) => dockercfg::lookup(f, &reference.domain).map_err(bad)?,
                     None => None,
                 },
