@@ -83,28 +83,29 @@ impl Default for UnpackOptions {
 /// the device's disk is full.
 pub const FREE_SPACE_RESERVE: u64 = 20;
 
-/// What a layer unpacked into `dest` may write: the configured limit, or
-/// the free space above the reserve if that is less (and why).
-fn budget(dest: &Path, max: u64) -> (u64, String) {
-    let limit = (max, format!("the limit is {} MiB", max >> 20));
-    let Ok(st) = nix::sys::statvfs::statvfs(dest) else {
-        return limit;
-    };
+/// Bytes free on `path`'s filesystem above the [`FREE_SPACE_RESERVE`]
+/// share kept free, and that reserve; `None` when statvfs fails.
+pub fn free_above_reserve(path: &Path) -> Option<(u64, u64)> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
     let frsize = st.fragment_size();
     let avail = st.blocks_available().saturating_mul(frsize);
     let reserve = st.blocks().saturating_mul(frsize) / FREE_SPACE_RESERVE;
-    let free = avail.saturating_sub(reserve);
-    if free < max {
-        (
+    Some((avail.saturating_sub(reserve), reserve))
+}
+
+/// What a layer unpacked into `dest` may write: the configured limit, or
+/// the free space above the reserve if that is less (and why).
+fn budget(dest: &Path, max: u64) -> (u64, String) {
+    match free_above_reserve(dest) {
+        Some((free, reserve)) if free < max => (
             free,
             format!(
                 "{} MiB are free on its filesystem above the {} MiB kept free",
                 free >> 20,
                 reserve >> 20
             ),
-        )
-    } else {
-        limit
+        ),
+        _ => (max, format!("the limit is {} MiB", max >> 20)),
     }
 }
 

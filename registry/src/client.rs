@@ -27,6 +27,7 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_REDIRECTS: usize = 5;
 /// Largest token answer or error body read.
 const MAX_SMALL_BODY: usize = 64 << 10;
+const READ_BUFFER: usize = 64 << 10;
 const USER_AGENT: &str = concat!("picolet/", env!("CARGO_PKG_VERSION"));
 
 /// Where the system's CA bundle usually is (Debian/Ubuntu, Fedora/RHEL,
@@ -210,7 +211,11 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+    // A small read buffer: a layer streams through in 64 KiB pieces (hyper's
+    // default lets it grow to ~400 KiB per connection, three at once).
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(READ_BUFFER)
+        .handshake(io)
         .await
         .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
@@ -404,6 +409,15 @@ impl Remote {
     ) -> Result<(String, Duration), Error> {
         let (endpoint, path) = split_url(realm)
             .ok_or_else(|| self.err(Kind::Other, format!("token realm {realm:?} is not a URL")))?;
+        // Credentials for an HTTPS registry never travel in plain text.
+        if !endpoint.https && self.conn.endpoint.https && self.cred.is_some() {
+            return Err(self.err(
+                Kind::Other,
+                format!(
+                    "token realm {realm} is plain HTTP for an HTTPS registry: credentials not sent"
+                ),
+            ));
+        }
         let conn = Conn::new(&endpoint, self.registries.host(&endpoint.authority))
             .map_err(|e| self.err(Kind::Other, e))?;
         let mut query = vec![("scope", scope)];

@@ -485,6 +485,21 @@ impl Puller {
             return Ok(());
         }
         let path = blobs.partial_path(digest);
+        // A blob that cannot fit fails before it fills the device's disk.
+        let have = tokio::fs::metadata(&path).await.map_or(0, |m| m.len());
+        if let Some((free, reserve)) = path.parent().and_then(images::unpack::free_above_reserve)
+            && size.saturating_sub(have) > free
+        {
+            return Err(remote.err(
+                Kind::Other,
+                format!(
+                    "blob {digest} is {} MiB: {} MiB are free on the store's filesystem above the {} MiB kept free",
+                    size >> 20,
+                    free >> 20,
+                    reserve >> 20
+                ),
+            ));
+        }
         let mut hashed: Option<(Sha256, u64)> = None;
         let mut reported = 0u64;
         let mut last = None;
