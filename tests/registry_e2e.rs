@@ -726,6 +726,48 @@ async fn concurrent_pulls_of_one_image_download_it_once() {
         "four pulls fetched {fetched} bytes of a {total} byte image"
     );
     assert_eq!(node.store.list().len(), 1);
+    // A pulled image is removed and collected like an imported one.
+    node.store.remove(&image).expect("remove");
+    assert!(node.store.blobs().list().expect("blobs").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn registries_yaml_is_read_again_when_it_changes() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let reg = Registry::start(false, false);
+    reg.push(
+        &layout(&t.busybox_layout, "latest"),
+        "edge/busybox:v1",
+        false,
+    );
+    let node = Node::new("");
+    let image = format!("{}/edge/busybox:v1", reg.addr);
+    // Without a mirror entry the registry is spoken to over TLS, which it lacks.
+    let err = node
+        .pull(&image, None)
+        .await
+        .expect_err("https to a plain registry");
+    assert_eq!(err.kind, Kind::Unreachable, "{err}");
+    std::fs::write(
+        node.dir.path().join("registries.yaml"),
+        format!(
+            "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
+            a = reg.addr
+        ),
+    )
+    .expect("new yaml");
+    node.pull(&image, None)
+        .await
+        .expect("pull after the change");
+    // A broken file fails pulls naming it, until it is mended.
+    std::fs::write(node.dir.path().join("registries.yaml"), "mirrors: [").expect("broken");
+    node.store.remove(&image).expect("remove");
+    let err = node.pull(&image, None).await.expect_err("broken yaml");
+    assert!(err.message.contains("registries.yaml"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
