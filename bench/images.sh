@@ -44,6 +44,20 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 hwm_kb() { awk '/VmHWM/ {print $2}' "/proc/$1/status"; }
 wait_sock() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1" >&2; exit 1; }
 
+# A fresh containerd (no CRI plugin) on private paths: $CTRD.
+start_containerd() {
+  cat > "$W/containerd/config.toml" <<TOML
+version = 2
+root = "$W/containerd/root"
+state = "$W/containerd/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$W/containerd/c.sock"
+TOML
+  containerd --config "$W/containerd/config.toml" 2>"$W/containerd/log" & CTRD=$!
+  wait_sock "$W/containerd/c.sock"
+}
+
 p_ms=(); p_srv=(); p_cli=(); c_ms=(); c_srv=(); c_cli=()
 for i in $(seq "$RUNS"); do
   rm -rf "$W/p" "$W/containerd"; mkdir -p "$W/p/images" "$W/containerd"
@@ -57,16 +71,7 @@ for i in $(seq "$RUNS"); do
   p_ms+=($(( $(now_ms) - t0 ))); p_srv+=("$(hwm_kb $SHIM)"); p_cli+=("$(cat "$W/p/cli")")
   kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 
-  cat > "$W/containerd/config.toml" <<TOML
-version = 2
-root = "$W/containerd/root"
-state = "$W/containerd/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$W/containerd/c.sock"
-TOML
-  containerd --config "$W/containerd/config.toml" 2>"$W/containerd/log" & CTRD=$!
-  wait_sock "$W/containerd/c.sock"
+  start_containerd
   t0=$(now_ms)
   /usr/bin/time -f %M -o "$W/containerd/cli" ctr --address "$W/containerd/c.sock" -n bench images import "$W/big.tar" >/dev/null
   c_ms+=($(( $(now_ms) - t0 ))); c_srv+=("$(hwm_kb $CTRD)"); c_cli+=("$(cat "$W/containerd/cli")")
@@ -100,16 +105,7 @@ for i in $(seq "$RUNS"); do
   pp_ms+=($(( $(now_ms) - t0 ))); pp_srv+=("$(hwm_kb $SHIM)")
   kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 
-  cat > "$W/containerd/config.toml" <<TOML
-version = 2
-root = "$W/containerd/root"
-state = "$W/containerd/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$W/containerd/c.sock"
-TOML
-  containerd --config "$W/containerd/config.toml" 2>"$W/containerd/log" & CTRD=$!
-  wait_sock "$W/containerd/c.sock"
+  start_containerd
   t0=$(now_ms)
   ctr --address "$W/containerd/c.sock" -n bench images pull --plain-http "$REF" >/dev/null
   cp_ms+=($(( $(now_ms) - t0 ))); cp_srv+=("$(hwm_kb $CTRD)")

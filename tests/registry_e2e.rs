@@ -207,8 +207,18 @@ impl Registry {
         }
     }
 
-    /// Pushes `src` (a skopeo source) as `repo:tag`; `all`: every platform.
-    fn push(&self, src: &str, repo_tag: &str, all: bool) {
+    /// registries.yaml for this registry without TLS: a mirror entry at its
+    /// own address that says `http://`.
+    fn plain_http_yaml(&self) -> String {
+        format!(
+            "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
+            a = self.addr
+        )
+    }
+
+    /// Pushes image `tag` of an OCI layout as `repo:tag`; `all`: every platform.
+    fn push(&self, layout: &Path, tag: &str, repo_tag: &str, all: bool) {
+        let src = format!("oci:{}:{tag}", layout.display());
         let mut cmd = Command::new("skopeo");
         cmd.args(["--insecure-policy", "copy", "-q"]);
         if all {
@@ -325,10 +335,6 @@ fn right() -> Option<Credential> {
     })
 }
 
-fn layout(path: &Path, tag: &str) -> String {
-    format!("oci:{}:{tag}", path.display())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn anonymous_pulls_through_mirrors_with_rewrites_and_platform_indexes() {
     require_root!();
@@ -338,15 +344,12 @@ async fn anonymous_pulls_through_mirrors_with_rewrites_and_platform_indexes() {
     let t = test_images();
     let reg = Registry::start(false, false);
     reg.push(
-        &layout(&t.busybox_layout, "latest"),
+        &t.busybox_layout,
+        "latest",
         "mirrored/busybox:latest",
         false,
     );
-    reg.push(
-        &layout(&t.multiarch_layout, "v1"),
-        "picolet-test/multiarch:v1",
-        true,
-    );
+    reg.push(&t.multiarch_layout, "v1", "picolet-test/multiarch:v1", true);
     // registry.invalid is never reached: its mirror answers, with the
     // repository rewritten. The registry itself speaks plain HTTP: a mirror
     // entry at its own address says so.
@@ -439,11 +442,7 @@ async fn basic_auth_over_tls_with_a_test_ca_and_a_refused_unknown_ca() {
     }
     let t = test_images();
     let reg = Registry::start(true, true);
-    reg.push(
-        &layout(&t.busybox_layout, "latest"),
-        "edge/busybox:v1",
-        false,
-    );
+    reg.push(&t.busybox_layout, "latest", "edge/busybox:v1", false);
     let image = format!("{}/edge/busybox:v1", reg.addr);
     let ca = reg.tls.as_ref().expect("pki").ca.display().to_string();
     let trusted = format!(
@@ -513,16 +512,9 @@ async fn bearer_tokens_from_a_token_server_with_basic_credentials_or_a_refresh_t
     let work = tempfile::tempdir().expect("tempdir");
     let tokens = TokenServer::start(work.path(), USER, PASSWORD);
     let reg = Registry::start_with(false, Auth::Token(&tokens));
-    reg.push(
-        &layout(&t.busybox_layout, "latest"),
-        "edge/busybox:v1",
-        false,
-    );
-    reg.push(&layout(&t.layered_layout, "v1"), "edge/layered:v1", false);
-    let yaml = format!(
-        "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
-        a = reg.addr
-    );
+    reg.push(&t.busybox_layout, "latest", "edge/busybox:v1", false);
+    reg.push(&t.layered_layout, "v1", "edge/layered:v1", false);
+    let yaml = reg.plain_http_yaml();
     let image = format!("{}/edge/busybox:v1", reg.addr);
     let node = Node::new(&yaml);
 
@@ -544,6 +536,18 @@ async fn bearer_tokens_from_a_token_server_with_basic_credentials_or_a_refresh_t
     let (again, _) = node.pull(&image, right()).await.expect("cached token");
     assert_eq!(again.id, rec.id);
     assert_eq!(tokens.issued.load(Ordering::SeqCst), before + 1);
+    // A token got with the right password never serves a wrong one.
+    node.store.remove(&image).expect("remove");
+    let wrong = Some(Credential {
+        username: USER.into(),
+        password: "guess".into(),
+        ..Default::default()
+    });
+    let err = node
+        .pull(&image, wrong)
+        .await
+        .expect_err("wrong password, cached token");
+    assert_eq!(err.kind, Kind::Unauthorized, "{err}");
     // Another repository is another scope.
     node.pull(&format!("{}/edge/layered:v1", reg.addr), right())
         .await
@@ -587,20 +591,9 @@ async fn a_broken_download_resumes_and_a_corrupted_blob_is_refused() {
     let work = tempfile::tempdir().expect("tempdir");
     xtask::write_oci_layout(&work.path().join("big.oci"), std::slice::from_ref(&big))
         .expect("layout");
-    reg.push(
-        &layout(&work.path().join("big.oci"), "v1"),
-        "bench/big:v1",
-        false,
-    );
-    reg.push(
-        &layout(&t.busybox_layout, "latest"),
-        "broken/busybox:v1",
-        false,
-    );
-    let yaml = format!(
-        "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
-        a = reg.addr
-    );
+    reg.push(&work.path().join("big.oci"), "v1", "bench/big:v1", false);
+    reg.push(&t.busybox_layout, "latest", "broken/busybox:v1", false);
+    let yaml = reg.plain_http_yaml();
 
     // What a pull cut off halfway leaves: the first half of the layer.
     let node = Node::new(&yaml);
@@ -689,11 +682,8 @@ async fn concurrent_pulls_of_one_image_download_it_once() {
     }
     let t = test_images();
     let reg = Registry::start(false, false);
-    reg.push(&layout(&t.layered_layout, "v1"), "layered:v1", false);
-    let yaml = format!(
-        "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
-        a = reg.addr
-    );
+    reg.push(&t.layered_layout, "v1", "layered:v1", false);
+    let yaml = reg.plain_http_yaml();
     let node = Node::new(&yaml);
     let image = format!("{}/layered:v1", reg.addr);
     let pulls: Vec<_> = (0..4)
@@ -739,11 +729,7 @@ async fn registries_yaml_is_read_again_when_it_changes() {
     }
     let t = test_images();
     let reg = Registry::start(false, false);
-    reg.push(
-        &layout(&t.busybox_layout, "latest"),
-        "edge/busybox:v1",
-        false,
-    );
+    reg.push(&t.busybox_layout, "latest", "edge/busybox:v1", false);
     let node = Node::new("");
     let image = format!("{}/edge/busybox:v1", reg.addr);
     // Without a mirror entry the registry is spoken to over TLS, which it lacks.
@@ -754,10 +740,7 @@ async fn registries_yaml_is_read_again_when_it_changes() {
     assert_eq!(err.kind, Kind::Unreachable, "{err}");
     std::fs::write(
         node.dir.path().join("registries.yaml"),
-        format!(
-            "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
-            a = reg.addr
-        ),
+        reg.plain_http_yaml(),
     )
     .expect("new yaml");
     node.pull(&image, None)
@@ -778,12 +761,8 @@ async fn cri_pull_image_with_credentials_and_ctl_pull() {
     }
     let t = test_images();
     let reg = Registry::start(true, true);
-    reg.push(
-        &layout(&t.busybox_layout, "latest"),
-        "edge/busybox:v1",
-        false,
-    );
-    reg.push(&layout(&t.layered_layout, "v1"), "edge/layered:v1", false);
+    reg.push(&t.busybox_layout, "latest", "edge/busybox:v1", false);
+    reg.push(&t.layered_layout, "v1", "edge/layered:v1", false);
     let ca = reg.tls.as_ref().expect("pki").ca.display().to_string();
     let dir = tempfile::tempdir().expect("tempdir");
     let yaml = dir.path().join("registries.yaml");

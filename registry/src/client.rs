@@ -384,7 +384,13 @@ impl Remote {
                 scope,
             } => {
                 let scope = scope.unwrap_or_else(|| format!("repository:{}:pull", self.repository));
-                let who = self.cred.as_ref().map_or("", |c| c.username.as_str());
+                // Keyed by the whole credential, as containerd's authorizer
+                // is: a token got with right credentials never serves a
+                // request that brings wrong ones.
+                let who = self
+                    .cred
+                    .as_ref()
+                    .map_or_else(String::new, Credential::fingerprint);
                 let key = format!(
                     "{realm}\n{}\n{scope}\n{who}",
                     service.as_deref().unwrap_or("")

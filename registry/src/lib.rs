@@ -54,6 +54,23 @@ impl Credential {
             && self.registry_token.is_empty()
     }
 
+    /// A digest of every secret in it: tells credentials apart without
+    /// keeping them in another form.
+    fn fingerprint(&self) -> String {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        for part in [
+            &self.username,
+            &self.password,
+            &self.identity_token,
+            &self.registry_token,
+        ] {
+            h.update(part.len().to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        format!("{:x}", h.finalize())
+    }
+
     /// `base64(username:password)` for a `Basic` header.
     fn basic(&self) -> String {
         base64::engine::general_purpose::STANDARD

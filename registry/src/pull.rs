@@ -615,9 +615,9 @@ impl Puller {
                 .await
                 .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
             drop(file);
-            if let Some(why) =
-                broke.or_else(|| (have < size).then(|| "the body ended early".to_string()))
-            {
+            // With every byte here, however the stream ended, check them.
+            if have < size {
+                let why = broke.unwrap_or_else(|| "the body ended early".to_string());
                 tracing::info!(blob = %digest, bytes = have, of = size, reason = %why, "download broke; resuming");
                 last = Some(remote.err(
                     Kind::Unreachable,
