@@ -239,6 +239,30 @@ mod tests {
     }
 
     #[test]
+    fn partial_downloads_older_than_the_limit_go_and_younger_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let blobs = Blobs::open(dir.path()).expect("open");
+        let (old, young) = (Digest::of(b"old"), Digest::of(b"young"));
+        fs::write(blobs.partial_path(&old), b"ol").expect("old");
+        fs::write(blobs.partial_path(&young), b"yo").expect("young");
+        let two_days_ago = filetime::FileTime::from_unix_time(
+            filetime::FileTime::now().unix_seconds() - 2 * 86400,
+            0,
+        );
+        filetime::set_file_mtime(blobs.partial_path(&old), two_days_ago).expect("mtime");
+        blobs
+            .clean_partial(std::time::Duration::from_secs(86400))
+            .expect("clean");
+        assert!(!blobs.partial_path(&old).exists());
+        assert!(blobs.partial_path(&young).exists());
+        // A complete download becomes the blob.
+        fs::write(blobs.partial_path(&young), b"young").expect("rest");
+        blobs.commit_partial(&young).expect("commit");
+        assert_eq!(blobs.read(&young).expect("read"), b"young");
+        assert!(!blobs.partial_path(&young).exists());
+    }
+
+    #[test]
     fn size_mismatch_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let blobs = Blobs::open(dir.path()).expect("open");

@@ -29,8 +29,8 @@ use crate::source::{Progress, Source};
 use crate::unpack::UnpackOptions;
 
 pub(crate) const METADATA_FILE: &str = "images.json";
-/// Partly downloaded blobs older than this are dropped when the store opens;
-/// younger ones let a pull resume where it stopped.
+/// Partly downloaded blobs untouched this long are dropped by GC (at open,
+/// after imports and removals); younger ones let a pull resume.
 const PARTIAL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// One layer of an image.
@@ -181,7 +181,6 @@ impl ImageStore {
             leases: Arc::default(),
         };
         store.blobs.clean_ingest()?;
-        store.blobs.clean_partial(PARTIAL_MAX_AGE)?;
         store.snapshots.clean_tmp()?;
         store.gc()?;
         Ok(store)
@@ -383,6 +382,8 @@ impl ImageStore {
                 self.blobs.remove(&d)?;
             }
         }
+        // Downloads nobody resumed for a day (one being written is younger).
+        self.blobs.clean_partial(PARTIAL_MAX_AGE)?;
         for d in self.snapshots.list()? {
             if !snaps.contains(&d) {
                 tracing::debug!(diff_id = %d, "removing unreferenced snapshot");
