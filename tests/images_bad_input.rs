@@ -224,7 +224,7 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
     let _ = ctl.wait();
     // What the kill left is only leftovers to the verifier, before the next
     // shim start cleans them.
-    let (ok, said) = check_store(&shim.root());
+    let (ok, said) = common::check_store(&shim.root());
     assert!(ok, "store damaged by kill -9 mid-import: {said}");
 
     shim.spawn();
@@ -249,7 +249,7 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
     shim.import(&big);
     assert!(shim.status(xtask::BIG_REF).await.is_some());
     shim.kill9();
-    let (ok, said) = check_store(&shim.root());
+    let (ok, said) = common::check_store(&shim.root());
     assert!(
         ok && said.contains(": 1 images, ") && !said.contains("leftover"),
         "{said}"
@@ -296,22 +296,6 @@ fn big_archive(dir: &Path, mb: usize) -> PathBuf {
     )
     .expect("big image");
     big
-}
-
-/// `picolet check --store` on a shim's root (no shim running): whether it
-/// passed, and what it printed.
-fn check_store(root: &Path) -> (bool, String) {
-    let out = std::process::Command::new(common::picolet())
-        .args(["check", "--config", "/dev/null", "--store", "--root"])
-        .arg(root)
-        .output()
-        .expect("picolet check --store");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -824,3 +824,91 @@ async fn cri_pull_image_with_credentials_and_ctl_pull() {
     assert!(log.contains("pulled") && log.contains("fetched="), "{log}");
     assert!(!log.contains(PASSWORD), "the shim logged a password");
 }
+
+/// Issue 20: `kill -9` of the shim in the middle of a pull leaves a store the
+/// verifier passes, no image, and a partial download the next pull resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill9_during_a_pull_leaves_a_whole_store_and_the_next_pull_resumes() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let reg = Registry::start(false, false);
+    let base = xtask::busybox_layer(Path::new(
+        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
+    ))
+    .expect("busybox layer");
+    let big = xtask::big_image(&base, 128);
+    let layer = big.layers[1].blob().len() as u64;
+    let work = tempfile::tempdir().expect("tempdir");
+    xtask::write_oci_layout(&work.path().join("big.oci"), std::slice::from_ref(&big))
+        .expect("layout");
+    reg.push(&work.path().join("big.oci"), "v1", "bench/big:v1", false);
+    let yaml = work.path().join("registries.yaml");
+    std::fs::write(&yaml, reg.plain_http_yaml()).expect("yaml");
+    let mut shim =
+        Shim::start_with_config(&format!("picolet:\n  registryConfig: {}\n", yaml.display()));
+    let image = format!("{}/bench/big:v1", reg.addr);
+    let mut ctl = Command::new(common::picolet())
+        .args(["ctl", "--socket"])
+        .arg(shim.socket())
+        .args(["pull", &image])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ctl pull");
+    let partial = shim.store().join("partial");
+    common::wait_for(
+        "the pull to be downloading",
+        Duration::from_secs(60),
+        async || {
+            std::fs::read_dir(&partial)
+                .is_ok_and(|d| d.flatten().any(|e| e.metadata().is_ok_and(|m| m.len() > 0)))
+        },
+    )
+    .await;
+    shim.kill9();
+    let _ = ctl.wait();
+    let left: u64 = std::fs::read_dir(&partial)
+        .expect("partial dir")
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let (ok, said) = common::check_store(&shim.root());
+    assert!(ok, "store damaged by kill -9 mid-pull: {said}");
+
+    shim.spawn();
+    assert!(
+        shim.status(&image).await.is_none(),
+        "a half-pulled image is visible"
+    );
+    let mut client = shim.client().await;
+    client
+        .pull_image(PullImageRequest {
+            image: Some(spec(&image)),
+            ..Default::default()
+        })
+        .await
+        .expect("pull after the restart");
+    let log = std::fs::read_to_string(shim.dir.path().join("shim.log")).expect("log");
+    let fetched: u64 = log
+        .lines()
+        .filter(|l| l.contains("pulled image="))
+        .filter_map(|l| l.split("fetched=").nth(1))
+        .filter_map(|f| f.split_whitespace().next()?.parse().ok())
+        .next_back()
+        .expect("a pulled line");
+    eprintln!("kill -9 left {left} of {layer} bytes; the next pull fetched {fetched}");
+    if left > 0 {
+        assert!(
+            fetched + left <= layer + base.blob().len() as u64 + 4096,
+            "the next pull fetched {fetched} bytes although {left} were kept"
+        );
+    }
+    let (ok, said) = {
+        shim.stop();
+        common::check_store(&shim.root())
+    };
+    assert!(ok, "store after the resumed pull: {said}");
+}

@@ -774,3 +774,19 @@ pub mod cri {
         .expect("RemovePodSandbox");
     }
 }
+
+/// `picolet check --store` on a shim's root (no shim running): whether it
+/// passed, and what it printed.
+pub fn check_store(root: &Path) -> (bool, String) {
+    let out = std::process::Command::new(picolet())
+        .args(["check", "--config", "/dev/null", "--store", "--root"])
+        .arg(root)
+        .output()
+        .expect("picolet check --store");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
