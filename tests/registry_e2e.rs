@@ -7,333 +7,23 @@
 //! unpacked with their owners and whiteouts.
 
 mod common;
+#[path = "registry_e2e/peers.rs"]
+mod peers;
 #[path = "registry_e2e/token_server.rs"]
 mod token_server;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Shim, spec, test_images};
 use cri_proto::v1::{AuthConfig, ImageStatusRequest, PullImageRequest};
-use images::{ImageStore, Platform, Reference, StoreOptions};
-use registry::{Credential, Kind, Options, Progress, Puller};
+use images::{Platform, Reference};
+use peers::{Auth, Node, PASSWORD, Pki, Registry, USER, busybox_base, require_peers, right};
+use registry::{Credential, Kind, Progress};
 use token_server::TokenServer;
 use tonic::Code;
-
-const USER: &str = "edge";
-const PASSWORD: &str = "pull-me";
-
-/// Whether the peers are installed; CI must have them.
-fn require_peers() -> bool {
-    let missing: Vec<&str> = ["docker-registry", "skopeo", "openssl", "htpasswd"]
-        .into_iter()
-        .filter(|c| !common::have(c))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI must have {missing:?} (scripts/setup.sh installs docker-registry, skopeo, openssl, apache2-utils)"
-    );
-    eprintln!("SKIP registry tests: {missing:?} not installed");
-    false
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A test CA and a server certificate for 127.0.0.1 signed by it.
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-impl Pki {
-    fn make(dir: &Path, name: &str) -> Self {
-        let p = |f: &str| dir.join(format!("{name}-{f}"));
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        run(Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN={name} test CA"),
-            ])
-            .args(ec)
-            .arg("-keyout")
-            .arg(p("ca.key"))
-            .arg("-out")
-            .arg(p("ca.crt")));
-        run(Command::new("openssl")
-            .args(["req", "-subj", "/CN=127.0.0.1"])
-            .args(ec)
-            .arg("-keyout")
-            .arg(p("server.key"))
-            .arg("-out")
-            .arg(p("server.csr")));
-        std::fs::write(
-            p("ext"),
-            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-        )
-        .expect("ext");
-        run(Command::new("openssl")
-            .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
-            .arg("-in")
-            .arg(p("server.csr"))
-            .arg("-CA")
-            .arg(p("ca.crt"))
-            .arg("-CAkey")
-            .arg(p("ca.key"))
-            .arg("-extfile")
-            .arg(p("ext"))
-            .arg("-out")
-            .arg(p("server.crt")));
-        Self {
-            ca: p("ca.crt"),
-            cert: p("server.crt"),
-            key: p("server.key"),
-        }
-    }
-}
-
-/// How the registry authenticates.
-enum Auth<'a> {
-    None,
-    /// htpasswd: HTTP basic.
-    Htpasswd,
-    /// Bearer tokens from this token server.
-    Token(&'a TokenServer),
-}
-
-/// A `docker-registry` on 127.0.0.1 with its storage in a temp dir; killed
-/// by PID on drop.
-struct Registry {
-    child: Child,
-    dir: tempfile::TempDir,
-    addr: String,
-    tls: Option<Pki>,
-    auth: bool,
-}
-
-impl Registry {
-    fn start(tls: bool, htpasswd: bool) -> Self {
-        Self::start_with(tls, if htpasswd { Auth::Htpasswd } else { Auth::None })
-    }
-
-    fn start_with(tls: bool, auth: Auth<'_>) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("picolet-registry-")
-            .tempdir()
-            .expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let pki = tls.then(|| Pki::make(dir.path(), "registry"));
-        let mut config = format!(
-            "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\nhttp:\n  addr: {addr}\n",
-            dir.path().join("data").display()
-        );
-        if let Some(p) = &pki {
-            config += &format!(
-                "  tls: {{certificate: {}, key: {}}}\n",
-                p.cert.display(),
-                p.key.display()
-            );
-        }
-        if let Auth::Token(t) = &auth {
-            config += &format!(
-                "auth:\n  token: {{realm: \"{}\", service: {}, issuer: {}, rootcertbundle: {}}}\n",
-                t.realm,
-                token_server::SERVICE,
-                token_server::ISSUER,
-                t.cert.display()
-            );
-        }
-        if let Auth::Htpasswd = auth {
-            let out = Command::new("htpasswd")
-                .args(["-Bbn", USER, PASSWORD])
-                .output()
-                .expect("htpasswd");
-            std::fs::write(dir.path().join("htpasswd"), out.stdout).expect("htpasswd file");
-            config += &format!(
-                "auth:\n  htpasswd: {{realm: picolet-test, path: {}}}\n",
-                dir.path().join("htpasswd").display()
-            );
-        }
-        std::fs::write(dir.path().join("config.yml"), config).expect("config");
-        let log = std::fs::File::create(dir.path().join("registry.log")).expect("log");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(dir.path().join("config.yml"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start docker-registry");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            dir,
-            addr,
-            tls: pki,
-            auth: !matches!(auth, Auth::None),
-        }
-    }
-
-    /// registries.yaml for this registry without TLS: a mirror entry at its
-    /// own address that says `http://`.
-    fn plain_http_yaml(&self) -> String {
-        format!(
-            "mirrors:\n  \"{a}\":\n    endpoint: [\"http://{a}\"]\n",
-            a = self.addr
-        )
-    }
-
-    /// Pushes image `tag` of an OCI layout as `repo:tag`; `all`: every platform.
-    fn push(&self, layout: &Path, tag: &str, repo_tag: &str, all: bool) {
-        let src = format!("oci:{}:{tag}", layout.display());
-        let mut cmd = Command::new("skopeo");
-        cmd.args(["--insecure-policy", "copy", "-q"]);
-        if all {
-            cmd.arg("--all");
-        }
-        match &self.tls {
-            Some(p) => {
-                let certs = self.dir.path().join("certs.d");
-                std::fs::create_dir_all(&certs).expect("certs dir");
-                std::fs::copy(&p.ca, certs.join("ca.crt")).expect("ca");
-                cmd.arg("--dest-cert-dir").arg(certs);
-            }
-            None => {
-                cmd.arg("--dest-tls-verify=false");
-            }
-        }
-        if self.auth {
-            cmd.args(["--dest-creds", &format!("{USER}:{PASSWORD}")]);
-        }
-        run(cmd
-            .arg(src)
-            .arg(format!("docker://{}/{repo_tag}", self.addr)));
-    }
-
-    /// The file a blob is stored in.
-    fn blob_file(&self, digest: &str) -> PathBuf {
-        let hex = digest.trim_start_matches("sha256:");
-        self.dir
-            .path()
-            .join("data/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A store and a puller in a temp dir with this registries.yaml.
-struct Node {
-    dir: tempfile::TempDir,
-    store: Arc<ImageStore>,
-    puller: Arc<Puller>,
-}
-
-impl Node {
-    fn new(registries_yaml: &str) -> Self {
-        Self::for_platform(registries_yaml, Platform::host())
-    }
-
-    fn for_platform(registries_yaml: &str, platform: Platform) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("picolet-pull-")
-            .tempdir()
-            .expect("tempdir");
-        std::fs::write(dir.path().join("registries.yaml"), registries_yaml).expect("yaml");
-        let store = Arc::new(
-            ImageStore::open_with(
-                dir.path().join("store"),
-                StoreOptions {
-                    platform,
-                    ..Default::default()
-                },
-            )
-            .expect("store"),
-        );
-        let puller = Arc::new(Puller::new(
-            store.clone(),
-            Options {
-                registry_config: dir.path().join("registries.yaml"),
-                auth_file: None,
-                parallel: 3,
-            },
-        ));
-        Self { dir, store, puller }
-    }
-
-    async fn pull(
-        &self,
-        r: &str,
-        cred: Option<Credential>,
-    ) -> Result<(images::ImageRecord, Arc<Progress>), registry::Error> {
-        let progress = Arc::new(Progress::default());
-        let rec = self
-            .puller
-            .pull(
-                &Reference::parse(r).expect("reference"),
-                cred,
-                progress.clone(),
-            )
-            .await?;
-        Ok((rec, progress))
-    }
-
-    fn file_in_image(&self, r: &str, path: &str) -> Option<String> {
-        let rec = self.store.get(r)?;
-        self.store
-            .layer_dirs(&rec)
-            .iter()
-            .find_map(|d| std::fs::read_to_string(d.join(path)).ok())
-    }
-}
-
-fn right() -> Option<Credential> {
-    Some(Credential {
-        username: USER.into(),
-        password: PASSWORD.into(),
-        ..Default::default()
-    })
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn anonymous_pulls_through_mirrors_with_rewrites_and_platform_indexes() {
@@ -581,10 +271,7 @@ async fn a_broken_download_resumes_and_a_corrupted_blob_is_refused() {
     let t = test_images();
     let reg = Registry::start(false, false);
     // A 16 MiB incompressible layer over busybox.
-    let base = xtask::busybox_layer(Path::new(
-        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
-    ))
-    .expect("busybox layer");
+    let base = busybox_base();
     let big = xtask::big_image(&base, 16);
     let big_layer = big.layers[1].blob();
     let big_digest = xtask::sha256(&big_layer);
@@ -834,10 +521,7 @@ async fn kill9_during_a_pull_leaves_a_whole_store_and_the_next_pull_resumes() {
         return;
     }
     let reg = Registry::start(false, false);
-    let base = xtask::busybox_layer(Path::new(
-        &std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into()),
-    ))
-    .expect("busybox layer");
+    let base = busybox_base();
     let big = xtask::big_image(&base, 128);
     let layer = big.layers[1].blob().len() as u64;
     let work = tempfile::tempdir().expect("tempdir");
