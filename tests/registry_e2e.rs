@@ -505,11 +505,113 @@ async fn cri_pull_image_with_credentials_and_ctl_pull() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = shim.ctl(&["pull", &layered]);
+    let out = shim.ctl(&["pull", &layered, "--creds", &format!("{USER}:{PASSWORD}")]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("is up to date"));
+    let out = shim.ctl(&["pull", &layered]);
+    assert!(
+        !out.status.success(),
+        "pulled with credentials, given without"
+    );
     let log = std::fs::read_to_string(shim.dir.path().join("shim.log")).expect("log");
     assert!(log.contains("pulled") && log.contains("fetched="), "{log}");
     assert!(!log.contains(PASSWORD), "the shim logged a password");
+}
+
+/// An image pulled with one pod's credentials is not given to a pod that
+/// brings none or other ones (kubelet's `KubeletEnsureSecretPulledImages`):
+/// the registry must accept theirs, and offline only the same credentials
+/// get it. A registry that never asks for credentials makes the image public.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_pulled_with_credentials_is_given_only_to_those_the_registry_accepts() {
+    require_root!();
+    if !require_peers() {
+        return;
+    }
+    let t = test_images();
+    let mut private = Registry::start(true, true);
+    private.push(&t.busybox_layout, "latest", "edge/busybox:v1", false);
+    let mut open = Registry::start(false, false);
+    open.push(&t.layered_layout, "v1", "edge/layered:v1", false);
+    let ca = private.tls.as_ref().expect("pki").ca.display().to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = dir.path().join("registries.yaml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "configs:\n  \"{}\":\n    tls: {{ca_file: {ca}}}\n{}",
+            private.addr,
+            open.plain_http_yaml()
+        ),
+    )
+    .expect("yaml");
+    let shim =
+        Shim::start_with_config(&format!("picolet:\n  registryConfig: {}\n", yaml.display()));
+    let mut client = shim.client().await;
+    let pull = |image: &str, user: Option<(&str, &str)>| PullImageRequest {
+        image: Some(spec(image)),
+        auth: user.map(|(u, p)| AuthConfig {
+            username: u.into(),
+            password: p.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let image = format!("{}/edge/busybox:v1", private.addr);
+    let id = client
+        .pull_image(pull(&image, Some((USER, PASSWORD))))
+        .await
+        .expect("pull with credentials")
+        .into_inner()
+        .image_ref;
+    for (who, user) in [("none", None), ("wrong", Some((USER, "guess")))] {
+        let err = client.pull_image(pull(&image, user)).await.expect_err(who);
+        assert_eq!(
+            err.code(),
+            Code::PermissionDenied,
+            "{who}: {}",
+            err.message()
+        );
+        assert!(
+            err.message().contains("pulled with other credentials"),
+            "{who}: {}",
+            err.message()
+        );
+    }
+    let err = client.pull_image(pull(&id, None)).await.expect_err("by ID");
+    assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+    // An open registry given credentials never asks for them: public.
+    let layered = format!("{}/edge/layered:v1", open.addr);
+    client
+        .pull_image(pull(&layered, Some((USER, PASSWORD))))
+        .await
+        .expect("pull from an open registry");
+
+    private.stop();
+    open.stop();
+    // Offline: the same credentials still get the private image, others
+    // cannot be checked; the public one needs none.
+    let again = client
+        .pull_image(pull(&image, Some((USER, PASSWORD))))
+        .await
+        .expect("the same credentials, offline")
+        .into_inner()
+        .image_ref;
+    assert_eq!(again, id);
+    let err = client
+        .pull_image(pull(&image, None))
+        .await
+        .expect_err("no credentials, offline");
+    assert_eq!(err.code(), Code::Unavailable, "{}", err.message());
+    client
+        .pull_image(pull(&layered, None))
+        .await
+        .expect("a public image, offline");
+    let meta = std::fs::read_to_string(shim.store().join("images.json"));
+    let meta = meta.expect("images.json");
+    assert!(
+        !meta.contains(PASSWORD) && meta.contains("pulled_with"),
+        "{meta}"
+    );
 }
 
 /// Issue 20: `kill -9` of the shim in the middle of a pull leaves a store the

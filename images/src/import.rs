@@ -314,6 +314,7 @@ impl Importer<'_> {
             repo_digests,
             layers,
             imported_at: now_secs(),
+            pulled_with: Vec::new(),
         })
     }
 }

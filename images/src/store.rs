@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use oci_spec::image::ImageConfiguration;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 
 use crate::blobs::Blobs;
 use crate::digest::Digest;
@@ -29,6 +30,12 @@ use crate::source::{Progress, Source};
 use crate::unpack::UnpackOptions;
 
 pub(crate) const METADATA_FILE: &str = "images.json";
+/// Partly downloaded blobs untouched this long are dropped by GC (at open,
+/// after imports and removals); younger ones let a pull resume.
+/// The key of [`ImageStore::grant`], beside the metadata.
+const GRANT_KEY_FILE: &str = "grant.key";
+/// Credentials kept per image: the most recent win.
+const MAX_GRANTS: usize = 16;
 /// Partly downloaded blobs untouched this long are dropped by GC (at open,
 /// after imports and removals); younger ones let a pull resume.
 const PARTIAL_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
@@ -60,6 +67,12 @@ pub struct ImageRecord {
     pub layers: Vec<LayerRecord>,
     /// Seconds since the epoch.
     pub imported_at: u64,
+    /// Keyed digests ([`ImageStore::grant`]) of the CRI credentials that
+    /// pulled it. Empty: anyone may use it (imported, preloaded or pulled
+    /// without credentials). Else a pod is given it only with one of these
+    /// credentials or after the registry accepts the pod's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pulled_with: Vec<String>,
 }
 
 impl ImageRecord {
@@ -114,6 +127,8 @@ pub struct ImageStore {
     /// Blobs and snapshots (by diff ID) of pulls under way, with counts:
     /// GC spares them although no image references them yet.
     leases: Arc<Mutex<HashMap<Digest, usize>>>,
+    /// The secret [`ImageStore::grant`] keys its digests with.
+    grant_key: Mutex<Option<[u8; 32]>>,
 }
 
 /// Keeps blobs and snapshots a pull is writing from GC until dropped.
@@ -179,6 +194,7 @@ impl ImageStore {
             write: Mutex::new(()),
             pins: Mutex::new(HashMap::new()),
             leases: Arc::default(),
+            grant_key: Mutex::new(None),
         };
         store.blobs.clean_ingest()?;
         store.snapshots.clean_tmp()?;
@@ -250,6 +266,7 @@ impl ImageStore {
         manifest: &Digest,
         name: &Reference,
         points_at: &Digest,
+        grant: Option<String>,
     ) -> Result<ImageRecord> {
         let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
         let source = Source::in_store(source_name);
@@ -261,13 +278,34 @@ impl ImageStore {
         };
         let mut name = name.clone();
         name.digest = None;
-        let rec = importer.image(Candidate {
+        let mut rec = importer.image(Candidate {
             manifest: manifest.clone(),
             names: vec![name],
             repo_digest: Some(points_at.clone()),
         })?;
+        rec.pulled_with.extend(grant);
         self.commit(|images| merge(images, rec.clone()))?;
-        Ok(rec)
+        Ok(self.get(rec.id.as_str()).unwrap_or(rec))
+    }
+
+    /// A digest of `secrets` (a credential's parts) keyed with a random
+    /// secret kept in the store (`grant.key`, mode 0600): tells credentials
+    /// apart without keeping them, and a copy of the metadata alone does
+    /// not let anyone guess a weak password offline.
+    pub fn grant(&self, secrets: &[&str]) -> Result<String> {
+        let mut cached = self.grant_key.lock().unwrap_or_else(|p| p.into_inner());
+        let key = match *cached {
+            Some(k) => k,
+            None => *cached.insert(load_or_create_key(&self.root.join(GRANT_KEY_FILE))?),
+        };
+        drop(cached);
+        let mut h = Sha256::new();
+        h.update(key);
+        for s in secrets {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s.as_bytes());
+        }
+        Ok(hex::encode(h.finalize()))
     }
 
     /// All images.
@@ -440,6 +478,44 @@ impl ImageStore {
 }
 
 /// Adds or updates `rec`, moving its tags away from other images.
+/// Reads the 32-byte key at `path`, or makes one: random, written to a
+/// temporary file of mode 0600, fsynced and renamed into place.
+fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    match fs::read(path) {
+        Ok(raw) => {
+            return raw.try_into().map_err(|raw: Vec<u8>| {
+                Error::io("read", path)(std::io::Error::other(format!(
+                    "{} bytes, not 32: remove it to make a new key (images pulled with credentials then ask their registry again)",
+                    raw.len()
+                )))
+            });
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("read", path)(e)),
+    }
+    let key: [u8; 32] = rand::random();
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{}", fsutil::unique_name("key")));
+    let res = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&key)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if res.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    res.map_err(Error::io("write", path))?;
+    fsutil::sync_dir(dir)?;
+    Ok(key)
+}
+
 fn merge(images: &mut Vec<ImageRecord>, rec: ImageRecord) {
     for other in images.iter_mut().filter(|i| i.id != rec.id) {
         other.repo_tags.retain(|t| !rec.repo_tags.contains(t));
@@ -452,6 +528,18 @@ fn merge(images: &mut Vec<ImageRecord>, rec: ImageRecord) {
             existing.config_size = rec.config_size;
             existing.layers = rec.layers;
             existing.imported_at = rec.imported_at;
+            // Fetched or imported without credentials: it is public. With
+            // credentials: one more that may use it, unless already public.
+            if rec.pulled_with.is_empty() {
+                existing.pulled_with.clear();
+            } else if !existing.pulled_with.is_empty() {
+                for g in rec.pulled_with {
+                    existing.pulled_with.retain(|e| *e != g);
+                    existing.pulled_with.push(g);
+                }
+                let excess = existing.pulled_with.len().saturating_sub(MAX_GRANTS);
+                existing.pulled_with.drain(..excess);
+            }
             for t in rec.repo_tags {
                 if !existing.repo_tags.contains(&t) {
                     existing.repo_tags.push(t);
@@ -505,7 +593,61 @@ mod tests {
             repo_digests: vec![],
             layers: vec![],
             imported_at: 0,
+            pulled_with: vec![],
         }
+    }
+
+    #[test]
+    fn grants_accumulate_until_a_pull_without_credentials_makes_it_public() {
+        let granted = |g: &[&str]| {
+            let mut r = rec(b"a", &["r.example/x:1"]);
+            r.pulled_with = g.iter().map(|s| s.to_string()).collect();
+            r
+        };
+        let mut images = vec![granted(&["k1"])];
+        merge(&mut images, granted(&["k2"]));
+        merge(&mut images, granted(&["k1"]));
+        assert_eq!(
+            images[0].pulled_with,
+            vec!["k2", "k1"],
+            "the latest last, once"
+        );
+        for i in 0..MAX_GRANTS {
+            merge(&mut images, granted(&[&format!("n{i}")]));
+        }
+        assert_eq!(images[0].pulled_with.len(), MAX_GRANTS);
+        assert!(!images[0].pulled_with.contains(&"k1".to_string()));
+        merge(&mut images, granted(&[]));
+        assert!(images[0].pulled_with.is_empty(), "public now");
+        merge(&mut images, granted(&["k3"]));
+        assert!(images[0].pulled_with.is_empty(), "public stays public");
+    }
+
+    #[test]
+    fn grant_keys_credentials_with_a_private_key_kept_across_opens() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = ImageStore::open(dir.path()).expect("open");
+        let a = store.grant(&["edge", "pull-me"]).expect("grant");
+        assert_eq!(a, store.grant(&["edge", "pull-me"]).expect("grant"));
+        assert_ne!(a, store.grant(&["edgep", "ull-me"]).expect("grant"));
+        let key = dir.path().join(GRANT_KEY_FILE);
+        let mode = fs::metadata(&key).expect("key").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(store);
+        let again = ImageStore::open(dir.path()).expect("open");
+        assert_eq!(a, again.grant(&["edge", "pull-me"]).expect("grant"));
+        let other = tempfile::tempdir().expect("tempdir");
+        let other = ImageStore::open(other.path()).expect("open");
+        assert_ne!(
+            a,
+            other.grant(&["edge", "pull-me"]).expect("grant"),
+            "keyed"
+        );
+        fs::write(&key, b"short").expect("write");
+        let broken = ImageStore::open(dir.path()).expect("open");
+        let err = broken.grant(&["edge"]).expect_err("a short key");
+        assert!(err.to_string().contains("grant.key"), "{err}");
     }
 
     #[test]

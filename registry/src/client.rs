@@ -269,6 +269,9 @@ pub(crate) struct Remote {
     pub registries: Arc<crate::config::Registries>,
     /// The `Authorization` value the last challenge called for.
     authorization: Mutex<Option<String>>,
+    /// Whether `cred` was shown to the registry or its token server (it
+    /// asked for credentials): an answer then may depend on them.
+    presented: std::sync::atomic::AtomicBool,
 }
 
 impl Remote {
@@ -286,6 +289,7 @@ impl Remote {
             .filter(|c| !c.registry_token.is_empty())
             .map(|c| format!("Bearer {}", c.registry_token));
         Self {
+            presented: authorization.is_some().into(),
             conn,
             repository,
             reference,
@@ -294,6 +298,11 @@ impl Remote {
             registries,
             authorization: Mutex::new(authorization),
         }
+    }
+
+    /// Whether the registry asked for the credentials and was given them.
+    pub fn presented_credentials(&self) -> bool {
+        self.presented.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn err(&self, kind: Kind, what: impl std::fmt::Display) -> Error {
@@ -364,6 +373,10 @@ impl Remote {
             };
             let value = self.answer(challenge).await?;
             *self.authorization.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
+            if self.cred.is_some() {
+                self.presented
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             authenticated = true;
         }
     }

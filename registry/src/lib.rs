@@ -54,17 +54,22 @@ impl Credential {
             && self.registry_token.is_empty()
     }
 
+    /// Every part, secret or not, in a fixed order.
+    fn parts(&self) -> [&str; 4] {
+        [
+            &self.username,
+            &self.password,
+            &self.identity_token,
+            &self.registry_token,
+        ]
+    }
+
     /// A digest of every secret in it: tells credentials apart without
     /// keeping them in another form.
     fn fingerprint(&self) -> String {
         use sha2::Digest as _;
         let mut h = sha2::Sha256::new();
-        for part in [
-            &self.username,
-            &self.password,
-            &self.identity_token,
-            &self.registry_token,
-        ] {
+        for part in self.parts() {
             h.update(part.len().to_le_bytes());
             h.update(part.as_bytes());
         }

@@ -141,18 +141,26 @@ impl Puller {
         let cred = cred.filter(|c| !c.is_empty());
         let mut failures: Vec<Error> = Vec::new();
         for attempt in registries.plan(&reference.domain, &reference.path) {
-            let remote = match self.remote(&attempt, reference, cred.as_ref(), &registries) {
-                Ok(r) => Arc::new(r),
+            let (remote, own) = match self.remote(&attempt, reference, cred.as_ref(), &registries) {
+                Ok(r) => r,
                 Err(e) => {
                     failures.push(e);
                     continue;
                 }
             };
+            let remote = Arc::new(remote);
             let mut lease = self.store.lease();
             match self.resolve(&remote, reference, &mut lease).await {
                 Ok(resolved) => {
+                    // Pulled with the request's credentials, which the
+                    // registry asked for: only they (or others it accepts
+                    // later) may use the image without asking it again.
+                    let grant = match &cred {
+                        Some(c) if own => Some(self.grant(c)?),
+                        _ => None,
+                    };
                     return self
-                        .fetch(remote, reference, resolved, lease, progress)
+                        .fetch(remote, reference, resolved, lease, progress, grant)
                         .await;
                 }
                 Err(e) => {
@@ -164,13 +172,32 @@ impl Puller {
         Err(combine(failures))
     }
 
+    /// Whether an image in the store may be given to a request with `cred`
+    /// without asking its registry: it was imported or pulled without
+    /// credentials, or pulled with these.
+    pub fn may_use(&self, rec: &ImageRecord, cred: Option<&Credential>) -> Result<bool, Error> {
+        if rec.pulled_with.is_empty() {
+            return Ok(true);
+        }
+        match cred.filter(|c| !c.is_empty()) {
+            Some(c) => Ok(rec.pulled_with.contains(&self.grant(c)?)),
+            None => Ok(false),
+        }
+    }
+
+    fn grant(&self, cred: &Credential) -> Result<String, Error> {
+        self.store.grant(&cred.parts()).map_err(store_err)
+    }
+
+    /// The remote for one attempt, and whether it uses the request's
+    /// credentials.
     fn remote(
         &self,
         attempt: &Attempt,
         reference: &Reference,
         cred: Option<&Credential>,
         registries: &Arc<Registries>,
-    ) -> Result<Remote, Error> {
+    ) -> Result<(Remote, bool), Error> {
         let host = registries.host(&attempt.endpoint.authority);
         let name = reference.to_string();
         let bad = |message: String| Error {
@@ -181,6 +208,7 @@ impl Puller {
         // registry, also when a mirror entry serves its own address; other
         // mirrors use their own from registries.yaml.
         let own = !attempt.mirror || attempt.endpoint.authority == reference.domain;
+        let uses_request = own && cred.is_some();
         let cred = match (own, cred) {
             (true, Some(c)) => Some(c.clone()),
             _ => match host.and_then(|h| h.auth.clone()) {
@@ -193,13 +221,16 @@ impl Puller {
             },
         };
         let conn = Conn::new(&attempt.endpoint, host).map_err(bad)?;
-        Ok(Remote::new(
-            conn,
-            attempt.repository.clone(),
-            name,
-            cred,
-            self.tokens.clone(),
-            registries.clone(),
+        Ok((
+            Remote::new(
+                conn,
+                attempt.repository.clone(),
+                name,
+                cred,
+                self.tokens.clone(),
+                registries.clone(),
+            ),
+            uses_request,
         ))
     }
 
@@ -368,6 +399,7 @@ impl Puller {
         resolved: Resolved,
         mut lease: Lease,
         progress: Arc<Progress>,
+        grant: Option<String>,
     ) -> Result<ImageRecord, Error> {
         let blobs = self.store.blobs();
         let raw = blobs.read(&resolved.manifest).map_err(store_err)?;
@@ -434,8 +466,9 @@ impl Puller {
             resolved.manifest,
             resolved.top,
         );
+        let grant = grant.filter(|_| remote.presented_credentials());
         let rec = tokio::task::spawn_blocking(move || {
-            store.commit_pulled(name, &manifest, &reference, &top)
+            store.commit_pulled(name, &manifest, &reference, &top, grant)
         })
         .await
         .map_err(join_err)?

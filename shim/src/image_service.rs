@@ -91,7 +91,10 @@ impl ImageSvc {
 /// The image ID of `reference`: an image already in the store is answered
 /// from it without asking a registry (an edge device works offline, and a
 /// tag is not re-resolved: pull by digest, or remove the image first, to
-/// move it); anything else is pulled, its size and time logged.
+/// move it) — unless it was pulled with other credentials than the
+/// request's, as kubelet's `KubeletEnsureSecretPulledImages` does: then the
+/// registry must accept these. Anything else is pulled, its size and time
+/// logged.
 pub(crate) async fn pull(
     store: &ImageStore,
     puller: &Arc<registry::Puller>,
@@ -99,18 +102,39 @@ pub(crate) async fn pull(
     cred: Option<registry::Credential>,
     progress: Arc<registry::Progress>,
 ) -> Result<String, Error> {
-    if let Some(rec) = store.get(reference) {
+    let present = store.get(reference);
+    if let Some(rec) = &present
+        && puller.may_use(rec, cred.as_ref())?
+    {
         return Ok(rec.id.to_string());
     }
-    let Ok(parsed) = images::Reference::parse(reference) else {
-        return Err(Error::NotFound(format!(
-            "image {reference:?} is not in the store, and an image ID cannot be pulled"
-        )));
+    let parsed = images::Reference::parse(reference).ok();
+    let Some(parsed) = parsed.filter(|_| !is_image_id(reference)) else {
+        return Err(match present {
+            Some(_) => Error::Pull(registry::Error {
+                kind: registry::Kind::Unauthorized,
+                message: format!(
+                    "image {reference} was pulled with other credentials: pull it by name with credentials its registry accepts"
+                ),
+            }),
+            None => Error::NotFound(format!(
+                "image {reference:?} is not in the store, and an image ID cannot be pulled"
+            )),
+        });
     };
     let started = std::time::Instant::now();
     let rec = puller
         .pull(&parsed, cred, progress.clone())
         .await
+        .map_err(|mut e| {
+            if present.is_some() {
+                e.message = format!(
+                    "the image in the store was pulled with other credentials, and the registry did not accept these: {}",
+                    e.message
+                );
+            }
+            e
+        })
         .inspect_err(|e| tracing::warn!(image = %parsed, error = %e, "pull failed"))?;
     tracing::info!(
         image = %parsed,
@@ -161,13 +185,18 @@ fn image_ref(spec: Option<&ImageSpec>) -> Result<&str, Error> {
             ));
         }
     };
-    let hex = image.strip_prefix("sha256:").unwrap_or(image);
-    let is_id = hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit());
-    if !is_id {
+    if !is_image_id(image) {
         images::Reference::parse(image)
             .map_err(|e| Error::InvalidArgument(format!("image.image: {e}")))?;
     }
     Ok(image)
+}
+
+/// `sha256:<hex>` or `<hex>`: an image ID, never pulled (as a reference
+/// it would name `docker.io/library/sha256`).
+fn is_image_id(image: &str) -> bool {
+    let hex = image.strip_prefix("sha256:").unwrap_or(image);
+    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn now_nanos() -> i64 {

@@ -242,6 +242,12 @@ impl Registry {
             .join(hex)
             .join("data")
     }
+
+    /// Kills the registry (by PID), keeping its files: the network is gone.
+    pub(crate) fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Registry {
