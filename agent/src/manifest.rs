@@ -4,7 +4,7 @@
 //! defaulting, then [`crate::validate`]. Pure: the caller reads the file.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use sha2::{Digest, Sha256};
@@ -16,9 +16,37 @@ pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
 /// Annotation: when the source first saw this version of the pod.
 pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 
-/// A manifest error: the file, the field path in it, what is wrong (the
-/// same shape and printing as config errors).
-pub type ManifestError = edge_config::FieldError;
+/// Every error of one manifest file: the file, and each field path in it
+/// with what is wrong. Printed `<file>: <field>: <message>`, more errors
+/// after `; ` (one log line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    pub file: PathBuf,
+    /// `(field path, message)`, in the order found; never empty.
+    pub errors: Vec<(String, String)>,
+}
+
+impl std::fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.file.display())?;
+        for (i, (field, message)) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            if field.is_empty() {
+                write!(f, "{message}")?;
+            } else {
+                write!(f, "{field}: {message}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// Unknown fields listed in one file at most (the rest are counted).
+const MAX_UNKNOWN_LISTED: usize = 20;
 
 /// Parses one manifest file's text into its pods (a `Pod`, or the items of
 /// a `PodList`/`List`), applies static pod rules and defaults, validates.
@@ -31,8 +59,7 @@ pub fn parse(
 ) -> Result<Vec<Pod>, ManifestError> {
     let err = |field: &str, message: String| ManifestError {
         file: file.to_path_buf(),
-        field: field.to_string(),
-        message,
+        errors: vec![(field.to_string(), message)],
     };
     let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
         err(
@@ -69,6 +96,7 @@ pub fn parse(
         (v, _) => return Err(err("apiVersion", format!("{v:?} (want \"v1\")"))),
     };
     let mut pods = Vec::with_capacity(objects.len());
+    let mut errors = Vec::new();
     for (i, obj) in objects.into_iter().enumerate() {
         let at = |field: &str| {
             if prefix {
@@ -82,19 +110,80 @@ pub fn parse(
             }
         };
         if prefix && obj.get("kind").and_then(|k| k.as_str()) != Some("Pod") {
-            return Err(err(&at("kind"), "want \"Pod\"".into()));
+            errors.push((at("kind"), "want \"Pod\"".to_string()));
+            continue;
         }
         let canonical = serde_json::to_vec(&obj).unwrap_or_default();
-        let mut pod = decode(obj).map_err(|(path, message)| err(&at(&path), message))?;
+        let written = serde_json::to_value(&obj).unwrap_or_default();
+        let mut pod = match decode(obj) {
+            Ok(p) => p,
+            Err((path, message)) => {
+                errors.push((at(&path), message));
+                continue;
+            }
+        };
+        // Strict decoding, as the API server's: a field the Pod type does
+        // not have is an error, not silently dropped.
+        let known = serde_json::to_value(&pod).unwrap_or_default();
+        let mut unknown = Vec::new();
+        unknown_fields(&written, &known, "", &mut unknown);
+        let extra = unknown.len().saturating_sub(MAX_UNKNOWN_LISTED);
+        for path in unknown.into_iter().take(MAX_UNKNOWN_LISTED) {
+            errors.push((at(&path), "unknown field".to_string()));
+        }
+        if extra > 0 {
+            errors.push((at(""), format!("{extra} more unknown fields")));
+        }
         apply_static_rules(&mut pod, file, &canonical, node_name, seen);
         apply_defaults(&mut pod);
-        crate::validate::pod(&pod).map_err(|(field, message)| err(&at(&field), message))?;
+        if let Err(found) = crate::validate::pod(&pod) {
+            errors.extend(found.into_iter().map(|(field, m)| (at(&field), m)));
+        }
         pods.push(pod);
+    }
+    if !errors.is_empty() {
+        return Err(ManifestError {
+            file: file.to_path_buf(),
+            errors,
+        });
     }
     if pods.is_empty() {
         return Err(err("items", "the list has no pods".into()));
     }
     Ok(pods)
+}
+
+/// Paths of the fields in `written` that decoding dropped: keys `known`
+/// (the decoded value written back) lacks. A null is no field.
+fn unknown_fields(
+    written: &serde_json::Value,
+    known: &serde_json::Value,
+    at: &str,
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    match (written, known) {
+        (Value::Object(w), Value::Object(k)) => {
+            for (key, value) in w {
+                let path = if at.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{at}.{key}")
+                };
+                match k.get(key) {
+                    Some(kv) => unknown_fields(value, kv, &path, out),
+                    None if value.is_null() => {}
+                    None => out.push(path),
+                }
+            }
+        }
+        (Value::Array(w), Value::Array(k)) => {
+            for (i, (wv, kv)) in w.iter().zip(k).enumerate() {
+                unknown_fields(wv, kv, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A pod the API server sent (already defaulted by it): its name, UID and
@@ -110,7 +199,13 @@ pub fn api_pod(value: serde_json::Value) -> Result<Pod, String> {
         return Err("metadata.uid: required".into());
     }
     apply_defaults(&mut pod);
-    crate::validate::api_pod(&pod).map_err(|(field, message)| format!("{field}: {message}"))?;
+    crate::validate::api_pod(&pod).map_err(|errors| {
+        errors
+            .iter()
+            .map(|(field, message)| format!("{field}: {message}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?;
     Ok(pod)
 }
 

@@ -47,18 +47,102 @@ fn is_port_name(s: &str) -> bool {
 
 /// Validates a defaulted static pod: no configMap, secret or projected
 /// volumes and no env from them (there is no API server to read them from;
-/// kubelet's static pods may not refer to API objects either).
-pub fn pod(pod: &Pod) -> Result {
+/// kubelet's static pods may not refer to API objects either). Every error
+/// is returned (the first of each volume and container), as the API
+/// server's validation lists them all.
+pub fn pod(pod: &Pod) -> std::result::Result<(), Vec<FieldError>> {
     check(pod, false)
 }
 
 /// Validates an API server's pod: configMaps, secrets and projected service
 /// account tokens are read from the API server.
-pub fn api_pod(pod: &Pod) -> Result {
+pub fn api_pod(pod: &Pod) -> std::result::Result<(), Vec<FieldError>> {
     check(pod, true)
 }
 
-fn check(pod: &Pod, api: bool) -> Result {
+fn check(pod: &Pod, api: bool) -> std::result::Result<(), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let mut note = |r: Result| {
+        if let Err(e) = r {
+            errors.push(e);
+        }
+    };
+    note(metadata(pod));
+    let Some(spec) = pod.spec.as_ref() else {
+        note(fail("spec", "required"));
+        return Err(errors);
+    };
+    if spec.containers.is_empty() {
+        note(fail(
+            "spec.containers",
+            "at least one container is required",
+        ));
+    }
+    match spec.restart_policy.as_deref() {
+        Some("Always" | "OnFailure" | "Never") | None => {}
+        Some(p) => note(fail(
+            "spec.restartPolicy",
+            format!("{p:?} (want \"Always\", \"OnFailure\" or \"Never\")"),
+        )),
+    }
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        note(fail(
+            "spec.terminationGracePeriodSeconds",
+            format!("{g} must not be negative"),
+        ));
+    }
+    match spec.dns_policy.as_deref() {
+        Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") | None => {}
+        Some(p) => note(fail("spec.dnsPolicy", format!("{p:?} is not a DNS policy"))),
+    }
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        note(volume(v, &format!("spec.volumes[{i}]"), api));
+        if !volumes.insert(v.name.as_str()) {
+            note(fail(
+                format!("spec.volumes[{i}].name"),
+                format!("duplicate volume {:?}", v.name),
+            ));
+        }
+    }
+    let host_network = spec.host_network.unwrap_or(false);
+    let mut names = BTreeSet::new();
+    let groups = [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("containers", &spec.containers[..]),
+    ];
+    for (group, list) in groups {
+        for (i, c) in list.iter().enumerate() {
+            let at = format!("spec.{group}[{i}]");
+            note(container(
+                c,
+                &at,
+                &volumes,
+                host_network,
+                group == "initContainers",
+                api,
+            ));
+            if !names.insert(c.name.as_str()) {
+                note(fail(
+                    format!("{at}.name"),
+                    format!("duplicate container name {:?}", c.name),
+                ));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors)
+    }
+}
+
+fn metadata(pod: &Pod) -> Result {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
         return fail("metadata.name", "required");
@@ -77,71 +161,6 @@ fn check(pod: &Pod, api: bool) -> Result {
             "metadata.namespace",
             format!("{ns:?} is not a DNS label (lowercase letters, digits, '-'; at most 63)"),
         );
-    }
-    let Some(spec) = pod.spec.as_ref() else {
-        return fail("spec", "required");
-    };
-    if spec.containers.is_empty() {
-        return fail("spec.containers", "at least one container is required");
-    }
-    match spec.restart_policy.as_deref() {
-        Some("Always" | "OnFailure" | "Never") | None => {}
-        Some(p) => {
-            return fail(
-                "spec.restartPolicy",
-                format!("{p:?} (want \"Always\", \"OnFailure\" or \"Never\")"),
-            );
-        }
-    }
-    if let Some(g) = spec.termination_grace_period_seconds
-        && g < 0
-    {
-        return fail(
-            "spec.terminationGracePeriodSeconds",
-            format!("{g} must not be negative"),
-        );
-    }
-    match spec.dns_policy.as_deref() {
-        Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") | None => {}
-        Some(p) => return fail("spec.dnsPolicy", format!("{p:?} is not a DNS policy")),
-    }
-    let mut volumes = BTreeSet::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        volume(v, &format!("spec.volumes[{i}]"), api)?;
-        if !volumes.insert(v.name.as_str()) {
-            return fail(
-                format!("spec.volumes[{i}].name"),
-                format!("duplicate volume {:?}", v.name),
-            );
-        }
-    }
-    let host_network = spec.host_network.unwrap_or(false);
-    let mut names = BTreeSet::new();
-    let groups = [
-        (
-            "initContainers",
-            spec.init_containers.as_deref().unwrap_or(&[]),
-        ),
-        ("containers", &spec.containers[..]),
-    ];
-    for (group, list) in groups {
-        for (i, c) in list.iter().enumerate() {
-            let at = format!("spec.{group}[{i}]");
-            container(
-                c,
-                &at,
-                &volumes,
-                host_network,
-                group == "initContainers",
-                api,
-            )?;
-            if !names.insert(c.name.as_str()) {
-                return fail(
-                    format!("{at}.name"),
-                    format!("duplicate container name {:?}", c.name),
-                );
-            }
-        }
     }
     Ok(())
 }
@@ -683,6 +702,42 @@ mod tests {
                 "for {extra:?}\n got: {got}\nwant: {want}"
             );
         }
+    }
+
+    #[test]
+    fn every_error_of_a_file_at_once_and_unknown_fields_named() {
+        let e = err(&format!(
+            "{C}    imagee: i:2\n    ports:\n    - containerPort: 70000\n      protocl: TCP\n  restartPolicy: Sometimes\n  nodeSelectr: {{a: b}}\n  volumes:\n  - name: h\n    hostPath: {{path: rel}}\n"
+        ));
+        for want in [
+            "spec.containers[0].imagee: unknown field",
+            "spec.containers[0].ports[0].protocl: unknown field",
+            "spec.nodeSelectr: unknown field",
+            "spec.restartPolicy: \"Sometimes\"",
+            "spec.containers[0].ports[0].containerPort: 70000 is not between 1 and 65535",
+            "spec.volumes[0].hostPath.path: \"rel\" must be absolute",
+        ] {
+            assert!(e.contains(want), "missing {want:?} in {e}");
+        }
+        assert!(e.starts_with("f.yaml: ") && !e.contains('\n'), "{e}");
+        // A list: each item's errors, with its index.
+        let list = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}, spec: {containers: [{name: c, image: 'i:1', tty: true, ttty: true}]}}\n- {apiVersion: v1, kind: Pod, metadata: {name: B}, spec: {containers: [{name: c, image: 'i:1'}]}}\n";
+        let e = crate::manifest::parse(Path::new("l.yaml"), list, "n", "t")
+            .expect_err("two bad items")
+            .to_string();
+        assert!(
+            e.contains("items[0].spec.containers[0].ttty: unknown field"),
+            "{e}"
+        );
+        assert!(
+            e.contains("items[1].metadata.name: \"B-n\" is not a DNS subdomain"),
+            "{e}"
+        );
+        // Nulls and every field the type knows are fine.
+        let ok = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{a: b}}\n  creationTimestamp: null\nspec:\n  securityContext: {{}}\n  volumes:\n  - {{name: e, emptyDir: {{}}}}\n{C}    resources: {{}}\n    env: [{{name: X, value: ''}}]\nstatus: {{}}\n"
+        );
+        crate::manifest::parse(Path::new("f.yaml"), &ok, "n", "t").expect("known fields");
     }
 
     #[test]
