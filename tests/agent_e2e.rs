@@ -728,3 +728,42 @@ spec:
         read(&agent, "job-order") == "side\n"
     });
 }
+
+/// `seccompDefault` (picolet's default: true): a container without a
+/// profile runs with the runtime's default filter (`unshare -U` refused,
+/// Seccomp: 2); a pod's `Unconfined` opts out; `seccompDefault: false`
+/// leaves it unconfined, as kubelet's default does.
+#[test]
+fn seccomp_default_confines_containers_without_a_profile() {
+    require_root!();
+    let script = "grep ^Seccomp: /proc/self/status > /out/$NAME; unshare -U true && echo unshared >> /out/$NAME; sleep 1000";
+    let secure = Agent::start("");
+    let pod_named = |agent: &Agent, name: &str, extra: &str| {
+        pod(agent, name, script, extra).replace(
+            "    volumeMounts:",
+            &format!("    env: [{{name: NAME, value: {name}}}]\n    volumeMounts:"),
+        )
+    };
+    secure.write_manifest("d.yaml", &pod_named(&secure, "confined", ""));
+    secure.write_manifest(
+        "u.yaml",
+        &pod_named(
+            &secure,
+            "optout",
+            "  securityContext: {seccompProfile: {type: Unconfined}}\n",
+        ),
+    );
+    secure.wait("both pods wrote", T, || {
+        !read(&secure, "confined").is_empty() && read(&secure, "optout").contains("unshared")
+    });
+    assert_eq!(read(&secure, "confined"), "Seccomp:\t2\n");
+    assert_eq!(read(&secure, "optout"), "Seccomp:\t0\nunshared\n");
+    drop(secure);
+
+    let open = Agent::start("seccompDefault: false\n");
+    open.write_manifest("d.yaml", &pod_named(&open, "plain", ""));
+    open.wait("the pod wrote", T, || {
+        read(&open, "plain").contains("unshared")
+    });
+    assert_eq!(read(&open, "plain"), "Seccomp:\t0\nunshared\n");
+}

@@ -90,6 +90,7 @@ struct Raw {
     node_lease_duration_seconds: Option<u32>,
     serialize_image_pulls: Option<bool>,
     max_parallel_image_pulls: Option<u32>,
+    seccomp_default: Option<bool>,
     pod_logs_dir: Option<String>,
     register_with_taints: Option<Vec<RawTaint>>,
     rotate_certificates: Option<bool>,
@@ -188,6 +189,11 @@ pub struct Config {
     /// `maxParallelImagePulls`: pulls at once when `serializeImagePulls` is
     /// false (none: no limit).
     pub max_parallel_image_pulls: Option<u32>,
+    /// `seccompDefault`: a container with no seccomp profile (its own or
+    /// its pod's) runs with the runtime's default profile, not unconfined.
+    /// picolet: true (kubelet: false) — an edge device is secure by
+    /// default; `false` or a pod's `Unconfined` profile opts out.
+    pub seccomp_default: bool,
     /// `podLogsDir`: where container logs go (kubelet: /var/log/pods).
     pub pod_logs_dir: PathBuf,
     pub node_name: String,
@@ -593,6 +599,7 @@ impl Config {
             node_lease_duration_seconds,
             serialize_image_pulls,
             max_parallel_image_pulls: raw.max_parallel_image_pulls,
+            seccomp_default: raw.seccomp_default.unwrap_or(true),
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
             node_name,
             kubeconfig: p.kubeconfig.map(PathBuf::from),

@@ -60,6 +60,8 @@ pub struct ContainerEnv<'a> {
     /// What the container's env takes from configMaps and secrets
     /// (resolved by the agent; empty for a static pod).
     pub objects: &'a crate::projection::ObjectEnv,
+    /// `seccompDefault`: no profile means RuntimeDefault, not Unconfined.
+    pub seccomp_default: bool,
 }
 
 /// Expands `$(VAR)` as kubelet does (`$$` escapes; unknown stays as is).
@@ -320,6 +322,7 @@ pub fn container_config(
     let seccomp = seccomp(
         csc.and_then(|s| s.seccomp_profile.as_ref())
             .or_else(|| psc.and_then(|s| s.seccomp_profile.as_ref())),
+        env.seccomp_default,
     );
     let caps = csc.and_then(|s| s.capabilities.as_ref());
     let mut resources = LinuxContainerResources {
@@ -430,6 +433,7 @@ mod tests {
             volumes: &BTreeMap::new(),
             qos: Qos::BestEffort,
             objects: &objects,
+            seccomp_default: false,
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 0, "sha256:abc", &env).expect("ok");
@@ -473,6 +477,7 @@ mod tests {
             volumes: &volumes,
             qos: Qos::Guaranteed,
             objects: &Default::default(),
+            seccomp_default: true,
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");

@@ -232,8 +232,17 @@ pub(super) fn supplemental_groups(spec: &PodSpec) -> Vec<i64> {
     g
 }
 
-pub(super) fn seccomp(p: Option<&SeccompProfile>) -> Option<SecurityProfile> {
-    let p = p?;
+/// kubelet's `getSeccompProfile`: the container's profile, else the
+/// pod's, else RuntimeDefault with `seccompDefault`, else none (the runtime
+/// runs it unconfined). The runtime leaves privileged containers
+/// unconfined whatever this says, as containerd does.
+pub(super) fn seccomp(p: Option<&SeccompProfile>, default: bool) -> Option<SecurityProfile> {
+    let Some(p) = p else {
+        return default.then(|| SecurityProfile {
+            profile_type: ProfileType::RuntimeDefault as i32,
+            localhost_ref: String::new(),
+        });
+    };
     Some(match p.type_.as_str() {
         "RuntimeDefault" => SecurityProfile {
             profile_type: ProfileType::RuntimeDefault as i32,
@@ -254,6 +263,34 @@ pub(super) fn seccomp(p: Option<&SeccompProfile>) -> Option<SecurityProfile> {
 pub(crate) mod tests {
     use super::*;
     use crate::manifest::test_pod as pod;
+
+    #[test]
+    fn seccomp_profile_container_then_pod_then_seccomp_default() {
+        let prof = |t: &str| SeccompProfile {
+            type_: t.into(),
+            localhost_profile: (t == "Localhost").then(|| "p.json".into()),
+        };
+        let ty = |p: Option<SecurityProfile>| p.map(|p| (p.profile_type, p.localhost_ref));
+        let rd = Some((ProfileType::RuntimeDefault as i32, String::new()));
+        assert_eq!(ty(seccomp(None, true)), rd);
+        assert_eq!(
+            ty(seccomp(None, false)),
+            None,
+            "kubelet's default: unconfined"
+        );
+        let unconfined = prof("Unconfined");
+        assert_eq!(
+            ty(seccomp(Some(&unconfined), true)),
+            Some((ProfileType::Unconfined as i32, String::new())),
+            "a pod opts out"
+        );
+        let local = prof("Localhost");
+        assert_eq!(
+            ty(seccomp(Some(&local), true)),
+            Some((ProfileType::Localhost as i32, "p.json".into()))
+        );
+        assert_eq!(ty(seccomp(Some(&prof("RuntimeDefault")), false)), rd);
+    }
 
     pub(super) fn node() -> NodeInfo {
         NodeInfo {

@@ -407,6 +407,7 @@ impl Worker {
             volumes: &vols,
             qos: self.qos,
             objects: &object_env,
+            seccomp_default: self.shared.config.seccomp_default,
         };
         let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
             Ok(cfg) => cfg,
