@@ -4,6 +4,7 @@
 mod ctl;
 mod ctl_logs;
 mod ctl_stream;
+mod logging;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -373,17 +374,19 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
 }
 
 fn init_tracing() {
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let filter = tracing_subscriber::EnvFilter::try_from_env("PICOLET_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // One event, one line: control characters from outside escaped.
+        .with_writer(logging::Stderr { ansi })
         // A log line that cannot be written is dropped. By default the
         // subscriber reports the failure with eprintln!, which panics on the
         // same broken stderr: `picolet up | tee log` and Ctrl-C (or `| head`)
         // aborted up, shim and agent at their next log line.
         .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(ansi)
         .init();
 }
 

@@ -204,6 +204,12 @@ fn bad_manifests_are_reported_and_a_good_pod_keeps_running() {
             "apiVersion: v1\nkind: Pod\nmetadata: {name: d}\nspec:\n  containers: [{name: c, image: busybox}, {name: c, image: busybox}]\n",
             "dup.yaml: spec.containers[1].name: duplicate container name \"c\"",
         ),
+        (
+            // Issue 21: a name from outside must not forge a log line.
+            "x.yaml\n2026-01-01T00:00:00.000000Z  INFO agent: forged.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: f}\nspec:\n  containers: [{name: c, image: busybox, imagee: x}]\n",
+            "spec.containers[0].imagee: unknown field",
+        ),
     ];
     for (file, text, _) in bad {
         agent.write_manifest(file, text);
@@ -221,6 +227,15 @@ fn bad_manifests_are_reported_and_a_good_pod_keeps_running() {
     assert!(
         log.contains("port.json: spec.containers[0].ports[0].containerPort"),
         "logged too"
+    );
+    assert!(
+        log.contains("x.yaml\\n2026-01-01T00:00:00.000000Z  INFO agent: forged.yaml"),
+        "escaped: {log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("2026-01-01T00:00:00.000000Z")),
+        "a forged line: {log}"
     );
     // The good pod is untouched: same container, still running.
     std::thread::sleep(Duration::from_secs(3));
