@@ -87,6 +87,7 @@ impl FileSource {
     pub fn scan(&mut self) -> Scan {
         let mut scan = Scan::default();
         let mut present: Vec<PathBuf> = Vec::new();
+        let mut skipped: Vec<(PathBuf, String)> = Vec::new();
         match std::fs::read_dir(&self.dir) {
             Ok(rd) => {
                 self.dir_error = None;
@@ -95,9 +96,21 @@ impl FileSource {
                     if name.to_string_lossy().starts_with('.') {
                         continue;
                     }
-                    // Regular files (or links to them); directories are ignored.
-                    if std::fs::metadata(entry.path()).is_ok_and(|m| m.is_file()) {
-                        present.push(entry.path());
+                    // Regular files, or links to them. Anything else is
+                    // reported (once per change), never ignored silently.
+                    let path = entry.path();
+                    match std::fs::metadata(&path) {
+                        Ok(m) if m.is_file() => present.push(path),
+                        Ok(m) => {
+                            let what = if m.is_dir() {
+                                "a directory: static pods are read from the folder's files, not from subfolders"
+                            } else {
+                                "not a regular file"
+                            };
+                            skipped.push((path, what.to_string()));
+                        }
+                        // A dangling link, a link loop (ELOOP).
+                        Err(e) => skipped.push((path, format!("cannot read: {e}"))),
                     }
                 }
             }
@@ -114,8 +127,18 @@ impl FileSource {
             }
         }
         present.sort();
+        skipped.sort();
         self.files.retain(|p, _| present.contains(p));
-        self.unreadable.retain(|p, _| present.contains(p));
+        self.unreadable
+            .retain(|p, _| present.contains(p) || skipped.iter().any(|(s, _)| s == p));
+        for (path, what) in skipped {
+            let msg = format!("{}: {what}", path.display());
+            scan.errors.push(msg.clone());
+            if self.unreadable.get(&path) != Some(&msg) {
+                scan.new_errors.push(msg.clone());
+                self.unreadable.insert(path, msg);
+            }
+        }
         let seen = crate::clock::timestamp_now().to_string();
         for path in &present {
             let text = match read_manifest(path) {
@@ -281,13 +304,17 @@ mod tests {
         let mut src = FileSource::new(d, "n");
         let s = src.scan();
         assert_eq!(s.pods.len(), 1);
-        assert_eq!(s.new_errors.len(), 1, "{:?}", s.new_errors);
-        assert!(s.new_errors[0].contains("bad.yaml: not valid YAML"));
+        assert_eq!(s.new_errors.len(), 2, "{:?}", s.new_errors);
+        assert!(s.new_errors[0].ends_with(
+            "sub: a directory: static pods are read from the folder's files, not from subfolders"
+        ));
+        assert!(s.new_errors[1].contains("bad.yaml: not valid YAML"));
         // Unchanged: the error is not new any more, the UID and seen stay.
         let uid = s.pods.keys().next().cloned().expect("uid");
         let s2 = src.scan();
         assert!(s2.new_errors.is_empty());
-        assert_eq!(s2.errors.len(), 1);
+        assert_eq!(s2.errors.len(), 2);
+        std::fs::remove_dir(d.join("sub")).expect("rmdir");
         assert_eq!(s2.pods.keys().next(), Some(&uid));
         // A good file turning bad keeps its last good pod.
         std::fs::write(d.join("a.yaml"), "apiVersion: v1\nkind: Pod\n").expect("w");
@@ -309,6 +336,40 @@ mod tests {
         let s5 = src.scan();
         assert_eq!(s5.pods.len(), 1);
         assert_ne!(s5.pods.keys().next(), Some(&uid));
+    }
+
+    #[test]
+    fn symlinks_loops_dangling_and_to_directories_are_reported_once() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path();
+        let elsewhere = tempfile::tempdir().expect("tmp");
+        std::fs::write(elsewhere.path().join("p.yaml"), POD.replace("NAME", "l")).expect("w");
+        symlink(elsewhere.path().join("p.yaml"), d.join("link.yaml")).expect("ln");
+        symlink(d.join("loop2.yaml"), d.join("loop1.yaml")).expect("ln");
+        symlink(d.join("loop1.yaml"), d.join("loop2.yaml")).expect("ln");
+        symlink(d.join("gone.yaml"), d.join("dangling.yaml")).expect("ln");
+        symlink(elsewhere.path(), d.join("dir.yaml")).expect("ln");
+        let mut src = FileSource::new(d, "n");
+        let s = src.scan();
+        assert_eq!(s.pods.len(), 1, "a link to a file is read");
+        let want = [
+            "dangling.yaml: cannot read: No such file or directory",
+            "dir.yaml: a directory",
+            "loop1.yaml: cannot read: Too many levels of symbolic links",
+            "loop2.yaml: cannot read: Too many levels of symbolic links",
+        ];
+        assert_eq!(s.new_errors.len(), want.len(), "{:?}", s.new_errors);
+        for (got, want) in s.new_errors.iter().zip(want) {
+            assert!(got.contains(want), "{got} lacks {want}");
+        }
+        let s = src.scan();
+        assert!(s.new_errors.is_empty(), "once: {:?}", s.new_errors);
+        assert_eq!(s.errors.len(), 4);
+        for f in ["loop1.yaml", "loop2.yaml", "dangling.yaml", "dir.yaml"] {
+            std::fs::remove_file(d.join(f)).expect("rm");
+        }
+        assert!(src.scan().errors.is_empty());
     }
 
     #[test]
