@@ -101,6 +101,43 @@ enum CtlCommand {
         /// LOCAL:REMOTE (LOCAL 0: any free port).
         ports: String,
     },
+    /// Stop running containers (StopContainer).
+    Stop {
+        /// Seconds of grace after SIGTERM before SIGKILL.
+        #[arg(short, long, default_value_t = 10)]
+        timeout: i64,
+        /// Container IDs or unique prefixes.
+        #[arg(required = true)]
+        containers: Vec<String>,
+    },
+    /// Remove containers (RemoveContainer); running ones only with -f.
+    Rm {
+        #[arg(short, long)]
+        force: bool,
+        #[arg(required = true)]
+        containers: Vec<String>,
+    },
+    /// Stop pod sandboxes (StopPodSandbox): their containers and network.
+    Stopp {
+        #[arg(required = true)]
+        pods: Vec<String>,
+    },
+    /// Remove pod sandboxes (RemovePodSandbox); ready ones only with -f.
+    Rmp {
+        #[arg(short, long)]
+        force: bool,
+        #[arg(required = true)]
+        pods: Vec<String>,
+    },
+    /// A container's status and verbose info as JSON.
+    Inspect { container: String },
+    /// A pod sandbox's status and verbose info as JSON.
+    Inspectp { pod: String },
+    /// Running containers' CPU (over 1 s), memory and writable layer use.
+    Stats {
+        /// Only this container.
+        container: Option<String>,
+    },
     /// Change a running container's resources (UpdateContainerResources),
     /// as `crictl update` does: the request carries exactly these values (0:
     /// unset), as kubelet's does.
@@ -216,6 +253,37 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
             let id = resolve_pod(&mut client, &pod).await?;
             crate::ctl_stream::port_forward(&mut client, id, local, remote).await
         }
+        CtlCommand::Stop {
+            timeout,
+            containers,
+        } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::stop(&mut client, &containers, timeout).await
+        }
+        CtlCommand::Rm { force, containers } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::rm(&mut client, &containers, force).await
+        }
+        CtlCommand::Stopp { pods } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::stopp(&mut client, &pods).await
+        }
+        CtlCommand::Rmp { force, pods } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::rmp(&mut client, &pods, force).await
+        }
+        CtlCommand::Inspect { container } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::inspect(&mut client, &container).await
+        }
+        CtlCommand::Inspectp { pod } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::inspectp(&mut client, &pod).await
+        }
+        CtlCommand::Stats { container } => {
+            let mut client = RuntimeServiceClient::new(channel);
+            crate::ctl_manage::stats(&mut client, container.as_deref()).await
+        }
         CtlCommand::Update {
             memory,
             cpu_shares,
@@ -245,7 +313,7 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
 }
 
 /// The one pod sandbox whose ID starts with `prefix`.
-async fn resolve_pod(
+pub(crate) async fn resolve_pod(
     client: &mut RuntimeServiceClient<cri_proto::Channel>,
     prefix: &str,
 ) -> Result<String> {
@@ -482,7 +550,7 @@ fn age(created_ns: i64) -> String {
     }
 }
 
-fn short(id: &str) -> String {
+pub(crate) fn short(id: &str) -> String {
     id.chars().take(13).collect()
 }
 
@@ -583,7 +651,7 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
     Ok(())
 }
 
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [&str; 4] = ["B", "kB", "MB", "GB"];
     let mut v = bytes as f64;
     let mut u = 0;

@@ -3,6 +3,7 @@
 
 mod ctl;
 mod ctl_logs;
+mod ctl_manage;
 mod ctl_stream;
 mod logging;
 

@@ -4,7 +4,8 @@
 //! anything. On this machine (cgroup v1) libcontainer writes them to the
 //! devices controller; on cgroup v2 the shim attaches an eBPF program with
 //! the same rules (tests/vm/run.sh checks that in a v2 guest). Also drives
-//! `picolet ctl exec` and `picolet ctl logs`. Root.
+//! `picolet ctl exec` and `picolet ctl logs`, and ctl's stop, rm, stopp,
+//! rmp, inspect, inspectp and stats on a pod nobody else manages. Root.
 
 mod common;
 
@@ -144,4 +145,71 @@ async fn device_rules_are_enforced_and_ctl_exec_and_logs_work() {
 
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
+}
+
+/// ctl removes what no agent will (issue 21): inspect/inspectp print the
+/// status as JSON, stats a row per running container, rm refuses a running
+/// container without -f, stop and rm and rmp -f leave nothing.
+#[tokio::test]
+async fn ctl_inspects_stops_and_removes_an_orphaned_pod() {
+    require_root!();
+    let shim = Shim::start();
+    shim.import(&test_images().busybox_layout);
+    let mut c = cri::client(&shim.socket()).await;
+    let logs = shim.dir.path().join("pods").join("orphan");
+    let pod = cri::pod("orphan", &logs, false, &shim.cgroup_parent("orphan"));
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let spec = cri::container(
+            name,
+            "busybox",
+            &[
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; while :; do sleep 0.1; done",
+            ],
+        );
+        let id = cri::create(&mut c, &pod_id, &pod, spec).await;
+        cri::start(&mut c, &id).await;
+        ids.push(id);
+    }
+    let ok = |args: &[&str]| {
+        let out = shim.ctl(args);
+        assert!(out.status.success(), "ctl {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", &ids[0][..12]])).expect("json");
+    assert_eq!(json["status"]["id"], ids[0].as_str());
+    assert_eq!(json["status"]["state"], "CONTAINER_RUNNING");
+    assert_eq!(json["status"]["metadata"]["name"], "a");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["inspectp", &pod_id[..12]])).expect("json");
+    assert_eq!(json["status"]["state"], "SANDBOX_READY");
+    assert_eq!(json["status"]["metadata"]["name"], "orphan");
+    let stats = ok(&["stats"]);
+    for id in &ids {
+        let row = stats
+            .lines()
+            .find(|l| l.starts_with(&id[..13]))
+            .unwrap_or_else(|| panic!("no row for {id}: {stats}"));
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert!(cols[2].parse::<f64>().is_ok(), "CPU %: {row}");
+        assert!(cols[3].ends_with('B'), "memory: {row}");
+    }
+
+    let refused = shim.ctl(&["rm", &ids[0][..12]]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is running: stop it first"));
+    assert_eq!(ok(&["stop", "-t", "5", &ids[0][..12]]).trim(), ids[0]);
+    assert_eq!(ok(&["rm", &ids[0][..12]]).trim(), ids[0]);
+    let refused = shim.ctl(&["rmp", &pod_id[..12]]);
+    assert!(!refused.status.success(), "a ready pod");
+    assert!(ok(&["rmp", "-f", &pod_id[..12]]).contains(&pod_id));
+    assert!(
+        !ok(&["ps", "-a"]).contains(&ids[1][..13]),
+        "its containers went with it"
+    );
+    assert!(!ok(&["pods"]).contains(&pod_id[..13]));
 }
