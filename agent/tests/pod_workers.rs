@@ -171,6 +171,33 @@ async fn a_pod_gets_a_sandbox_and_its_container_and_runs() {
     assert!(reasons.contains(&"Started".to_string()), "{reasons:?}");
 }
 
+/// kubelet's image manager: a present image with `IfNotPresent` is not
+/// pulled, and the event says so.
+#[tokio::test]
+async fn a_present_image_is_not_pulled_and_the_event_says_so() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let p = api_pod(
+        "present",
+        serde_json::json!({"containers": [{"name": "main", "image": "busybox:1",
+                           "imagePullPolicy": "IfNotPresent", "command": ["sleep"]}]}),
+    );
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, "uid-present") == "Running").await;
+    assert!(!fake.state().calls.contains(&"PullImage"));
+    let pulled: Vec<String> = s
+        .recorder
+        .list()
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Pulled"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert_eq!(
+        pulled,
+        ["Container image \"busybox:1\" already present on machine"]
+    );
+}
+
 #[tokio::test]
 async fn a_failing_container_is_restarted_after_its_back_off() {
     let fake = FakeCri::start().await;

@@ -89,7 +89,16 @@ impl Worker {
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
         let present = cri.image_id(&image).await.ok().flatten();
         match (policy, present) {
-            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id),
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => {
+                // kubelet's image manager says so at every container start.
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Pulled",
+                    &format!("Container image {image:?} already present on machine"),
+                );
+                return Ok(id);
+            }
             ("Never", None) => {
                 let msg =
                     format!("Container image {image:?} is not present with pull policy of Never");
