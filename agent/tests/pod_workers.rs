@@ -183,7 +183,10 @@ async fn a_present_image_is_not_pulled_and_the_event_says_so() {
                            "imagePullPolicy": "IfNotPresent", "command": ["sleep"]}]}),
     );
     s.workers.update(&desired(&[&p]));
-    eventually("phase Running", || phase(&s.statuses, "uid-present") == "Running").await;
+    eventually("phase Running", || {
+        phase(&s.statuses, "uid-present") == "Running"
+    })
+    .await;
     assert!(!fake.state().calls.contains(&"PullImage"));
     let pulled: Vec<String> = s
         .recorder

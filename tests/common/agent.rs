@@ -174,10 +174,7 @@ impl Agent {
             .arg(self.command)
             .arg("--config")
             .arg(self.config_path())
-            .env(
-                "PICOLET_LOG",
-                std::env::var("PICOLET_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            // PICOLET_LOG passes through; unset, picolet's own default.
             .stdout(Stdio::null())
             .stderr(if self.stderr_unread {
                 Stdio::piped()

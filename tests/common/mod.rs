@@ -183,10 +183,7 @@ impl Shim {
             .arg(self.socket())
             .arg("--images-dir")
             .arg(self.images_dir())
-            .env(
-                "PICOLET_LOG",
-                std::env::var("PICOLET_LOG").unwrap_or_else(|_| "info".into()),
-            )
+            // PICOLET_LOG passes through; unset, picolet's own default.
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
