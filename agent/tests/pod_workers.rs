@@ -171,6 +171,38 @@ async fn a_pod_gets_a_sandbox_and_its_container_and_runs() {
     assert!(reasons.contains(&"Started".to_string()), "{reasons:?}");
 }
 
+/// A pod whose sandbox cannot be made is Pending in the status with why
+/// (each container ContainerCreating), not missing; it runs once the
+/// runtime can make it.
+#[tokio::test]
+async fn a_pod_whose_sandbox_fails_is_pending_with_the_reason() {
+    let fake = FakeCri::start().await;
+    fake.state().sandbox_error = Some("plugin type=\"bridge\" failed (add): no IPs left".into());
+    let s = setup(&fake).await;
+    let p = pod("nonet", "Always", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("a Pending status", || phase(&s.statuses, &uid) == "Pending").await;
+    let st = s.statuses.get(&uid).and_then(|p| p.status).expect("status");
+    let waiting = st.container_statuses.expect("containers")[0]
+        .state
+        .clone()
+        .and_then(|s| s.waiting)
+        .expect("waiting");
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+    assert!(
+        waiting.message.as_deref().is_some_and(
+            |m| m.starts_with("Failed to create pod sandbox: ") && m.contains("no IPs left")
+        ),
+        "{waiting:?}"
+    );
+    fake.state().sandbox_error = None;
+    eventually("Running once the runtime can", || {
+        phase(&s.statuses, &uid) == "Running"
+    })
+    .await;
+}
+
 /// kubelet's image manager: a present image with `IfNotPresent` is not
 /// pulled, and the event says so.
 #[tokio::test]

@@ -276,7 +276,10 @@ impl Worker {
             )
         });
         let acted = match self.apply(&pod, &observed, &actions).await? {
-            Applied::SandboxFailed => return Ok(Duration::from_secs(5)),
+            Applied::SandboxFailed => {
+                self.publish(&pod, &observed);
+                return Ok(Duration::from_secs(5));
+            }
             Applied::Acted => true,
             Applied::Nothing => false,
         };
@@ -427,12 +430,24 @@ impl Worker {
                     sandbox_id = Some(id);
                 }
                 Err(e) => {
-                    self.event(
-                        None,
-                        EventType::Warning,
-                        "FailedCreatePodSandBox",
-                        &format!("Failed to create pod sandbox: {e}"),
-                    );
+                    let msg = format!("Failed to create pod sandbox: {e}");
+                    self.event(None, EventType::Warning, "FailedCreatePodSandBox", &msg);
+                    // Visible in the status (Pending, each container
+                    // ContainerCreating with why), not only as an event.
+                    for c in spec
+                        .init_containers
+                        .iter()
+                        .flatten()
+                        .chain(spec.containers.iter())
+                    {
+                        self.waiting.insert(
+                            c.name.clone(),
+                            Waiting {
+                                reason: reason::CONTAINER_CREATING.into(),
+                                message: msg.clone(),
+                            },
+                        );
+                    }
                     return Ok(Applied::SandboxFailed);
                 }
             }

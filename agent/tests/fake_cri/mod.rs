@@ -55,6 +55,8 @@ pub struct State {
     /// PullImage calls under way now, and the most at once so far.
     pub pulls_now: usize,
     pub pulls_most: usize,
+    /// RunPodSandbox fails with this (as a CNI plugin's error would).
+    pub sandbox_error: Option<String>,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
     seq: u64,
 }
@@ -269,6 +271,9 @@ impl RuntimeService for Svc {
     ) -> Reply<RunPodSandboxResponse> {
         let config = r.into_inner().config.unwrap_or_default();
         self.with("RunPodSandbox", |s| {
+            if let Some(e) = &s.sandbox_error {
+                return Err(Status::unknown(e.clone()));
+            }
             let id = s.next_id("sb");
             let sb = Sandbox {
                 id: id.clone(),
