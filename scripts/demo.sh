@@ -4,20 +4,45 @@
 # folder /var/lib/picolet/images and runs the demo static pod
 # examples/manifests/hello.yaml from /etc/picolet/manifests: an init
 # container writes a page, busybox httpd serves it on 127.0.0.1:8080.
-# Run as root; Ctrl-C removes the demo pod and stops picolet.
+# Run as root (sudo, or a root shell where there is no sudo). Ctrl-C removes
+# the demo pod, waits until the agent has torn it down (containers, mounts,
+# cgroups, network) and stops picolet: nothing of the demo is left.
+#
+#   scripts/demo.sh            # interactive: Ctrl-C to stop
+#   scripts/demo.sh --check    # non-interactive (CI): up, page served, stop,
+#                              # and fail if anything of the pod is left
+# PICOLET_BIN=path uses that binary instead of building one (CI: the static
+# dist/picolet-x86_64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo $0)" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "demo: run as root (sudo $0, or as root where there is no sudo)" >&2; exit 1; }
+check=
+[ "${1:-}" = --check ] && check=1
 
-scripts/setup.sh
-cargo build --release --locked -p picolet
-bin="${CARGO_TARGET_DIR:-target}/release/picolet"
+if [ -n "${PICOLET_BIN:-}" ]; then
+  bin=$(realpath "$PICOLET_BIN")
+  scripts/setup.sh --demo
+  . scripts/cargo-env.sh
+else
+  scripts/setup.sh --demo
+  . scripts/cargo-env.sh
+  cargo build --release --locked -p picolet
+  bin="${CARGO_TARGET_DIR:-target}/release/picolet"
+fi
 
 mkdir -p /var/lib/picolet/images /etc/picolet/manifests
 [ -f /var/lib/picolet/images/busybox.tar ] || cargo xtask demo-image /var/lib/picolet/images/busybox.tar
 demo_pod=/etc/picolet/manifests/hello.yaml
 ours=
 if [ ! -e "$demo_pod" ]; then cp examples/manifests/hello.yaml "$demo_pod"; ours=1; fi
+
+# What the pod leaves if its teardown is cut short: mounts of its sandbox,
+# emptyDir and rootfs, its cgroups, its log dir.
+leftovers() {
+  grep -E ' /run/picolet/| /var/lib/picolet/(shim|agent)/' /proc/self/mountinfo | grep -E 'hello|sandboxes|containers|pods' || true
+  find /sys/fs/cgroup -maxdepth 4 -type d -path '*kubepods*' -name 'pod*' 2>/dev/null || true
+  ls -d /var/log/pods/*_hello-* 2>/dev/null || true
+}
 
 setsid "$bin" up &   # own process group: Ctrl-C reaches only this script, which removes the pod first
 up=$!
@@ -26,13 +51,15 @@ stop() {
   if [ -n "$ours" ]; then
     echo; echo "demo: removing the demo pod (the agent stops it with its grace period)"
     rm -f "$demo_pod"
-    # Until the agent has removed the pod's sandbox and its log directory
-    # (the last thing it does for a pod), or 10 s.
-    for _ in $(seq 100); do
-      "$bin" ctl pods 2>/dev/null | grep -q ' hello-' || ls -d /var/log/pods/*_hello-* >/dev/null 2>&1 || break
+    # Until the agent has removed the pod's sandbox, mounts, cgroups and
+    # log directory (its 5 s grace and the teardown), or 60 s.
+    for _ in $(seq 600); do
+      if ! "$bin" ctl pods 2>/dev/null | grep -q ' hello-' && [ -z "$(leftovers)" ]; then break; fi
       sleep 0.1
     done
   fi
+  # picolet itself stops; pods of other manifests keep running (they
+  # outlive picolet by design: `up` on SIGTERM never tears pods down).
   kill "$up" 2>/dev/null || true
   wait "$up" 2>/dev/null || true
 }
@@ -41,7 +68,7 @@ trap stop EXIT INT TERM
 page=
 # Our httpd Running first (a container left by an earlier, unclean stop may
 # still answer on :8080 before the shim is up), then the page.
-for _ in $(seq 300); do
+for _ in $(seq 600); do
   "$bin" ctl ps 2>/dev/null | grep -q 'Running.*httpd' && break
   sleep 0.1
 done
@@ -57,6 +84,22 @@ echo
 echo
 "$bin" ctl ps || true
 echo
+if [ -n "$check" ]; then
+  [ -n "$page" ] || { echo "demo --check: the page was not served" >&2; exit 1; }
+  stop
+  left=$(leftovers)
+  if [ -n "$left" ]; then
+    echo "demo --check: left behind:" >&2
+    echo "$left" >&2
+    exit 1
+  fi
+  if pgrep -f "^$bin (up|shim|agent|monitor)" >/dev/null; then
+    echo "demo --check: picolet processes left: $(pgrep -af "^$bin ")" >&2
+    exit 1
+  fi
+  echo "demo --check: served '$page', stopped, nothing left"
+  exit 0
+fi
 echo "Try: busybox wget -qO- http://127.0.0.1:10250/pods   (PodList with status, as kubelet's /pods)"
 echo "     busybox wget -qO- http://127.0.0.1:10250/events (events: Pulled, Created, Started, ...)"
 echo "     edit $demo_pod (the pod is replaced) or drop more v1/Pod files beside it."

@@ -27,11 +27,17 @@ PACKAGES=(gcc libc6-dev protobuf-compiler busybox-static skopeo containerd qemu-
   musl-tools gcc-aarch64-linux-gnu libc6-dev-arm64-cross openssl prometheus qemu-system-x86
   qemu-system-arm cpio ca-certificates containernetworking-plugins iptables iproute2 util-linux
   docker-registry apache2-utils)
+# What scripts/demo.sh needs, no more: the build (cc for build scripts,
+# protoc) and the demo image (busybox-static), CA certificates for cargo's
+# downloads.
+DEMO_PACKAGES=(gcc libc6-dev protobuf-compiler busybox-static ca-certificates)
 # The rustup targets of the static builds (scripts/dist.sh).
 TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
+demo=
 case "${1:-}" in
   --list-packages) printf '%s\n' "${PACKAGES[@]}"; exit 0 ;;
   --list-targets) printf '%s\n' "${TARGETS[@]}"; exit 0 ;;
+  --demo) demo=1; PACKAGES=("${DEMO_PACKAGES[@]}") ;;
 esac
 
 need_apt=()
@@ -54,10 +60,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 
-if ! command -v cargo >/dev/null; then
-  echo "setup: cargo is missing: install the Rust toolchain (rustup) first" >&2
-  exit 1
-fi
+# shellcheck source=scripts/cargo-env.sh
+. "$(dirname "$0")/cargo-env.sh"
+[ -z "$demo" ] || exit 0
 for comp in clippy rustfmt; do
   rustup component list --installed 2>/dev/null | grep -q "^$comp" || rustup component add "$comp"
 done

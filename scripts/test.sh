@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+. scripts/cargo-env.sh
 exec cargo nextest run --workspace --locked --no-fail-fast "$@"

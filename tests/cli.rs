@@ -134,3 +134,32 @@ fn check_validates_config_and_manifests() {
         "{err}"
     );
 }
+
+/// Issue 21: `sudo scripts/demo.sh` said "cargo is missing": sudo's
+/// secure_path hides ~/.cargo/bin. The scripts find rustup's cargo there.
+#[test]
+fn the_scripts_find_rustups_cargo_when_path_hides_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = tempfile::tempdir().expect("tempdir");
+    let bin = home.path().join(".cargo/bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    std::fs::write(bin.join("cargo"), "#!/bin/sh\necho rustup-cargo\n").expect("write");
+    std::fs::set_permissions(bin.join("cargo"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/cargo-env.sh");
+    let out = Command::new("/bin/bash")
+        .arg("-c")
+        .arg(format!(". {script} && cargo"))
+        .env_clear()
+        // sudo's secure_path on Debian and Ubuntu.
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("HOME", home.path())
+        .output()
+        .expect("bash");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "rustup-cargo",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
