@@ -152,7 +152,10 @@ fn the_scripts_find_rustups_cargo_when_path_hides_it() {
         .arg(format!(". {script} && cargo"))
         .env_clear()
         // sudo's secure_path on Debian and Ubuntu.
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .env("HOME", home.path())
         .output()
         .expect("bash");

@@ -8,9 +8,25 @@ pub mod generate;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 
 use crate::mutex::lock;
+
+/// kubelet's status manager `updateLastTransitionTime`: a condition keeps
+/// the time it last changed status; a new or changed one gets `now`.
+fn transition_times(old: &[PodCondition], new: Option<&mut Vec<PodCondition>>, now: i64) {
+    for c in new.into_iter().flatten() {
+        if c.last_transition_time.is_some() {
+            continue;
+        }
+        c.last_transition_time = match old.iter().find(|o| o.type_ == c.type_) {
+            Some(o) if o.status == c.status && o.last_transition_time.is_some() => {
+                o.last_transition_time.clone()
+            }
+            _ => time(now),
+        };
+    }
+}
 
 pub use generate::{Context, ProbeState, Waiting, no_probes, pod_status, time};
 
@@ -24,8 +40,14 @@ pub struct Manager {
 }
 
 impl Manager {
-    pub fn set(&self, uid: &str, pod: Pod) {
+    pub fn set(&self, uid: &str, mut pod: Pod) {
         let mut pods = lock(&self.pods);
+        let old = pods.get(uid).and_then(|o| o.status.as_ref());
+        transition_times(
+            old.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]),
+            pod.status.as_mut().and_then(|s| s.conditions.as_mut()),
+            crate::clock::now_ns(),
+        );
         let changed = pods.get(uid).is_none_or(|o| o.status != pod.status);
         pods.insert(uid.to_string(), pod);
         drop(pods);
@@ -53,5 +75,34 @@ impl Manager {
     /// call): for one waiter, the status sync.
     pub async fn changed(&self) {
         self.changed.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let cond = |t: &str, s: &str| PodCondition {
+            type_: t.into(),
+            status: s.into(),
+            ..Default::default()
+        };
+        let mut first = vec![cond("Ready", "False"), cond("Initialized", "True")];
+        transition_times(&[], Some(&mut first), 1_000_000_000);
+        assert!(
+            first
+                .iter()
+                .all(|c| c.last_transition_time == time(1_000_000_000))
+        );
+        let mut second = vec![cond("Ready", "True"), cond("Initialized", "True")];
+        transition_times(&first, Some(&mut second), 5_000_000_000);
+        assert_eq!(
+            second[0].last_transition_time,
+            time(5_000_000_000),
+            "changed"
+        );
+        assert_eq!(second[1].last_transition_time, time(1_000_000_000), "kept");
     }
 }
