@@ -22,8 +22,9 @@ set -euo pipefail
 # containernetworking-plugins (/usr/lib/cni), iptables (portmap and the
 # bridge's masquerade call it), iproute2 and util-linux (ip, nsenter): the
 # pod network tests. docker-registry (distribution 2.8) and apache2-utils
-# (htpasswd): the registry the pull tests push to and pull from.
-PACKAGES=(gcc libc6-dev protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils
+# (htpasswd): the registry the pull tests push to and pull from. g++:
+# libFuzzer's C++ for scripts/fuzz.sh (libfuzzer-sys builds it).
+PACKAGES=(gcc g++ libc6-dev protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils
   musl-tools gcc-aarch64-linux-gnu libc6-dev-arm64-cross openssl prometheus qemu-system-x86
   qemu-system-arm cpio ca-certificates containernetworking-plugins iptables iproute2 util-linux
   docker-registry apache2-utils)

@@ -141,13 +141,14 @@ impl Puller {
         let cred = cred.filter(|c| !c.is_empty());
         let mut failures: Vec<Error> = Vec::new();
         for attempt in registries.plan(&reference.domain, &reference.path) {
-            let (remote, own) = match self.remote(&attempt, reference, cred.as_ref(), &registries) {
-                Ok(r) => r,
-                Err(e) => {
-                    failures.push(e);
-                    continue;
-                }
-            };
+            let (remote, uses_request) =
+                match self.remote(&attempt, reference, cred.as_ref(), &registries) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        failures.push(e);
+                        continue;
+                    }
+                };
             let remote = Arc::new(remote);
             let mut lease = self.store.lease();
             match self.resolve(&remote, reference, &mut lease).await {
@@ -156,7 +157,7 @@ impl Puller {
                     // registry asked for: only they (or others it accepts
                     // later) may use the image without asking it again.
                     let grant = match &cred {
-                        Some(c) if own => Some(self.grant(c)?),
+                        Some(c) if uses_request => Some(self.grant(c)?),
                         _ => None,
                     };
                     return self

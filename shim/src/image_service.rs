@@ -128,8 +128,13 @@ pub(crate) async fn pull(
         .await
         .map_err(|mut e| {
             if present.is_some() {
+                let why = if e.kind == registry::Kind::Unreachable {
+                    "the registry, which must accept these first, cannot be reached"
+                } else {
+                    "the registry did not accept these"
+                };
                 e.message = format!(
-                    "the image in the store was pulled with other credentials, and the registry did not accept these: {}",
+                    "the image in the store was pulled with other credentials, and {why}: {}",
                     e.message
                 );
             }
