@@ -203,6 +203,41 @@ async fn a_pod_whose_sandbox_fails_is_pending_with_the_reason() {
     .await;
 }
 
+/// A pod of 300 containers is stopped at most 128 at a time (1,000 at once
+/// starved other pods' exec probes in the runtime), all within one round of
+/// the fake runtime's stop time per 128.
+#[tokio::test]
+async fn a_big_pods_containers_are_stopped_a_bounded_number_at_once() {
+    let fake = FakeCri::start().await;
+    fake.state().stop_delay = Duration::from_millis(200);
+    let s = setup(&fake).await;
+    let containers: Vec<_> = (0..300)
+        .map(|i| {
+            serde_json::json!({"name": format!("c{i}"), "image": "busybox:1",
+                                    "imagePullPolicy": "IfNotPresent", "command": ["sleep"]})
+        })
+        .collect();
+    let p = api_pod("big", serde_json::json!({"containers": containers}));
+    s.workers.update(&desired(&[&p]));
+    eventually("300 containers Running", || {
+        phase(&s.statuses, "uid-big") == "Running"
+    })
+    .await;
+    let t0 = Instant::now();
+    s.workers.update(&desired(&[]));
+    eventually("all stopped", || {
+        let st = fake.state();
+        !st.containers.is_empty()
+            && st
+                .containers
+                .values()
+                .all(|c| c.state == cri_proto::v1::ContainerState::ContainerExited)
+    })
+    .await;
+    assert_eq!(fake.state().stops_most, 128);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
 /// kubelet's image manager: a present image with `IfNotPresent` is not
 /// pulled, and the event says so.
 #[tokio::test]

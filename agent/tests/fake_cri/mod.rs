@@ -55,6 +55,11 @@ pub struct State {
     /// PullImage calls under way now, and the most at once so far.
     pub pulls_now: usize,
     pub pulls_most: usize,
+    /// How long each StopContainer takes; those under way now, the most at
+    /// once so far.
+    pub stop_delay: std::time::Duration,
+    pub stops_now: usize,
+    pub stops_most: usize,
     /// RunPodSandbox fails with this (as a CNI plugin's error would).
     pub sandbox_error: Option<String>,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
@@ -429,6 +434,14 @@ impl RuntimeService for Svc {
         r: Request<StopContainerRequest>,
     ) -> Reply<StopContainerResponse> {
         let id = r.into_inner().container_id;
+        let delay = {
+            let mut s = lock(&self.0);
+            s.stops_now += 1;
+            s.stops_most = s.stops_most.max(s.stops_now);
+            s.stop_delay
+        };
+        tokio::time::sleep(delay).await;
+        lock(&self.0).stops_now -= 1;
         self.with("StopContainer", |s| {
             if let Some(c) = s.containers.get_mut(&id)
                 && c.state == ContainerState::ContainerRunning

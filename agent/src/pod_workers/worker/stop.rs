@@ -8,6 +8,14 @@ use crate::events::EventType;
 use crate::hooks;
 use crate::plan::{self, ObservedContainer, State};
 
+/// Containers of one pod stopped at once (preStop hook and StopContainer).
+/// kubelet stops them all at once; 1,000 at once kept the runtime so busy
+/// that other pods' exec probes timed out. The grace period runs from when
+/// the pod's teardown began, not from a container's turn (at least
+/// [`MIN_GRACE`] each, as after a preStop hook that used up the period), so
+/// a pod of many containers still stops within about its grace period.
+const STOPS_AT_ONCE: usize = 128;
+
 /// A container to stop, the `Killing` event's message, and a grace period
 /// other than the pod's (a failed probe's own).
 pub(super) type Stop<'a> = (&'a ObservedContainer, String, Option<Duration>);
@@ -49,6 +57,8 @@ impl Worker {
 
     pub(super) async fn kill_containers(&self, list: &[Stop<'_>]) {
         let mut set = tokio::task::JoinSet::new();
+        let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(STOPS_AT_ONCE));
+        let started = std::time::Instant::now();
         for (c, why, own_grace) in list {
             let grace = own_grace.unwrap_or_else(|| self.grace());
             let spec_c = self.pod.as_ref().and_then(|p| {
@@ -72,8 +82,9 @@ impl Worker {
             let id = c.id.clone();
             let running = c.state == State::Running;
             let pod_ip = self.pod_ip_hint();
+            let turns = turns.clone();
             set.spawn(async move {
-                let started = std::time::Instant::now();
+                let _turn = turns.acquire_owned().await;
                 if running
                     && let Some(sc) = &spec_c
                     && let Some(h) = sc.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
@@ -85,7 +96,8 @@ impl Worker {
                 }
                 // As kubelet: whole seconds the hook took come off the grace
                 // (CRI's timeout is in seconds; 3 s less a few ms of hook
-                // truncated to 2 s, and a TERM handler lost its third second).
+                // truncated to 2 s, and a TERM handler lost its third second),
+                // and here the wait for a turn too.
                 let left = grace.saturating_sub(Duration::from_secs(started.elapsed().as_secs()));
                 let left = if left < MIN_GRACE && !grace.is_zero() {
                     MIN_GRACE
