@@ -353,11 +353,13 @@ mod tests {
         let mut src = FileSource::new(d, "n");
         let s = src.scan();
         assert_eq!(s.pods.len(), 1, "a link to a file is read");
+        // The OS's wording of ENOENT and ELOOP is not ours to test (qemu-user
+        // words a loop otherwise): that they are reported, by name.
         let want = [
-            "dangling.yaml: cannot read: No such file or directory",
+            "dangling.yaml: cannot read: ",
             "dir.yaml: a directory",
-            "loop1.yaml: cannot read: Too many levels of symbolic links",
-            "loop2.yaml: cannot read: Too many levels of symbolic links",
+            "loop1.yaml: cannot read: ",
+            "loop2.yaml: cannot read: ",
         ];
         assert_eq!(s.new_errors.len(), want.len(), "{:?}", s.new_errors);
         for (got, want) in s.new_errors.iter().zip(want) {
