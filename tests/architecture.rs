@@ -116,7 +116,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("logs", &["runtime"]),
     ("runtime", &["cri_config", "keyring", "metrics", "plan"]),
     ("source", &["clock", "manifest", "mutex"]),
-    ("status", &["mutex", "plan", "reason"]),
+    ("status", &["clock", "mutex", "plan", "reason"]),
     ("events", &["clock", "mutex"]),
     ("health", &["mutex"]),
     ("node", &["cri_config"]),
