@@ -30,8 +30,6 @@ use crate::source::{Progress, Source};
 use crate::unpack::UnpackOptions;
 
 pub(crate) const METADATA_FILE: &str = "images.json";
-/// Partly downloaded blobs untouched this long are dropped by GC (at open,
-/// after imports and removals); younger ones let a pull resume.
 /// The key of [`ImageStore::grant`], beside the metadata.
 const GRANT_KEY_FILE: &str = "grant.key";
 /// Credentials kept per image: the most recent win.
@@ -477,7 +475,6 @@ impl ImageStore {
     }
 }
 
-/// Adds or updates `rec`, moving its tags away from other images.
 /// Reads the 32-byte key at `path`, or makes one: random, written to a
 /// temporary file of mode 0600, fsynced and renamed into place.
 fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
@@ -516,6 +513,7 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
     Ok(key)
 }
 
+/// Adds or updates `rec`, moving its tags away from other images.
 fn merge(images: &mut Vec<ImageRecord>, rec: ImageRecord) {
     for other in images.iter_mut().filter(|i| i.id != rec.id) {
         other.repo_tags.retain(|t| !rec.repo_tags.contains(t));
