@@ -19,10 +19,21 @@ pub fn unique_name(prefix: &str) -> String {
 /// Writes `data` to `path` atomically: temp file in the same dir, fsync,
 /// rename, fsync of the directory.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    write_atomic_mode(path, data, 0o666)
+}
+
+/// [`write_atomic`] with the file created as `mode` (less the umask), so a
+/// secret is never readable by others, not even before the rename.
+pub fn write_atomic_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}", unique_name("tmp")));
     let res = (|| {
-        let mut f = fs::File::create(&tmp)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         fs::rename(&tmp, path)

@@ -475,11 +475,9 @@ impl ImageStore {
     }
 }
 
-/// Reads the 32-byte key at `path`, or makes one: random, written to a
-/// temporary file of mode 0600, fsynced and renamed into place.
+/// Reads the 32-byte key at `path`, or makes one: random, written
+/// atomically with mode 0600.
 fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     match fs::read(path) {
         Ok(raw) => {
             return raw.try_into().map_err(|raw: Vec<u8>| {
@@ -493,23 +491,7 @@ fn load_or_create_key(path: &Path) -> Result<[u8; 32]> {
         Err(e) => return Err(Error::io("read", path)(e)),
     }
     let key: [u8; 32] = rand::random();
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}", fsutil::unique_name("key")));
-    let res = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&key)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res.map_err(Error::io("write", path))?;
-    fsutil::sync_dir(dir)?;
+    fsutil::write_atomic_mode(path, &key, 0o600)?;
     Ok(key)
 }
 
