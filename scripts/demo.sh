@@ -100,8 +100,8 @@ if [ -n "$check" ]; then
   echo "demo --check: served '$page', stopped, nothing left"
   exit 0
 fi
-echo "Try: busybox wget -qO- http://127.0.0.1:10250/pods   (PodList with status, as kubelet's /pods)"
-echo "     busybox wget -qO- http://127.0.0.1:10250/events (events: Pulled, Created, Started, ...)"
+echo "Try: $bin ctl logs <container id> / ctl exec -it <id> sh / ctl inspectp <pod id>"
+echo "     the kubelet API is HTTPS on 127.0.0.1:10250 (client certificates; README: Ports)"
 echo "     edit $demo_pod (the pod is replaced) or drop more v1/Pod files beside it."
 echo "Ctrl-C to stop."
 wait "$up"

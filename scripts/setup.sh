@@ -23,11 +23,13 @@ set -euo pipefail
 # bridge's masquerade call it), iproute2 and util-linux (ip, nsenter): the
 # pod network tests. docker-registry (distribution 2.8) and apache2-utils
 # (htpasswd): the registry the pull tests push to and pull from. g++:
-# libFuzzer's C++ for scripts/fuzz.sh (libfuzzer-sys builds it).
+# libFuzzer's C++ for scripts/fuzz.sh (libfuzzer-sys builds it). curl: the
+# TLS client of the kubelet API tests (the API port's certificate, client
+# certificates).
 PACKAGES=(gcc g++ libc6-dev protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils
   musl-tools gcc-aarch64-linux-gnu libc6-dev-arm64-cross openssl prometheus qemu-system-x86
   qemu-system-arm cpio ca-certificates containernetworking-plugins iptables iproute2 util-linux
-  docker-registry apache2-utils)
+  docker-registry apache2-utils curl)
 # What scripts/demo.sh needs, no more: the build (cc for build scripts,
 # protoc) and the demo image (busybox-static), CA certificates for cargo's
 # downloads.

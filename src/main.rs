@@ -293,7 +293,7 @@ impl AgentArgs {
             c.port = v;
         }
         if let Some(v) = self.address {
-            c.address = v;
+            c.address = Some(v);
         }
     }
 }

@@ -782,3 +782,208 @@ fn seccomp_default_confines_containers_without_a_profile() {
     });
     assert_eq!(read(&open, "plain"), "Seccomp:\t0\nunshared\n");
 }
+
+/// `openssl` in `dir`: a CA `name` and a client certificate it signed for
+/// CN `cn`, O `org`; returns (CA, client cert, client key) paths.
+fn client_ca(dir: &std::path::Path, name: &str, cn: &str, org: &str) -> [std::path::PathBuf; 3] {
+    let p = |f: &str| dir.join(format!("{name}-{f}"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl (scripts/setup.sh installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let s = |x: &std::path::PathBuf| x.display().to_string();
+    let (ca_key, ca, key, csr, crt) =
+        (p("ca.key"), p("ca.crt"), p("c.key"), p("c.csr"), p("c.crt"));
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(&ca_key),
+        "-out",
+        &s(&ca),
+        "-subj",
+        &format!("/CN={name}-ca"),
+        "-days",
+        "2",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(&key),
+        "-out",
+        &s(&csr),
+        "-subj",
+        &format!("/O={org}/CN={cn}"),
+    ]);
+    // X.509 v3 with the client-auth usage, as a cluster's client
+    // certificates are (webpki refuses v1 certificates).
+    let ext = p("ext");
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").expect("ext");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&ca),
+        "-CAkey",
+        &s(&ca_key),
+        "-CAcreateserial",
+        "-out",
+        &s(&crt),
+        "-days",
+        "1",
+        "-extfile",
+        &s(&ext),
+    ]);
+    [ca, crt, key]
+}
+
+/// curl on the agent's API port, trusting its self-signed certificate
+/// (so curl checks it serves 127.0.0.1): (HTTP code or curl's failure, body).
+fn curl(agent: &Agent, path: &str, extra: &[&str]) -> (String, String) {
+    let serving = agent.shim.root().join("agent/pki/picolet-serving.crt");
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-w",
+            "\n%{http_code}",
+            "--cacert",
+        ])
+        .arg(&serving)
+        .args(extra)
+        .arg(format!("https://127.0.0.1:{}{path}", agent.api_port))
+        .output()
+        .expect("curl (scripts/setup.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let code = if out.status.success() {
+        code.to_string()
+    } else {
+        format!(
+            "curl exit {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    };
+    (code, body.to_string())
+}
+
+/// The API port is HTTPS with a self-signed certificate curl accepts for
+/// 127.0.0.1; a client certificate from `clientCAFile` is let in, one
+/// from another CA is refused in the handshake, none gets 401 (anonymous
+/// access is off); `/containerLogs` serves the real log file with
+/// kubelet's options, `/run` runs a command, and the read-only port has
+/// neither.
+#[test]
+fn the_api_port_takes_client_certificates_and_serves_logs() {
+    require_root!();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let [ca, crt, key] = client_ca(tmp.path(), "good", "e2e-admin", "system:masters");
+    let [_, other_crt, other_key] = client_ca(tmp.path(), "other", "intruder", "system:masters");
+    let agent = Agent::start(&format!(
+        "authentication: {{x509: {{clientCAFile: {}}}}}\n",
+        ca.display()
+    ));
+    let script = "for i in 1 2 3; do echo line$i; done; echo oops >&2; \
+                  i=0; while true; do i=$((i+1)); echo tick$i; sleep 0.2; done";
+    agent.write_manifest("logs.yaml", &pod(&agent, "logs", script, ""));
+    agent.wait_pod("logs", "Running", T, running);
+    let (c, k) = (crt.display().to_string(), key.display().to_string());
+    let me = ["--cert", c.as_str(), "--key", k.as_str()];
+
+    let (code, body) = curl(&agent, "/pods", &me);
+    assert_eq!(code, "200", "{body}");
+    assert!(body.contains("\"PodList\""), "{body}");
+    let (code, body) = curl(&agent, "/pods", &[]);
+    assert_eq!((code.as_str(), body.as_str()), ("401", "Unauthorized\n"));
+    let (oc, ok) = (
+        other_crt.display().to_string(),
+        other_key.display().to_string(),
+    );
+    let (code, _) = curl(&agent, "/pods", &["--cert", &oc, "--key", &ok]);
+    assert!(
+        code.starts_with("curl exit"),
+        "another CA's certificate: {code}"
+    );
+    let (code, _) = curl(&agent, "/stats/summary", &me);
+    assert_eq!(code, "200");
+
+    let logs = "/containerLogs/default/logs-e2e/main";
+    let (code, body) = curl(&agent, &format!("{logs}?limitBytes=11"), &me);
+    assert_eq!((code.as_str(), body.as_str()), ("200", "line1\nline2"));
+    // stdout and stderr are two pipes: "oops" may land after "tick1".
+    let deadline = Instant::now() + T;
+    while !curl(&agent, logs, &me).1.contains("tick5\n") {
+        assert!(Instant::now() < deadline, "no tick5 in the log");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, body) = curl(&agent, &format!("{logs}?tailLines=2"), &me);
+    assert_eq!(body.lines().count(), 2, "{body:?}");
+    assert!(body.starts_with("tick"), "{body:?}");
+    let (_, body) = curl(
+        &agent,
+        &format!("{logs}?timestamps=true&limitBytes=200"),
+        &me,
+    );
+    let first = body.lines().next().unwrap_or_default();
+    assert!(
+        first.ends_with(" line1") && first.starts_with("20") && first.contains('T'),
+        "{first:?}"
+    );
+    assert!(body.contains(" oops\n"), "stderr interleaved: {body:?}");
+    let (code, _) = curl(
+        &agent,
+        &format!("{logs}?sinceSeconds=1&sinceTime=2026-01-01T00:00:00Z"),
+        &me,
+    );
+    assert_eq!(code, "422");
+    let (code, body) = curl(&agent, &format!("{logs}?previous=true"), &me);
+    assert_eq!(code, "400", "no previous instance: {body}");
+    let (code, _) = curl(&agent, "/containerLogs/default/logs-e2e/nope", &me);
+    assert_eq!(code, "404");
+    // follow: new lines keep coming until the client leaves.
+    let started = Instant::now();
+    let (code, body) = curl(
+        &agent,
+        &format!("{logs}?follow=true&sinceSeconds=1"),
+        &[&me[..], &["--max-time", "2"]].concat(),
+    );
+    assert!(
+        code.contains("exit Some(28)"),
+        "ended by curl's timeout: {code}"
+    );
+    let ticks: Vec<&str> = body.lines().filter(|l| l.starts_with("tick")).collect();
+    assert!(ticks.len() >= 5, "ticks in 2 s of following: {ticks:?}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+
+    let (code, body) = curl(
+        &agent,
+        "/run/default/logs-e2e/main?cmd=echo%20ran%20here",
+        &[&me[..], &["-X", "POST"]].concat(),
+    );
+    assert_eq!((code.as_str(), body.as_str()), ("200", "ran here\n"));
+
+    // The read-only port: the read-only endpoints, no logs, no run.
+    assert_eq!(status_of(agent.port, "/pods"), "200");
+    assert_eq!(status_of(agent.port, logs), "404");
+}

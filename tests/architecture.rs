@@ -70,7 +70,7 @@ const AGENT: &[(&str, &[&str])] = &[
         "server",
         &[
             "evict", "events", "health", "kube", "metrics", "mutex", "prober", "runtime", "source",
-            "stats", "status",
+            "stats", "status", "x509",
         ],
     ),
     (
@@ -133,6 +133,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "objects",
             "runtime",
             "status",
+            "x509",
         ],
     ),
     ("httpc", &[]),
@@ -155,6 +156,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("kmsg", &[]),
     ("clock", &[]),
     ("mutex", &[]),
+    ("x509", &[]),
 ];
 
 /// Module paths whose files must stay pure (a path and everything below).
@@ -179,8 +181,10 @@ const AGENT_PURE: &[&str] = &[
     "projection",
     "qos",
     "reason",
+    "server::logs",
     "status::generate",
     "validate",
+    "x509",
 ];
 
 const SHIM: &[(&str, &[&str])] = &[

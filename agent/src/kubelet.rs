@@ -37,6 +37,9 @@ pub enum Error {
     Owner(String),
     #[error("{0}")]
     Kubeconfig(String),
+    /// The API port's TLS or authentication settings.
+    #[error("{0}")]
+    ApiPort(String),
 }
 
 /// Runs the agent until `shutdown` resolves. Containers keep running when
@@ -160,16 +163,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     let cfg = &config;
     let healthz = SocketAddr::new(cfg.healthz_bind_address, cfg.healthz_port);
-    let api_ip = if cfg.address.is_loopback() {
-        cfg.address
-    } else {
-        tracing::warn!(
-            "address: {} ignored: the API has no authentication yet and binds 127.0.0.1 only",
-            cfg.address
-        );
-        std::net::IpAddr::from([127, 0, 0, 1])
+    let ports = server::Ports {
+        healthz,
+        api: SocketAddr::new(cfg.api_address(), cfg.port),
+        read_only: (cfg.read_only_port != 0)
+            .then(|| SocketAddr::new(cfg.api_address(), cfg.read_only_port)),
     };
-    let api = SocketAddr::new(api_ip, cfg.port);
+    let tls = api_tls(cfg, kubeconfig.as_deref(), &node.host_ip)?;
+    if cfg.authorization_mode() == edge_config::config::AuthorizationMode::Webhook
+        && api_client.is_none()
+    {
+        return Err(Error::ApiPort(
+            "authorization.mode: Webhook asks the API server, and there is no kubeconfig".into(),
+        ));
+    }
     let srv = server::Server {
         cri: cri.clone(),
         stats: Stats::new(
@@ -191,11 +198,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             pressure: pressure.clone(),
             shown: std::sync::Mutex::new(Vec::new()),
         },
+        auth: server::auth::Auth::new(config.node_name.clone(), cfg, api_client.clone()),
+        streams: Arc::new(tokio::sync::Semaphore::new(server::MAX_STREAMS)),
     };
-    server::serve(Arc::new(srv), healthz, api)
+    server::serve(Arc::new(srv), ports, tls)
         .await
         .map_err(|source| Error::Io {
-            what: format!("listen on {healthz} / {api}"),
+            what: format!("listen on {ports:?}"),
             source,
         })?;
     let (changed, mut pleg_rx) = tokio::sync::mpsc::channel(1024);
@@ -535,4 +544,50 @@ async fn api_changed(
         }
         None => std::future::pending().await,
     }
+}
+
+/// The API port's TLS: its serving certificate (configured, else
+/// self-signed in the data dir) and the CA client certificates are
+/// checked against (`authentication.x509.clientCAFile`, else in cluster
+/// mode the kubeconfig's CA: the one the API server's kubelet client
+/// certificate comes from in a kubeadm-made cluster; authorization still
+/// decides what such a certificate may do).
+fn api_tls(
+    cfg: &Config,
+    kubeconfig: Option<&std::path::Path>,
+    host_ip: &str,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let bad = |what: &std::path::Path, e: &dyn std::fmt::Display| {
+        Error::ApiPort(format!("{}: {e}", what.display()))
+    };
+    let (cert, key) = match &cfg.tls {
+        Some((c, k)) => (
+            std::fs::read(c).map_err(|e| bad(c, &e))?,
+            std::fs::read(k).map_err(|e| bad(k, &e))?,
+        ),
+        None => {
+            let dir = kube::bootstrap::cert_dir(&cfg.data_dir);
+            let ips: Vec<std::net::IpAddr> = host_ip.parse().ok().into_iter().collect();
+            server::tls::self_signed(&dir, &cfg.node_name, &ips)
+                .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?
+        }
+    };
+    let client_ca = match (&cfg.authentication.client_ca_file, kubeconfig) {
+        (Some(f), _) => Some(std::fs::read(f).map_err(|e| bad(f, &e))?),
+        (None, Some(k)) => kube::config::load(k).ok().and_then(|c| c.ca),
+        (None, None) => None,
+    };
+    if client_ca.is_none() && !cfg.cluster_mode() && !cfg.authentication.anonymous {
+        tracing::info!(
+            "API port: no authentication.x509.clientCAFile and anonymous access is off: \
+             only the read-only port (readOnlyPort) and /healthz answer without credentials"
+        );
+    }
+    server::tls::server_config(&cert, &key, client_ca.as_deref()).map_err(|e| {
+        let file = cfg.tls.as_ref().map_or_else(
+            || "the self-signed certificate".into(),
+            |(c, _)| c.display().to_string(),
+        );
+        Error::ApiPort(format!("API port TLS ({file}): {e}"))
+    })
 }

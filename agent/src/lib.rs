@@ -52,5 +52,6 @@ pub mod stats;
 pub mod status;
 pub mod validate;
 pub mod volumes;
+pub mod x509;
 
 pub use crate::kubelet::{Error, run};

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::api_port::{Authentication, Authorization, AuthorizationMode};
 use crate::labels::check_node_label;
 pub use crate::labels::parse_node_labels;
 use crate::quantity::{parse_duration, parse_quantity, parse_quantity_milli};
@@ -94,6 +95,11 @@ struct Raw {
     pod_logs_dir: Option<String>,
     register_with_taints: Option<Vec<RawTaint>>,
     rotate_certificates: Option<bool>,
+    read_only_port: Option<u16>,
+    tls_cert_file: Option<String>,
+    tls_private_key_file: Option<String>,
+    authentication: Option<crate::api_port::RawAuthentication>,
+    authorization: Option<crate::api_port::RawAuthorization>,
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     picolet: Option<RawPicolet>,
@@ -156,8 +162,24 @@ pub struct Config {
     pub sync_frequency: Duration,
     pub healthz_bind_address: IpAddr,
     pub healthz_port: u16,
-    pub address: IpAddr,
+    /// `address`: where the API port binds. None: 0.0.0.0 in cluster
+    /// mode (the API server reaches the node there), 127.0.0.1 otherwise
+    /// ([`Config::api_address`]).
+    pub address: Option<IpAddr>,
+    /// The API port: HTTPS, every request authenticated and authorized.
     pub port: u16,
+    /// `readOnlyPort` (0, the default: off): plain HTTP on `address`
+    /// without authentication, the read-only endpoints only (`/pods`,
+    /// `/stats/summary`, `/metrics*`, `/healthz`), as kubelet's. For a
+    /// Prometheus on the device that has no client certificate.
+    pub read_only_port: u16,
+    /// `tlsCertFile` + `tlsPrivateKeyFile` (PEM): the API port's serving
+    /// certificate. None: a self-signed one in `<dataDir>/agent/pki`.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// `authentication`: who a request on the API port is.
+    pub authentication: Authentication,
+    /// `authorization`: what they may do there.
+    pub authorization: Authorization,
     pub max_pods: u32,
     pub cgroups_per_qos: bool,
     pub cgroup_root: String,
@@ -548,6 +570,8 @@ impl Config {
                 *slot = slot.saturating_add(v);
             }
         }
+        let (authentication, authorization) =
+            crate::api_port::parse(raw.authentication, raw.authorization, &dur, &err)?;
         let max_pods = raw.max_pods.unwrap_or(110);
         if max_pods == 0 {
             return Err(err("maxPods", "must be at least 1".into()));
@@ -561,8 +585,31 @@ impl Config {
             sync_frequency: dur("syncFrequency", &raw.sync_frequency, "1m")?,
             healthz_bind_address: ip("healthzBindAddress", &raw.healthz_bind_address, "127.0.0.1")?,
             healthz_port: raw.healthz_port.unwrap_or(10248),
-            address: ip("address", &raw.address, "127.0.0.1")?,
+            address: raw
+                .address
+                .is_some()
+                .then(|| ip("address", &raw.address, ""))
+                .transpose()?,
             port: raw.port.unwrap_or(10250),
+            read_only_port: raw.read_only_port.unwrap_or(0),
+            tls: match (raw.tls_cert_file, raw.tls_private_key_file) {
+                (None, None) => None,
+                (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
+                (Some(_), None) => {
+                    return Err(err(
+                        "tlsPrivateKeyFile",
+                        "missing: tlsCertFile needs its key".into(),
+                    ));
+                }
+                (None, Some(_)) => {
+                    return Err(err(
+                        "tlsCertFile",
+                        "missing: tlsPrivateKeyFile needs its certificate".into(),
+                    ));
+                }
+            },
+            authentication,
+            authorization,
             max_pods,
             cgroups_per_qos: raw.cgroups_per_qos.unwrap_or(true),
             cgroup_root: raw.cgroup_root.unwrap_or_else(|| "/".into()),

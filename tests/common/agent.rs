@@ -15,7 +15,11 @@ pub struct Agent {
     pub shim: Shim,
     pub child: Option<Child>,
     pub healthz_port: u16,
+    /// The read-only port (plain HTTP, no authentication): what `get`
+    /// and `request` use.
     pub port: u16,
+    /// The API port (HTTPS, authenticated).
+    pub api_port: u16,
     pub extra_config: String,
     /// Appended to the `picolet:` section (indented lines).
     pub picolet_extra: String,
@@ -71,6 +75,7 @@ impl Agent {
             // Bound by the agent (port 0) and read from its log at spawn.
             healthz_port: 0,
             port: 0,
+            api_port: 0,
             extra_config: extra_config.into(),
             picolet_extra: String::new(),
             cri_socket: None,
@@ -119,7 +124,7 @@ impl Agent {
         let text = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {}\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
-             healthzPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
+             healthzPort: {}\nreadOnlyPort: {}\nport: {}\npodLogsDir: {}\ncgroupRoot: {}\npodPidsLimit: 256\n{}\
              picolet:\n  nodeName: e2e\n  nodeIP: 127.0.0.1\n  dataDir: {}\n  criSocket: {}\n\
              \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n\
              \x20 runDir: {}\n  imagesDir: {}\n  cniConfDir: {}\n  cniBinDir: {}/cni/bin,/usr/lib/cni\n\
@@ -127,6 +132,7 @@ impl Agent {
             self.manifests().display(),
             self.healthz_port,
             self.port,
+            self.api_port,
             self.dir().join("logs").display(),
             self.cgroup_root(),
             eviction,
@@ -149,10 +155,11 @@ impl Agent {
         // `up` restarts a killed agent itself, and that one would bind new
         // ports; with no log there is nothing to read them from: pick them.
         let fixed = self.stderr_unread || self.command == "up";
+        // The read-only port has no "pick one" (0 is off): always chosen.
         if fixed {
-            (self.healthz_port, self.port) = (free_port(), free_port());
+            (self.healthz_port, self.port, self.api_port) = (free_port(), free_port(), free_port());
         } else {
-            (self.healthz_port, self.port) = (0, 0);
+            (self.healthz_port, self.port, self.api_port) = (0, free_port(), 0);
         }
         let log_start = self.log().len();
         self.write_config();
@@ -197,7 +204,7 @@ impl Agent {
                 },
                 || format!("agent log:\n{}", self.log()),
             );
-            (self.healthz_port, self.port) = ports.expect("ports");
+            (self.healthz_port, self.api_port) = ports.expect("ports");
         }
         super::eventually(
             "the agent's /healthz",
@@ -371,6 +378,7 @@ impl Agent {
 }
 
 /// (healthz port, API port) from the agent's `serving HTTP` log lines.
+/// (healthz, API) ports from the agent's "serving" lines.
 fn http_ports(log: &str) -> Option<(u16, u16)> {
     let (mut healthz, mut api) = (None, None);
     for line in log.lines().filter(|l| l.contains("serving HTTP")) {
@@ -379,14 +387,13 @@ fn http_ports(log: &str) -> Option<(u16, u16)> {
             .find_map(|w| w.strip_prefix("addr="))
             .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
             .map(|a| a.port());
-        if line.contains("healthz_only=true") {
+        if line.contains("port=\"healthz\"") {
             healthz = port;
-        } else {
+        } else if line.contains("port=\"api\"") {
             api = port;
         }
     }
-    let api = api?;
-    Some((healthz.unwrap_or(api), api))
+    Some((healthz?, api?))
 }
 
 fn find_pod(pods: Vec<Value>, name: &str) -> Option<Value> {

@@ -17,42 +17,17 @@ use serde_json::{Value, json};
 
 use super::client::Client;
 use super::config::KubeConfig;
+use crate::x509::{
+    OID_COMMON_NAME, OID_EC_PUBLIC_KEY, OID_ECDSA_SHA256, OID_ORGANIZATION, OID_PRIME256V1, base64,
+    der, seq,
+};
+pub use crate::x509::{pem, validity};
 
 /// The signer of kubelet client certificates.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// How long to wait for approval and signing (kubelet: 15 minutes, then
 /// it exits and is restarted).
 const WAIT: Duration = Duration::from_secs(15 * 60);
-
-/// A DER TLV.
-fn der(tag: u8, body: &[u8]) -> Vec<u8> {
-    let mut v = vec![tag];
-    let n = body.len();
-    if n < 0x80 {
-        v.push(u8::try_from(n).unwrap_or(0));
-    } else {
-        let bytes: Vec<u8> = n
-            .to_be_bytes()
-            .into_iter()
-            .skip_while(|b| *b == 0)
-            .collect();
-        v.push(0x80 | u8::try_from(bytes.len()).unwrap_or(0));
-        v.extend(bytes);
-    }
-    v.extend_from_slice(body);
-    v
-}
-
-fn seq(parts: &[&[u8]]) -> Vec<u8> {
-    der(0x30, &parts.concat())
-}
-
-// DER contents of the object identifiers used.
-const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-const OID_PRIME256V1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
-const OID_ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
-const OID_ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
-const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 
 /// The CertificationRequestInfo of a node: subject O=system:nodes,
 /// CN=system:node:<node>, the P-256 public key, no attributes.
@@ -85,26 +60,6 @@ pub fn csr(node: &str, key: &EcdsaKeyPair) -> Result<Vec<u8>, String> {
         &seq(&[&der(0x06, OID_ECDSA_SHA256)]),
         &der(0x03, &bits),
     ]))
-}
-
-/// Base64 (through k8s-openapi's ByteString, which the API types use).
-fn base64(bytes: &[u8]) -> String {
-    serde_json::to_value(k8s_openapi::ByteString(bytes.to_vec()))
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
-
-/// PEM of `der` with `label`, 64 characters a line.
-pub fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(&String::from_utf8_lossy(chunk));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
 }
 
 /// The CertificateSigningRequest object.
@@ -218,77 +173,6 @@ pub async fn ensure(
 /// The bootstrapped certificate file, `<cert_dir>/picolet-client-current.pem`.
 pub fn pem_path(cert_dir: &Path) -> PathBuf {
     cert_dir.join("picolet-client-current.pem")
-}
-
-/// One DER element at the start of `b`: (tag, contents, rest).
-fn read_der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, b) = b.split_first()?;
-    let (&first, b) = b.split_first()?;
-    let (len, b) = if first < 0x80 {
-        (usize::from(first), b)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || b.len() < n {
-            return None;
-        }
-        let len = b[..n]
-            .iter()
-            .fold(0usize, |a, x| (a << 8) | usize::from(*x));
-        (len, &b[n..])
-    };
-    if b.len() < len {
-        return None;
-    }
-    Some((tag, &b[..len], &b[len..]))
-}
-
-/// Seconds since the epoch of an X.509 UTCTime (`YYMMDDHHMMSSZ`, years
-/// 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
-fn x509_time(tag: u8, v: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
-    let (year, rest) = match tag {
-        0x17 => {
-            let yy: i64 = s.get(..2)?.parse().ok()?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, s.get(2..)?)
-        }
-        0x18 => (s.get(..4)?.parse().ok()?, s.get(4..)?),
-        _ => return None,
-    };
-    let n = |i: usize| rest.get(i..i + 2)?.parse::<i64>().ok();
-    let (month, day, h, m, sec) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
-    // Days from the civil date (H. Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + h * 3600 + m * 60 + sec)
-}
-
-/// The validity (notBefore, notAfter; seconds since the epoch) of the
-/// first certificate in `pem`.
-pub fn validity(pem_text: &[u8]) -> Option<(i64, i64)> {
-    use rustls::pki_types::pem::PemObject;
-    let cert = rustls::pki_types::CertificateDer::pem_slice_iter(pem_text)
-        .next()?
-        .ok()?;
-    let (_, cert, _) = read_der(cert.as_ref())?;
-    let (_, tbs, _) = read_der(cert)?;
-    let mut rest = tbs;
-    // [0] version (optional), serial, signature algorithm, issuer.
-    let (tag, _, r) = read_der(rest)?;
-    rest = r;
-    if tag == 0xa0 {
-        rest = read_der(rest)?.2;
-    }
-    rest = read_der(rest)?.2;
-    rest = read_der(rest)?.2;
-    let (_, validity, _) = read_der(rest)?;
-    let (t1, v1, r) = read_der(validity)?;
-    let (t2, v2, _) = read_der(r)?;
-    Some((x509_time(t1, v1)?, x509_time(t2, v2)?))
 }
 
 /// When to rotate a certificate valid from `not_before` to `not_after`:
@@ -458,21 +342,12 @@ mod tests {
         assert_eq!(to, 1_798_230_679);
         assert_eq!(rotation_at(1000, 2000, 0.7), 1700);
         assert_eq!(rotation_at(1000, 2000, 0.9), 1900);
-        assert_eq!(x509_time(0x17, b"491231235959Z"), Some(2_524_607_999));
-        assert_eq!(x509_time(0x18, b"19700101000000Z"), Some(0));
         assert_eq!(validity(b"not pem"), None);
         // Expired (or garbage): bootstrap again; a clock in 1970 is not expiry.
         assert!(still_valid(SIGNED, from + 1));
         assert!(!still_valid(SIGNED, to));
         assert!(still_valid(SIGNED, 0));
         assert!(!still_valid(b"garbage", from + 1));
-    }
-
-    #[test]
-    fn long_lengths_are_encoded_in_long_form() {
-        assert_eq!(der(0x04, &[0; 3])[..2], [0x04, 3]);
-        assert_eq!(der(0x04, &[0; 200])[..3], [0x04, 0x81, 200]);
-        assert_eq!(der(0x04, &[0; 300])[..4], [0x04, 0x82, 0x01, 0x2c]);
     }
 
     #[test]

@@ -101,6 +101,15 @@ fn certified_key(
     Ok(rustls::sign::CertifiedKey::new(chain, signer))
 }
 
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
 pub struct Client {
     host: String,
     port: u16,

@@ -402,6 +402,57 @@ impl Cri {
         }
     }
 
+    /// A container's log file and whether it is running; None once the
+    /// container is gone (kubelet's `GetContainerLogs` reads the file the
+    /// runtime names).
+    pub async fn log_file(&self, id: &str) -> Result<Option<(PathBuf, bool)>> {
+        Ok(self.container_status(id).await?.map(|s| {
+            (
+                PathBuf::from(s.log_path),
+                s.state == cri_proto::v1::ContainerState::ContainerRunning as i32,
+            )
+        }))
+    }
+
+    /// The streaming URL of an exec session (CRI Exec).
+    pub async fn exec_url(&self, req: cri_proto::v1::ExecRequest) -> Result<String> {
+        Ok(self
+            .rt
+            .clone()
+            .exec(self.req(req))
+            .await
+            .map_err(e("Exec"))?
+            .into_inner()
+            .url)
+    }
+
+    /// The streaming URL of an attach session (CRI Attach).
+    pub async fn attach_url(&self, req: cri_proto::v1::AttachRequest) -> Result<String> {
+        Ok(self
+            .rt
+            .clone()
+            .attach(self.req(req))
+            .await
+            .map_err(e("Attach"))?
+            .into_inner()
+            .url)
+    }
+
+    /// The streaming URL of a port-forward session (CRI PortForward).
+    pub async fn port_forward_url(&self, sandbox_id: &str, ports: Vec<i32>) -> Result<String> {
+        Ok(self
+            .rt
+            .clone()
+            .port_forward(self.req(cri_proto::v1::PortForwardRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                port: ports,
+            }))
+            .await
+            .map_err(e("PortForward"))?
+            .into_inner()
+            .url)
+    }
+
     /// Has the runtime reopen the container's log file (after a rotation).
     pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
         self.rt

@@ -1,0 +1,133 @@
+//! The API port's TLS: the serving certificate (`tlsCertFile` and
+//! `tlsPrivateKeyFile`, else a self-signed one for the node's names and
+//! addresses kept in `<dataDir>/agent/pki/picolet-serving.{crt,key}` and
+//! made again a month before it expires, as kubelet's `kubelet.crt`), and
+//! client certificates verified against the client CA bundle when one is
+//! given (a connection without one may still authenticate with a token).
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::x509;
+
+/// A self-signed certificate's life (kubelet: one year).
+const SELF_SIGNED_LIFE: i64 = 365 * 86_400;
+/// Made again when less than this is left.
+const RENEW_BEFORE: i64 = 30 * 86_400;
+
+/// The self-signed certificate and key files in `pki_dir`.
+pub fn self_signed_paths(pki_dir: &Path) -> (PathBuf, PathBuf) {
+    (
+        pki_dir.join("picolet-serving.crt"),
+        pki_dir.join("picolet-serving.key"),
+    )
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The self-signed serving certificate in `pki_dir` (PEM certificate, PEM
+/// key), made when missing, unreadable or near its end.
+pub fn self_signed(
+    pki_dir: &Path,
+    node: &str,
+    ips: &[IpAddr],
+) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let (crt, key) = self_signed_paths(pki_dir);
+    if let (Ok(c), Ok(k)) = (std::fs::read(&crt), std::fs::read(&key))
+        && x509::validity(&c).is_some_and(|(_, to)| to - now() > RENEW_BEFORE)
+    {
+        return Ok((c, k));
+    }
+    edge_config::private_dir(pki_dir).map_err(|e| format!("{}: {e}", pki_dir.display()))?;
+    let rng = SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+        .map_err(|_| "generate the serving key".to_string())?;
+    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+        .map_err(|e| format!("the serving key: {e}"))?;
+    let mut names = vec![node.to_string()];
+    if node != "localhost" {
+        names.push("localhost".into());
+    }
+    let mut addrs: Vec<IpAddr> = ips.to_vec();
+    for lo in [
+        IpAddr::from([127, 0, 0, 1]),
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ] {
+        if !addrs.contains(&lo) {
+            addrs.push(lo);
+        }
+    }
+    let from = now() - 3600;
+    let der = x509::self_signed(
+        &format!("{node}@{}", now()),
+        &names,
+        &addrs,
+        &pair,
+        from,
+        from + SELF_SIGNED_LIFE,
+    )?;
+    let cert_pem = x509::pem("CERTIFICATE", &der).into_bytes();
+    let key_pem = x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
+    // Key first: a certificate on disk always has its key.
+    edge_config::write_atomic(&key, &key_pem).map_err(|e| format!("{}: {e}", key.display()))?;
+    edge_config::write_atomic(&crt, &cert_pem).map_err(|e| format!("{}: {e}", crt.display()))?;
+    tracing::info!(cert = %crt.display(), "API port: made a self-signed serving certificate (set tlsCertFile and tlsPrivateKeyFile to use your own)");
+    Ok((cert_pem, key_pem))
+}
+
+/// The rustls server config: `cert` and `key` (PEM) served; client
+/// certificates verified against `client_ca` (PEM bundle) when given.
+pub fn server_config(
+    cert: &[u8],
+    key: &[u8],
+    client_ca: Option<&[u8]>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the serving certificate: {e}"))?;
+    if chain.is_empty() {
+        return Err("the serving certificate file holds no certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the serving key: {e}"))?;
+    let verifier = match client_ca {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem) {
+                let c = c.map_err(|e| format!("the client CA: {e}"))?;
+                roots.add(c).map_err(|e| format!("the client CA: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("the client CA file holds no certificate".into());
+            }
+            rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("the client CA: {e}"))?
+        }
+        None => rustls::server::WebPkiClientVerifier::no_client_auth(),
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("the serving certificate and key: {e}"))?;
+    // HTTP/1.1 only: exec, attach and port-forward upgrade the connection.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

@@ -1,0 +1,400 @@
+//! The little X.509 picolet writes and reads, in DER, without an X.509
+//! library: the node's CSR (kube::bootstrap), the API port's self-signed
+//! serving certificate ([`self_signed`]), a certificate's validity and
+//! its subject's CN and O (a client certificate's user and groups).
+//! Pure: ring signs, the caller stores.
+
+use std::net::IpAddr;
+
+use ring::rand::SystemRandom;
+use ring::signature::{EcdsaKeyPair, KeyPair};
+
+/// A DER TLV.
+pub fn der(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![tag];
+    let n = body.len();
+    if n < 0x80 {
+        v.push(u8::try_from(n).unwrap_or(0));
+    } else {
+        let bytes: Vec<u8> = n
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|b| *b == 0)
+            .collect();
+        v.push(0x80 | u8::try_from(bytes.len()).unwrap_or(0));
+        v.extend(bytes);
+    }
+    v.extend_from_slice(body);
+    v
+}
+
+pub fn seq(parts: &[&[u8]]) -> Vec<u8> {
+    der(0x30, &parts.concat())
+}
+
+// DER contents of the object identifiers used.
+pub const OID_EC_PUBLIC_KEY: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+pub const OID_PRIME256V1: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+pub const OID_ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+pub const OID_ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
+pub const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+
+/// Base64 (through k8s-openapi's ByteString, which the API types use).
+pub fn base64(bytes: &[u8]) -> String {
+    serde_json::to_value(k8s_openapi::ByteString(bytes.to_vec()))
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+/// PEM of `der` with `label`, 64 characters a line.
+pub fn pem(label: &str, der: &[u8]) -> String {
+    let b64 = base64(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(chunk));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// One DER element at the start of `b`: (tag, contents, rest).
+pub fn read_der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&first, b) = b.split_first()?;
+    let (len, b) = if first < 0x80 {
+        (usize::from(first), b)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let len = b[..n]
+            .iter()
+            .fold(0usize, |a, x| (a << 8) | usize::from(*x));
+        (len, &b[n..])
+    };
+    if b.len() < len {
+        return None;
+    }
+    Some((tag, &b[..len], &b[len..]))
+}
+
+/// Days since 1970-01-01 of a civil date (H. Hinnant's algorithm; the
+/// inverse of `cri_proto::log::civil_from_days`).
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Seconds since the epoch of an X.509 UTCTime (`YYMMDDHHMMSSZ`, years
+/// 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+pub fn x509_time(tag: u8, v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 => {
+            let yy: i64 = s.get(..2)?.parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, s.get(2..)?)
+        }
+        0x18 => (s.get(..4)?.parse().ok()?, s.get(4..)?),
+        _ => return None,
+    };
+    let n = |i: usize| rest.get(i..i + 2)?.parse::<i64>().ok();
+    let (month, day, h, m, sec) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + h * 3600 + m * 60 + sec)
+}
+
+/// The validity (notBefore, notAfter; seconds since the epoch) of the
+/// first certificate in `pem`.
+pub fn validity(pem_text: &[u8]) -> Option<(i64, i64)> {
+    use rustls::pki_types::pem::PemObject;
+    let cert = rustls::pki_types::CertificateDer::pem_slice_iter(pem_text)
+        .next()?
+        .ok()?;
+    let (validity, _) = validity_and_subject(cert.as_ref())?;
+    let (t1, v1, r) = read_der(validity)?;
+    let (t2, v2, _) = read_der(r)?;
+    Some((x509_time(t1, v1)?, x509_time(t2, v2)?))
+}
+
+// Extensions of the serving certificate.
+const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
+const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
+const OID_BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
+const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
+const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+
+/// An X.509 time for `secs` since the epoch: UTCTime through 2049,
+/// GeneralizedTime after (RFC 5280 4.1.2.5).
+pub fn x509_time_der(secs: i64) -> Vec<u8> {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (year, month, day) = cri_proto::log::civil_from_days(days);
+    let clock = format!(
+        "{month:02}{day:02}{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    );
+    if (1950..2050).contains(&year) {
+        der(0x17, format!("{:02}{clock}", year % 100).as_bytes())
+    } else {
+        der(0x18, format!("{year:04}{clock}").as_bytes())
+    }
+}
+
+/// A Name of one CN.
+fn common_name(cn: &str) -> Vec<u8> {
+    seq(&[&der(
+        0x31,
+        &seq(&[&der(0x06, OID_COMMON_NAME), &der(0x0c, cn.as_bytes())]),
+    )])
+}
+
+fn extension(oid: &[u8], critical: bool, value: &[u8]) -> Vec<u8> {
+    let flag = if critical {
+        der(0x01, &[0xff])
+    } else {
+        Vec::new()
+    };
+    seq(&[&der(0x06, oid), &flag, &der(0x04, value)])
+}
+
+/// A self-signed TLS server certificate (X.509 v3, ECDSA P-256 with
+/// SHA-256) for `cn`, valid for the DNS `names` and `ips`, from
+/// `not_before` to `not_after` (seconds since the epoch): what kubelet
+/// makes when it is given no serving certificate.
+pub fn self_signed(
+    cn: &str,
+    names: &[String],
+    ips: &[IpAddr],
+    key: &EcdsaKeyPair,
+    not_before: i64,
+    not_after: i64,
+) -> Result<Vec<u8>, String> {
+    let rng = SystemRandom::new();
+    let mut serial = [0u8; 16];
+    ring::rand::SecureRandom::fill(&rng, &mut serial).map_err(|_| "no randomness".to_string())?;
+    // A positive INTEGER that does not start with a zero byte.
+    serial[0] = (serial[0] & 0x7f) | 0x40;
+    let mut alt = Vec::new();
+    for n in names {
+        alt.extend(der(0x82, n.as_bytes()));
+    }
+    for ip in ips {
+        match ip {
+            IpAddr::V4(v4) => alt.extend(der(0x87, &v4.octets())),
+            IpAddr::V6(v6) => alt.extend(der(0x87, &v6.octets())),
+        }
+    }
+    let extensions = seq(&[
+        // digitalSignature.
+        &extension(OID_KEY_USAGE, true, &der(0x03, &[0x07, 0x80])),
+        &extension(
+            OID_EXT_KEY_USAGE,
+            false,
+            &seq(&[&der(0x06, OID_SERVER_AUTH)]),
+        ),
+        &extension(OID_BASIC_CONSTRAINTS, true, &seq(&[])),
+        &extension(OID_SUBJECT_ALT_NAME, false, &der(0x30, &alt)),
+    ]);
+    let mut bits = vec![0u8];
+    bits.extend_from_slice(key.public_key().as_ref());
+    let spki = seq(&[
+        &seq(&[&der(0x06, OID_EC_PUBLIC_KEY), &der(0x06, OID_PRIME256V1)]),
+        &der(0x03, &bits),
+    ]);
+    let algorithm = seq(&[&der(0x06, OID_ECDSA_SHA256)]);
+    let name = common_name(cn);
+    let tbs = seq(&[
+        &der(0xa0, &der(0x02, &[2])),
+        &der(0x02, &serial),
+        &algorithm,
+        &name,
+        &seq(&[&x509_time_der(not_before), &x509_time_der(not_after)]),
+        &name,
+        &spki,
+        &der(0xa3, &extensions),
+    ]);
+    let sig = key
+        .sign(&rng, &tbs)
+        .map_err(|_| "sign the certificate".to_string())?;
+    let mut sig_bits = vec![0u8];
+    sig_bits.extend_from_slice(sig.as_ref());
+    Ok(seq(&[&tbs, &algorithm, &der(0x03, &sig_bits)]))
+}
+
+/// The elements of TBSCertificate up to and including the subject:
+/// (validity, subject) contents.
+fn validity_and_subject(cert: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (_, cert, _) = read_der(cert)?;
+    let (_, tbs, _) = read_der(cert)?;
+    let mut rest = tbs;
+    // [0] version (optional), serial, signature algorithm, issuer.
+    let (tag, _, r) = read_der(rest)?;
+    rest = r;
+    if tag == 0xa0 {
+        rest = read_der(rest)?.2;
+    }
+    rest = read_der(rest)?.2;
+    rest = read_der(rest)?.2;
+    let (_, validity, rest) = read_der(rest)?;
+    let (_, subject, _) = read_der(rest)?;
+    Some((validity, subject))
+}
+
+/// The subject's common name and organizations of a certificate (DER): a
+/// client certificate's user and groups, as the API server reads them.
+pub fn subject(cert: &[u8]) -> Option<(String, Vec<String>)> {
+    let (_, mut rdns) = validity_and_subject(cert)?;
+    let (mut cn, mut orgs) = (None, Vec::new());
+    while !rdns.is_empty() {
+        let (_, set, rest) = read_der(rdns)?;
+        rdns = rest;
+        let mut atvs = set;
+        while !atvs.is_empty() {
+            let (_, atv, rest) = read_der(atvs)?;
+            atvs = rest;
+            let (_, oid, value) = read_der(atv)?;
+            let (tag, value, _) = read_der(value)?;
+            // UTF8String, PrintableString, IA5String, T61String.
+            if !matches!(tag, 0x0c | 0x13 | 0x16 | 0x14) {
+                continue;
+            }
+            let value = String::from_utf8(value.to_vec()).ok()?;
+            if oid == OID_COMMON_NAME {
+                cn = Some(value);
+            } else if oid == OID_ORGANIZATION {
+                orgs.push(value);
+            }
+        }
+    }
+    Some((cn.unwrap_or_default(), orgs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING;
+    use rustls::pki_types::pem::PemObject;
+
+    #[test]
+    fn long_lengths_are_encoded_in_long_form() {
+        assert_eq!(der(0x04, &[0; 3])[..2], [0x04, 3]);
+        assert_eq!(der(0x04, &[0; 200])[..3], [0x04, 0x81, 200]);
+        assert_eq!(der(0x04, &[0; 300])[..4], [0x04, 0x82, 0x01, 0x2c]);
+    }
+
+    #[test]
+    fn times_both_ways() {
+        assert_eq!(x509_time(0x17, b"491231235959Z"), Some(2_524_607_999));
+        assert_eq!(x509_time(0x18, b"19700101000000Z"), Some(0));
+        for secs in [
+            0,
+            951_782_400,
+            1_795_652_735,
+            2_524_607_999,
+            2_524_608_000,
+            4_102_444_800,
+        ] {
+            let d = x509_time_der(secs);
+            assert_eq!(x509_time(d[0], &d[2..]), Some(secs), "{secs}");
+        }
+        assert_eq!(
+            x509_time_der(2_524_608_000)[0],
+            0x18,
+            "2050 is a GeneralizedTime"
+        );
+    }
+
+    #[test]
+    fn a_self_signed_certificate_verifies_and_names_its_subject() {
+        let rng = SystemRandom::new();
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("key");
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
+            .expect("key");
+        let cert = self_signed(
+            "pk-edge@1",
+            &["pk-edge".into(), "localhost".into()],
+            &["127.0.0.1".parse().expect("ip")],
+            &key,
+            1_000_000_000,
+            2_000_000_000,
+        )
+        .expect("cert");
+        assert_eq!(subject(&cert), Some(("pk-edge@1".into(), vec![])));
+        let p = pem("CERTIFICATE", &cert);
+        assert_eq!(validity(p.as_bytes()), Some((1_000_000_000, 2_000_000_000)));
+        // rustls' verifier (webpki) accepts it as its own root for the names.
+        let der = rustls::pki_types::CertificateDer::from(cert);
+        let anchor = webpki_anchor(&der);
+        let mut roots = rustls::RootCertStore::empty();
+        roots.roots.push(anchor);
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .expect("verifier");
+        let now = rustls::pki_types::UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+            1_500_000_000,
+        ));
+        for name in ["pk-edge", "localhost", "127.0.0.1"] {
+            let sn = rustls::pki_types::ServerName::try_from(name).expect("name");
+            rustls::client::danger::ServerCertVerifier::verify_server_cert(
+                verifier.as_ref(),
+                &der,
+                &[],
+                &sn,
+                &[],
+                now,
+            )
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let other = rustls::pki_types::ServerName::try_from("elsewhere").expect("name");
+        assert!(
+            rustls::client::danger::ServerCertVerifier::verify_server_cert(
+                verifier.as_ref(),
+                &der,
+                &[],
+                &other,
+                &[],
+                now,
+            )
+            .is_err()
+        );
+    }
+
+    fn webpki_anchor(
+        der: &rustls::pki_types::CertificateDer<'_>,
+    ) -> rustls::pki_types::TrustAnchor<'static> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der.clone()).expect("anchor");
+        roots.roots.remove(0)
+    }
+
+    #[test]
+    fn a_client_certificates_user_and_groups() {
+        // openssl req -x509 -subj "/O=system:masters/O=dev/CN=kube-apiserver-kubelet-client"
+        let pem_text = include_bytes!("testdata/client-two-orgs.pem");
+        let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem_text)
+            .next()
+            .expect("one")
+            .expect("pem");
+        assert_eq!(
+            subject(der.as_ref()),
+            Some((
+                "kube-apiserver-kubelet-client".into(),
+                vec!["system:masters".into(), "dev".into()]
+            ))
+        );
+        assert_eq!(subject(b"\x30\x03\x02\x01\x00"), None);
+    }
+}
