@@ -986,4 +986,43 @@ fn the_api_port_takes_client_certificates_and_serves_logs() {
     // The read-only port: the read-only endpoints, no logs, no run.
     assert_eq!(status_of(agent.port, "/pods"), "200");
     assert_eq!(status_of(agent.port, logs), "404");
+
+    // Limits: 256 connections that say nothing hold every slot; the next
+    // one is closed at once; the silent ones are closed after the 10 s
+    // handshake deadline, and the port answers again.
+    use std::io::Read;
+    let idle: Vec<std::net::TcpStream> = (0..256)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", agent.api_port)).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut extra = std::net::TcpStream::connect(("127.0.0.1", agent.api_port)).expect("connect");
+    extra
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    let mut buf = [0u8; 16];
+    let answer = extra.read(&mut buf);
+    assert!(
+        matches!(&answer, Ok(0))
+            || answer
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the 257th connection is closed at once: {answer:?}"
+    );
+    let waited = Instant::now();
+    let mut first = &idle[0];
+    first
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    assert!(
+        matches!(first.read(&mut buf), Ok(0)),
+        "a silent connection is closed"
+    );
+    assert!(
+        waited.elapsed() < Duration::from_secs(12),
+        "closed after the handshake deadline: {:?}",
+        waited.elapsed()
+    );
+    drop(idle);
+    let (code, _) = curl(&agent, "/healthz", &me);
+    assert_eq!(code, "200", "the port answers again");
 }

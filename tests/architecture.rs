@@ -69,8 +69,8 @@ const AGENT: &[(&str, &[&str])] = &[
     (
         "server",
         &[
-            "evict", "events", "health", "kube", "metrics", "mutex", "prober", "runtime", "source",
-            "stats", "status", "x509",
+            "evict", "events", "health", "httpc", "kube", "metrics", "mutex", "prober", "runtime",
+            "source", "stats", "status", "x509",
         ],
     ),
     (

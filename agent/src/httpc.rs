@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -258,22 +258,25 @@ async fn once(req: &Get<'_>, url: &Url) -> Result<(u16, String, Option<String>),
                 url: shown.clone(),
                 reason: e.to_string(),
             })?;
-        exchange(tls, req, &addr, &url.path, &shown).await
+        exchange(Box::new(tls), req, &addr, &url.path, &shown).await
     } else {
-        exchange(tcp, req, &addr, &url.path, &shown).await
+        exchange(Box::new(tcp), req, &addr, &url.path, &shown).await
     }
 }
 
-async fn exchange<S>(
-    io: S,
+/// A connection, TLS or not, boxed: hyper's HTTP/1 client is built once
+/// into the binary rather than once per stream type (probes and hooks
+/// here, the API client, the kubelet API's ports and stream proxy).
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+async fn exchange(
+    io: Box<dyn Io>,
     req: &Get<'_>,
     addr: &str,
     path: &str,
     shown: &str,
-) -> Result<(u16, String, Option<String>), Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
+) -> Result<(u16, String, Option<String>), Error> {
     let err = |e: &dyn std::fmt::Display| Error::Get {
         url: shown.to_string(),
         reason: e.to_string(),
@@ -299,7 +302,8 @@ where
     for (k, v) in req.headers {
         b = b.header(k.as_str(), v.as_str());
     }
-    let request = b.body(Empty::<Bytes>::new()).map_err(|e| err(&e))?;
+    // Full<Bytes>, as the API client's requests: one hyper client.
+    let request = b.body(Full::new(Bytes::new())).map_err(|e| err(&e))?;
     let work = async {
         let res = sender.send_request(request).await.map_err(|e| err(&e))?;
         let status = res.status().as_u16();

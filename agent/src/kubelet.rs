@@ -169,7 +169,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         read_only: (cfg.read_only_port != 0)
             .then(|| SocketAddr::new(cfg.api_address(), cfg.read_only_port)),
     };
-    let tls = api_tls(cfg, kubeconfig.as_deref(), &node.host_ip)?;
+    let tls = api_tls(
+        cfg,
+        kubeconfig.as_deref(),
+        &node.host_ip,
+        api_client.as_ref(),
+    )?;
     if cfg.authorization_mode() == edge_config::config::AuthorizationMode::Webhook
         && api_client.is_none()
     {
@@ -556,6 +561,7 @@ fn api_tls(
     cfg: &Config,
     kubeconfig: Option<&std::path::Path>,
     host_ip: &str,
+    client: Option<&Arc<kube::client::Client>>,
 ) -> Result<Arc<rustls::ServerConfig>, Error> {
     let bad = |what: &std::path::Path, e: &dyn std::fmt::Display| {
         Error::ApiPort(format!("{}: {e}", what.display()))
@@ -567,11 +573,32 @@ fn api_tls(
         ),
         None => {
             let dir = kube::bootstrap::cert_dir(&cfg.data_dir);
-            let ips: Vec<std::net::IpAddr> = host_ip.parse().ok().into_iter().collect();
-            server::tls::self_signed(&dir, &cfg.node_name, &ips)
-                .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?
+            let bootstrapped = kube::serving::current(&dir).filter(|_| cfg.server_tls_bootstrap);
+            match bootstrapped {
+                // One file, certificate and key: rustls takes each from it.
+                Some(both) => (both.clone(), both),
+                None => server::tls::self_signed(&dir, &cfg.node_name, &ips(host_ip))
+                    .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?,
+            }
         }
     };
+    let current = server::tls::Current::new(&cert, &key)
+        .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?;
+    if cfg.server_tls_bootstrap
+        && cfg.tls.is_none()
+        && let Some(client) = client
+    {
+        let swap = current.clone();
+        kube::serving::spawn(
+            client.clone(),
+            kube::bootstrap::cert_dir(&cfg.data_dir),
+            kube::serving::Request {
+                node: cfg.node_name.clone(),
+                ips: ips(host_ip),
+            },
+            Arc::new(move |c: &[u8], k: &[u8]| swap.set(c, k)),
+        );
+    }
     let client_ca = match (&cfg.authentication.client_ca_file, kubeconfig) {
         (Some(f), _) => Some(std::fs::read(f).map_err(|e| bad(f, &e))?),
         (None, Some(k)) => kube::config::load(k).ok().and_then(|c| c.ca),
@@ -583,11 +610,16 @@ fn api_tls(
              only the read-only port (readOnlyPort) and /healthz answer without credentials"
         );
     }
-    server::tls::server_config(&cert, &key, client_ca.as_deref()).map_err(|e| {
+    server::tls::server_config(current, client_ca.as_deref()).map_err(|e| {
         let file = cfg.tls.as_ref().map_or_else(
             || "the self-signed certificate".into(),
             |(c, _)| c.display().to_string(),
         );
         Error::ApiPort(format!("API port TLS ({file}): {e}"))
     })
+}
+
+/// The node's address, as a list.
+fn ips(host_ip: &str) -> Vec<std::net::IpAddr> {
+    host_ip.parse().ok().into_iter().collect()
 }

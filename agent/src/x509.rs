@@ -129,6 +129,7 @@ const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
 const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
 const OID_BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
 const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
+const OID_EXTENSION_REQUEST: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e];
 const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
 
 /// An X.509 time for `secs` since the epoch: UTCTime through 2049,
@@ -167,6 +168,28 @@ fn extension(oid: &[u8], critical: bool, value: &[u8]) -> Vec<u8> {
     seq(&[&der(0x06, oid), &flag, &der(0x04, value)])
 }
 
+/// The subjectAltName extension's value: DNS `names` and `ips`.
+pub fn subject_alt_names(names: &[String], ips: &[IpAddr]) -> Vec<u8> {
+    let mut alt = Vec::new();
+    for n in names {
+        alt.extend(der(0x82, n.as_bytes()));
+    }
+    for ip in ips {
+        match ip {
+            IpAddr::V4(v4) => alt.extend(der(0x87, &v4.octets())),
+            IpAddr::V6(v6) => alt.extend(der(0x87, &v6.octets())),
+        }
+    }
+    der(0x30, &alt)
+}
+
+/// A PKCS#10 attribute asking for the subjectAltName extension (the
+/// `extensionRequest` of a serving certificate's CSR).
+pub fn san_request_attribute(alt_names: &[u8]) -> Vec<u8> {
+    let ext = seq(&[&der(0x06, OID_SUBJECT_ALT_NAME), &der(0x04, alt_names)]);
+    seq(&[&der(0x06, OID_EXTENSION_REQUEST), &der(0x31, &seq(&[&ext]))])
+}
+
 /// A self-signed TLS server certificate (X.509 v3, ECDSA P-256 with
 /// SHA-256) for `cn`, valid for the DNS `names` and `ips`, from
 /// `not_before` to `not_after` (seconds since the epoch): what kubelet
@@ -184,16 +207,7 @@ pub fn self_signed(
     ring::rand::SecureRandom::fill(&rng, &mut serial).map_err(|_| "no randomness".to_string())?;
     // A positive INTEGER that does not start with a zero byte.
     serial[0] = (serial[0] & 0x7f) | 0x40;
-    let mut alt = Vec::new();
-    for n in names {
-        alt.extend(der(0x82, n.as_bytes()));
-    }
-    for ip in ips {
-        match ip {
-            IpAddr::V4(v4) => alt.extend(der(0x87, &v4.octets())),
-            IpAddr::V6(v6) => alt.extend(der(0x87, &v6.octets())),
-        }
-    }
+    let alt = subject_alt_names(names, ips);
     let extensions = seq(&[
         // digitalSignature.
         &extension(OID_KEY_USAGE, true, &der(0x03, &[0x07, 0x80])),
@@ -203,7 +217,7 @@ pub fn self_signed(
             &seq(&[&der(0x06, OID_SERVER_AUTH)]),
         ),
         &extension(OID_BASIC_CONSTRAINTS, true, &seq(&[])),
-        &extension(OID_SUBJECT_ALT_NAME, false, &der(0x30, &alt)),
+        &extension(OID_SUBJECT_ALT_NAME, false, &alt),
     ]);
     let mut bits = vec![0u8];
     bits.extend_from_slice(key.public_key().as_ref());

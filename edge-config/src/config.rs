@@ -98,6 +98,8 @@ struct Raw {
     read_only_port: Option<u16>,
     tls_cert_file: Option<String>,
     tls_private_key_file: Option<String>,
+    #[serde(rename = "serverTLSBootstrap")]
+    server_tls_bootstrap: Option<bool>,
     authentication: Option<crate::api_port::RawAuthentication>,
     authorization: Option<crate::api_port::RawAuthorization>,
     kube_reserved: Option<BTreeMap<String, String>>,
@@ -176,6 +178,10 @@ pub struct Config {
     /// `tlsCertFile` + `tlsPrivateKeyFile` (PEM): the API port's serving
     /// certificate. None: a self-signed one in `<dataDir>/agent/pki`.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `serverTLSBootstrap` (default false): in cluster mode, the serving
+    /// certificate comes from a `kubernetes.io/kubelet-serving` CSR (an
+    /// admin approves it) and is renewed; self-signed until then.
+    pub server_tls_bootstrap: bool,
     /// `authentication`: who a request on the API port is.
     pub authentication: Authentication,
     /// `authorization`: what they may do there.
@@ -608,6 +614,7 @@ impl Config {
                     ));
                 }
             },
+            server_tls_bootstrap: raw.server_tls_bootstrap.unwrap_or(false),
             authentication,
             authorization,
             max_pods,

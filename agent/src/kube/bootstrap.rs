@@ -30,8 +30,10 @@ pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const WAIT: Duration = Duration::from_secs(15 * 60);
 
 /// The CertificationRequestInfo of a node: subject O=system:nodes,
-/// CN=system:node:<node>, the P-256 public key, no attributes.
-pub fn request_info(node: &str, public_key: &[u8]) -> Vec<u8> {
+/// CN=system:node:<node>, the P-256 public key, and `attributes` (DER;
+/// empty for a client certificate, the subjectAltName request for a
+/// serving one).
+pub fn request_info(node: &str, public_key: &[u8], attributes: &[u8]) -> Vec<u8> {
     let rdn =
         |oid: &[u8], value: &str| der(0x31, &seq(&[&der(0x06, oid), &der(0x0c, value.as_bytes())]));
     let name = seq(&[
@@ -44,12 +46,12 @@ pub fn request_info(node: &str, public_key: &[u8]) -> Vec<u8> {
         &seq(&[&der(0x06, OID_EC_PUBLIC_KEY), &der(0x06, OID_PRIME256V1)]),
         &der(0x03, &bits),
     ]);
-    seq(&[&der(0x02, &[0]), &name, &spki, &[0xa0, 0x00]])
+    seq(&[&der(0x02, &[0]), &name, &spki, &der(0xa0, attributes)])
 }
 
-/// A PKCS#10 CSR for `node` signed with `key` (DER).
-pub fn csr(node: &str, key: &EcdsaKeyPair) -> Result<Vec<u8>, String> {
-    let info = request_info(node, key.public_key().as_ref());
+/// A PKCS#10 CSR for `node` signed with `key` (DER), with `attributes`.
+pub fn csr(node: &str, key: &EcdsaKeyPair, attributes: &[u8]) -> Result<Vec<u8>, String> {
+    let info = request_info(node, key.public_key().as_ref(), attributes);
     let sig = key
         .sign(&SystemRandom::new(), &info)
         .map_err(|_| "sign the CSR".to_string())?;
@@ -62,16 +64,16 @@ pub fn csr(node: &str, key: &EcdsaKeyPair) -> Result<Vec<u8>, String> {
     ]))
 }
 
-/// The CertificateSigningRequest object.
-pub fn csr_object(csr_pem: &str) -> Value {
+/// The CertificateSigningRequest object for `signer` with `usages`.
+pub fn csr_object(csr_pem: &str, signer: &str, usages: &[&str]) -> Value {
     json!({
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
         "metadata": {"generateName": "node-csr-"},
         "spec": {
             "request": base64(csr_pem.as_bytes()),
-            "signerName": SIGNER,
-            "usages": ["digital signature", "client auth"],
+            "signerName": signer,
+            "usages": usages,
         },
     })
 }
@@ -156,8 +158,8 @@ pub async fn ensure(
     };
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &pkcs8, &rng)
         .map_err(|e| format!("{}: {e}", key_path.display()))?;
-    let request = pem("CERTIFICATE REQUEST", &csr(node, &key)?);
-    let cert = request_certificate(&client, &request).await?;
+    let request = pem("CERTIFICATE REQUEST", &csr(node, &key, &[])?);
+    let cert = request_certificate(&client, &csr_object(&request, SIGNER, CLIENT_USAGES)).await?;
     let pem_path = pem_path(cert_dir);
     let mut both = cert;
     both.extend(pem("PRIVATE KEY", &pkcs8).into_bytes());
@@ -209,29 +211,41 @@ fn unix_now() -> i64 {
 /// ones on disk (atomically) and in `client`. Runs until the process ends.
 pub fn spawn_rotation(client: std::sync::Arc<Client>, pem_path: PathBuf, node: String) {
     tokio::spawn(async move {
-        loop {
-            let Some((from, to)) = std::fs::read(&pem_path).ok().and_then(|p| validity(&p)) else {
-                tracing::warn!(file = %pem_path.display(), "certificate rotation: cannot read the certificate's validity; not rotating");
-                return;
-            };
-            let mut byte = [0u8; 1];
-            let _ = ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut byte);
-            let at = rotation_at(from, to, 0.7 + 0.2 * f64::from(byte[0]) / 255.0);
-            // Sleep in steps of at most an hour: the wall clock may jump.
-            while unix_now() < at {
-                let left = u64::try_from(at - unix_now()).unwrap_or(0);
-                tokio::time::sleep(Duration::from_secs(left.clamp(1, 3600))).await;
-            }
-            tracing::info!(not_after = to, "rotating the client certificate");
-            match renew(&client, &pem_path, &node).await {
-                Ok(()) => tracing::info!(file = %pem_path.display(), "client certificate rotated"),
-                Err(e) => {
-                    tracing::warn!("certificate rotation: {e}; trying again in 1 minute");
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                }
+        rotate_forever(&pem_path, "client", || renew(&client, &pem_path, &node)).await;
+    });
+}
+
+/// Waits until 70–90 % (at random) of the life of the certificate in
+/// `pem_path`, then `renew`s it; again and again, a failed renewal every
+/// minute. Ends when the file has no certificate whose validity it can
+/// read.
+pub async fn rotate_forever<F, Fut>(pem_path: &Path, what: &str, mut renew: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    loop {
+        let Some((from, to)) = std::fs::read(pem_path).ok().and_then(|p| validity(&p)) else {
+            tracing::warn!(file = %pem_path.display(), "{what} certificate rotation: cannot read the certificate's validity; not rotating");
+            return;
+        };
+        let mut byte = [0u8; 1];
+        let _ = ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut byte);
+        let at = rotation_at(from, to, 0.7 + 0.2 * f64::from(byte[0]) / 255.0);
+        // Sleep in steps of at most an hour: the wall clock may jump.
+        while unix_now() < at {
+            let left = u64::try_from(at - unix_now()).unwrap_or(0);
+            tokio::time::sleep(Duration::from_secs(left.clamp(1, 3600))).await;
+        }
+        tracing::info!(not_after = to, "rotating the {what} certificate");
+        match renew().await {
+            Ok(()) => tracing::info!(file = %pem_path.display(), "{what} certificate rotated"),
+            Err(e) => {
+                tracing::warn!("{what} certificate rotation: {e}; trying again in 1 minute");
+                tokio::time::sleep(Duration::from_secs(60)).await;
             }
         }
-    });
+    }
 }
 
 /// A new key and certificate through `client`, written and put in use.
@@ -241,7 +255,8 @@ async fn renew(client: &Client, pem_path: &Path, node: &str) -> Result<(), Strin
         .map_err(|_| "generate a key".to_string())?;
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
         .map_err(|e| e.to_string())?;
-    let cert = request_certificate(client, &pem("CERTIFICATE REQUEST", &csr(node, &key)?)).await?;
+    let request = pem("CERTIFICATE REQUEST", &csr(node, &key, &[])?);
+    let cert = request_certificate(client, &csr_object(&request, SIGNER, CLIENT_USAGES)).await?;
     let key_pem = pem("PRIVATE KEY", doc.as_ref());
     let mut both = cert.clone();
     both.extend(key_pem.as_bytes());
@@ -253,13 +268,16 @@ async fn renew(client: &Client, pem_path: &Path, node: &str) -> Result<(), Strin
         .map_err(|e| e.to_string())
 }
 
-/// Sends a CSR and waits for its certificate (PEM).
-async fn request_certificate(client: &Client, csr_pem: &str) -> Result<Vec<u8>, String> {
+/// Client certificate usages (kubelet's).
+const CLIENT_USAGES: &[&str] = &["digital signature", "client auth"];
+
+/// Sends a CSR object and waits for its certificate (PEM).
+pub async fn request_certificate(client: &Client, object: &Value) -> Result<Vec<u8>, String> {
     let created = client
         .json(
             Method::POST,
             "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-            Some(&csr_object(csr_pem)),
+            Some(object),
             None,
         )
         .await
@@ -302,8 +320,8 @@ mod tests {
         let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("key");
         let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
             .expect("key");
-        let request = csr("pk-edge", &key).expect("csr");
-        let info = request_info("pk-edge", key.public_key().as_ref());
+        let request = csr("pk-edge", &key, &[]).expect("csr");
+        let info = request_info("pk-edge", key.public_key().as_ref(), &[]);
         // SEQUENCE { info, algorithm, BIT STRING signature }.
         assert_eq!(request[0], 0x30);
         let at = request
@@ -367,7 +385,7 @@ mod tests {
             csr_outcome(&json!({"status": {"conditions": [{"type": "Denied", "status": "True", "message": "no"}]}}))
                 .is_err_and(|e| e.contains("denied: no"))
         );
-        let obj = csr_object("PEM");
+        let obj = csr_object("PEM", SIGNER, CLIENT_USAGES);
         assert_eq!(obj["spec"]["signerName"], SIGNER);
         assert_eq!(obj["spec"]["request"], "UEVN");
     }

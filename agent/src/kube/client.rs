@@ -360,7 +360,8 @@ impl Client {
             .connect(self.server_name.clone(), tcp)
             .await
             .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        let io: Box<dyn crate::httpc::Io> = Box::new(tls);
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .map_err(|e| format!("HTTP with {addr}: {e}"))?;
         tokio::spawn(async move {

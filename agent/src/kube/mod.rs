@@ -23,6 +23,7 @@ pub mod mirror;
 pub mod node;
 pub mod objects;
 pub mod pods;
+pub mod serving;
 pub mod watch;
 
 use std::sync::Arc;

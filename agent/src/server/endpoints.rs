@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -98,10 +98,53 @@ fn now_ns() -> i64 {
 }
 
 /// `/containerLogs/{namespace}/{pod}/{container}`.
-pub(super) async fn container_logs(
-    State(s): Shared,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
+/// Every endpoint here, by its first path segment: one handler, so axum
+/// builds one handler into the binary, not nine.
+pub(super) async fn container_endpoint(State(s): Shared, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let parts: Vec<String> = path.split('/').skip(1).map(String::from).collect();
+    let query = req.uri().query().map(String::from);
+    match (
+        parts.first().map(String::as_str),
+        &parts[1.min(parts.len())..],
+    ) {
+        (Some("containerLogs"), [ns, pod, c]) => {
+            container_logs(&s, (ns.clone(), pod.clone(), c.clone()), query).await
+        }
+        (Some(what @ ("exec" | "attach")), [ns, pod, c]) => {
+            session(
+                &s,
+                (ns.clone(), pod.clone(), None, c.clone()),
+                req,
+                what == "attach",
+            )
+            .await
+        }
+        (Some(what @ ("exec" | "attach")), [ns, pod, uid, c]) => {
+            let at = (ns.clone(), pod.clone(), Some(uid.clone()), c.clone());
+            session(&s, at, req, what == "attach").await
+        }
+        (Some("portForward"), [ns, pod]) => forward(&s, ns, pod, None, req).await,
+        (Some("portForward"), [ns, pod, uid]) => forward(&s, ns, pod, Some(uid), req).await,
+        (Some("run"), [ns, pod, c]) => {
+            run_in(&s, (ns.clone(), pod.clone(), None, c.clone()), query).await
+        }
+        (Some("run"), [ns, pod, uid, c]) => {
+            run_in(
+                &s,
+                (ns.clone(), pod.clone(), Some(uid.clone()), c.clone()),
+                query,
+            )
+            .await
+        }
+        _ => stream::text(StatusCode::NOT_FOUND, "404 page not found\n"),
+    }
+}
+
+async fn container_logs(
+    s: &Server,
+    (namespace, pod, container): (String, String, String),
+    query: Option<String>,
 ) -> Response {
     let options = match logs::parse_query(query.as_deref().unwrap_or(""), now_ns()) {
         Ok(o) => o,
@@ -110,7 +153,7 @@ pub(super) async fn container_logs(
             return stream::text(code, format!("{m}\n"));
         }
     };
-    let pod = match find_pod(&s, &namespace, &pod, None) {
+    let pod = match find_pod(s, &namespace, &pod, None) {
         Ok(p) => p,
         Err(r) => return *r,
     };
@@ -267,38 +310,6 @@ async fn proxy_with_slot(
     stream::proxy(&url, req, slot).await
 }
 
-pub(super) async fn exec(
-    State(s): Shared,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    session(&s, (namespace, pod, None, container), req, false).await
-}
-
-pub(super) async fn exec_uid(
-    State(s): Shared,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    session(&s, (namespace, pod, Some(uid), container), req, false).await
-}
-
-pub(super) async fn attach(
-    State(s): Shared,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    session(&s, (namespace, pod, None, container), req, true).await
-}
-
-pub(super) async fn attach_uid(
-    State(s): Shared,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    req: Request,
-) -> Response {
-    session(&s, (namespace, pod, Some(uid), container), req, true).await
-}
-
 async fn forward(
     s: &Server,
     namespace: &str,
@@ -330,22 +341,6 @@ async fn forward(
     };
     let url = s.cri.port_forward_url(&sandbox.id, o.ports).await;
     proxy_with_slot(s, url, req).await
-}
-
-pub(super) async fn port_forward(
-    State(s): Shared,
-    Path((namespace, pod)): Path<(String, String)>,
-    req: Request,
-) -> Response {
-    forward(&s, &namespace, &pod, None, req).await
-}
-
-pub(super) async fn port_forward_uid(
-    State(s): Shared,
-    Path((namespace, pod, uid)): Path<(String, String, String)>,
-    req: Request,
-) -> Response {
-    forward(&s, &namespace, &pod, Some(&uid), req).await
 }
 
 /// How long `/run` waits for its command.
@@ -381,20 +376,4 @@ async fn run_in(
         Ok((_, out)) => ([(header::CONTENT_TYPE, "text/plain")], out).into_response(),
         Err(e) => stream::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }
-}
-
-pub(super) async fn run(
-    State(s): Shared,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    run_in(&s, (namespace, pod, None, container), query).await
-}
-
-pub(super) async fn run_uid(
-    State(s): Shared,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    RawQuery(query): RawQuery,
-) -> Response {
-    run_in(&s, (namespace, pod, Some(uid), container), query).await
 }

@@ -31,7 +31,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -212,19 +212,17 @@ fn spawn(
                             .and_then(|c| c.first())
                             .and_then(|c| crate::x509::subject(c.as_ref()))
                             .map(|(cn, orgs)| auth::Identity::from_certificate(cn, orgs));
-                        serve_conn(TokioIo::new(stream), router, Peer(who)).await;
+                        serve_conn(Box::new(stream), router, Peer(who)).await;
                     }
-                    None => serve_conn(TokioIo::new(tcp), router, Peer(None)).await,
+                    None => serve_conn(Box::new(tcp), router, Peer(None)).await,
                 }
             });
         }
     });
 }
 
-async fn serve_conn<I>(io: I, router: Router, peer: Peer)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
+async fn serve_conn(io: Box<dyn crate::httpc::Io>, router: Router, peer: Peer) {
+    let io = TokioIo::new(io);
     let service =
         hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(peer.clone());
@@ -282,39 +280,39 @@ fn api_router(server: Arc<Server>) -> Router {
     read_only_routes()
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
-            get(endpoints::container_logs),
+            get(endpoints::container_endpoint),
         )
         .route(
             "/exec/{namespace}/{pod}/{container}",
-            get(endpoints::exec).post(endpoints::exec),
+            get(endpoints::container_endpoint).post(endpoints::container_endpoint),
         )
         .route(
             "/exec/{namespace}/{pod}/{uid}/{container}",
-            get(endpoints::exec_uid).post(endpoints::exec_uid),
+            get(endpoints::container_endpoint).post(endpoints::container_endpoint),
         )
         .route(
             "/attach/{namespace}/{pod}/{container}",
-            get(endpoints::attach).post(endpoints::attach),
+            get(endpoints::container_endpoint).post(endpoints::container_endpoint),
         )
         .route(
             "/attach/{namespace}/{pod}/{uid}/{container}",
-            get(endpoints::attach_uid).post(endpoints::attach_uid),
+            get(endpoints::container_endpoint).post(endpoints::container_endpoint),
         )
         .route(
             "/portForward/{namespace}/{pod}",
-            get(endpoints::port_forward).post(endpoints::port_forward),
+            get(endpoints::container_endpoint).post(endpoints::container_endpoint),
         )
         .route(
             "/portForward/{namespace}/{pod}/{uid}",
-            get(endpoints::port_forward_uid).post(endpoints::port_forward_uid),
+            get(endpoints::container_endpoint).post(endpoints::container_endpoint),
         )
         .route(
             "/run/{namespace}/{pod}/{container}",
-            axum::routing::post(endpoints::run),
+            post(endpoints::container_endpoint),
         )
         .route(
             "/run/{namespace}/{pod}/{uid}/{container}",
-            axum::routing::post(endpoints::run_uid),
+            post(endpoints::container_endpoint),
         )
         .layer(axum::middleware::from_fn_with_state(
             server.clone(),

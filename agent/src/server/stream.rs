@@ -104,7 +104,8 @@ pub async fn proxy(
         }
     }
     out = out.header(header::HOST, authority.as_str());
-    let Ok(out) = out.body(http_body_util::Empty::<bytes::Bytes>::new()) else {
+    // Full<Bytes>, as the API client's requests: one hyper client in the binary.
+    let Ok(out) = out.body(http_body_util::Full::new(bytes::Bytes::new())) else {
         return fail(StatusCode::BAD_REQUEST, "the request's headers".into());
     };
     let client_upgrade = hyper::upgrade::on(&mut req);
@@ -112,7 +113,8 @@ pub async fn proxy(
         let tcp = tokio::net::TcpStream::connect(authority.as_str())
             .await
             .map_err(|e| format!("connect to the runtime's streaming server {authority}: {e}"))?;
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let io: Box<dyn crate::httpc::Io> = Box::new(tcp);
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .map_err(|e| format!("the runtime's streaming server: {e}"))?;
         tokio::spawn(async move {

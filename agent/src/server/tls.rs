@@ -86,14 +86,13 @@ pub fn self_signed(
     Ok((cert_pem, key_pem))
 }
 
-/// The rustls server config: `cert` and `key` (PEM) served; client
-/// certificates verified against `client_ca` (PEM bundle) when given.
-pub fn server_config(
-    cert: &[u8],
-    key: &[u8],
-    client_ca: Option<&[u8]>,
-) -> Result<Arc<rustls::ServerConfig>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+/// The serving certificate in use, replaceable while connections come
+/// (`serverTLSBootstrap` swaps the self-signed one for the cluster's, and
+/// renews it): each handshake takes the current one.
+#[derive(Debug)]
+pub struct Current(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+fn certified(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, String> {
     let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("the serving certificate: {e}"))?;
@@ -101,6 +100,53 @@ pub fn server_config(
         return Err("the serving certificate file holds no certificate".into());
     }
     let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the serving key: {e}"))?;
+    let signer = rustls::crypto::ring::default_provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("the serving key: {e}"))?;
+    Ok(rustls::sign::CertifiedKey::new(chain, signer))
+}
+
+impl Current {
+    /// `cert` and `key` (PEM).
+    pub fn new(cert: &[u8], key: &[u8]) -> Result<Arc<Self>, String> {
+        Ok(Arc::new(Self(std::sync::RwLock::new(Arc::new(certified(
+            cert, key,
+        )?)))))
+    }
+
+    /// Serves `cert` and `key` (PEM) from the next handshake on.
+    pub fn set(&self, cert: &[u8], key: &[u8]) -> Result<(), String> {
+        let new = Arc::new(certified(cert, key)?);
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
+        Ok(())
+    }
+}
+
+impl rustls::server::ResolvesServerCert for Current {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+/// The rustls server config: the `current` certificate served; client
+/// certificates verified against `client_ca` (PEM bundle) when given.
+pub fn server_config(
+    current: Arc<Current>,
+    client_ca: Option<&[u8]>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = match client_ca {
         Some(pem) => {
             let mut roots = rustls::RootCertStore::empty();
@@ -125,8 +171,7 @@ pub fn server_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS: {e}"))?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(|e| format!("the serving certificate and key: {e}"))?;
+        .with_cert_resolver(current);
     // HTTP/1.1 only: exec, attach and port-forward upgrade the connection.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
