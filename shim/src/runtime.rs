@@ -46,13 +46,18 @@ pub struct Runtime {
     /// Exit records already read (an exit is final): listing a stopped
     /// container reads no file.
     pub(crate) exits: Mutex<HashMap<String, crate::state::ExitRecord>>,
-    /// Counts monitor exits (the monitor is our child, or a pidfd after a
-    /// restart): `watch_exits` and StopContainer look at once instead of
-    /// polling. A watch, so every waiter sees each exit.
-    pub(crate) monitor_exits: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The container whose monitor exited (the monitor is our child, or a
+    /// pidfd after a restart): `watch_exits` and StopContainer look at that
+    /// container at once instead of polling, and at no other (a mass
+    /// teardown of n containers costs n looks, not n²). A receiver that
+    /// fell behind ([`MONITOR_EXITS_KEPT`]) looks at everything once.
+    pub(crate) monitor_exits: tokio::sync::broadcast::Sender<Arc<str>>,
     /// Pod networking.
     pub(crate) cni: crate::cni::Cni,
 }
+
+/// Monitor exits kept for a receiver that has not read them yet.
+pub(crate) const MONITOR_EXITS_KEPT: usize = 1024;
 
 impl Runtime {
     pub fn new(paths: ShimPaths, store: Arc<ImageStore>) -> Result<Self, Error> {
@@ -92,7 +97,7 @@ impl Runtime {
             rootfs_released: Mutex::new(std::collections::HashSet::new()),
             event_order: tokio::sync::Mutex::new(()),
             exits: Mutex::new(HashMap::new()),
-            monitor_exits: Arc::new(tokio::sync::watch::Sender::new(0)),
+            monitor_exits: tokio::sync::broadcast::channel(MONITOR_EXITS_KEPT).0,
         })
     }
 
@@ -138,10 +143,13 @@ impl Runtime {
                 // Its monitor is no longer our child: watch it by pidfd.
                 if let Some(pid) = c.monitor_pid {
                     let exits = self.monitor_exits.clone();
+                    let id: Arc<str> = c.id.as_str().into();
                     tokio::spawn(crate::pidfd::notify_on_exit(
                         pid,
                         c.monitor_start_time,
-                        move || exits.send_modify(|n| *n += 1),
+                        move || {
+                            let _ = exits.send(id);
+                        },
                     ));
                 }
                 lock(&self.containers).insert(c.id.clone(), c);

@@ -288,9 +288,10 @@ impl Runtime {
         // Reap the monitor whenever it exits, so it never lingers as a
         // zombie, and have `watch_exits` look at once: the container exited.
         let exits = self.monitor_exits.clone();
+        let id: std::sync::Arc<str> = rec.id.as_str().into();
         tokio::spawn(async move {
             let _ = child.wait().await;
-            exits.send_modify(|n| *n += 1);
+            let _ = exits.send(id);
         });
         match read {
             Ok(Ok(_)) => {}

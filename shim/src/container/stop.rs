@@ -14,25 +14,31 @@ use crate::runtime::Runtime;
 use crate::state::ContainerRecord;
 
 impl Runtime {
-    /// Whether the container exits within `timeout`: woken by every
-    /// monitor exit (its monitor records the exit, then exits), and every
-    /// 200 ms for a monitor that is neither our child nor watched by pidfd.
+    /// Whether the container exits within `timeout`: woken when its own
+    /// monitor exits (it records the exit, then exits), and every 200 ms
+    /// for a monitor that is neither our child nor watched by pidfd. Other
+    /// containers' exits cost a string compare, not a look.
     async fn wait_exit(&self, rec: &ContainerRecord, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
+        // Subscribed before the first look: an exit after it is seen.
         let mut exits = self.monitor_exits.subscribe();
         loop {
-            exits.mark_unchanged();
             if self.state_of(rec).0 == ContainerState::ContainerExited {
                 return true;
             }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            let wake = deadline.min(now + Duration::from_millis(200));
-            tokio::select! {
-                _ = exits.changed() => {}
-                () = tokio::time::sleep_until(wake) => {}
+            let wake = deadline.min(tokio::time::Instant::now() + Duration::from_millis(200));
+            loop {
+                if tokio::time::Instant::now() >= deadline {
+                    return self.state_of(rec).0 == ContainerState::ContainerExited;
+                }
+                tokio::select! {
+                    got = exits.recv() => match got {
+                        Ok(id) if *id != *rec.id => continue,
+                        // Ours, or some missed (look anyway), or closed.
+                        _ => break,
+                    },
+                    () = tokio::time::sleep_until(wake) => break,
+                }
             }
         }
     }
@@ -103,10 +109,9 @@ impl Runtime {
     }
 
     pub async fn watch_exits(self: std::sync::Arc<Self>) {
+        // Subscribed before the first look: an exit from here on is heard.
         let mut exits = self.monitor_exits.subscribe();
         loop {
-            // Before looking: an exit from here on wakes the select.
-            exits.mark_unchanged();
             let recs = self.all_containers();
             let known = |id: &String| recs.iter().any(|r| &r.id == id);
             lock(&self.stopped_sent).retain(known);
@@ -118,9 +123,25 @@ impl Runtime {
                     self.release_rootfs_once(&r);
                 }
             }
-            tokio::select! {
-                _ = exits.changed() => {}
-                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+            // Then each exit as it comes, looking at that container only;
+            // everything again every 5 s, or after missing some.
+            let tick = tokio::time::sleep(Duration::from_secs(5));
+            tokio::pin!(tick);
+            loop {
+                tokio::select! {
+                    got = exits.recv() => match got {
+                        Ok(id) => {
+                            if let Ok(r) = self.container(&id)
+                                && self.state_of(&r).0 == ContainerState::ContainerExited
+                            {
+                                self.emit_stopped_once(&r.id).await;
+                                self.release_rootfs_once(&r);
+                            }
+                        }
+                        Err(_) => break,
+                    },
+                    () = &mut tick => break,
+                }
             }
         }
     }
