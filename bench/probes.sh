@@ -61,7 +61,8 @@ mkdir -p "$W/images" "$W/manifests"
 cat > "$W/config.yaml" <<YAML
 staticPodPath: $W/manifests
 healthzPort: 0
-port: $API
+port: 0
+readOnlyPort: $API
 podLogsDir: $W/logs
 cgroupRoot: /picolet-bench-probes
 maxPods: 200

@@ -78,7 +78,12 @@ fn sample(text: &str, name: &str, want: &[&str]) -> Option<f64> {
 #[test]
 fn cadvisor_metrics_match_the_cgroups_and_prometheus_scrapes_them() {
     require_root!();
-    let agent = Agent::start("");
+    let pki = tempfile::tempdir().expect("tmp");
+    let [ca, crt, key] = common::agent::client_ca(pki.path(), "prom", "prometheus", "monitoring");
+    let agent = Agent::start(&format!(
+        "authentication: {{x509: {{clientCAFile: {}}}}}\n",
+        ca.display()
+    ));
     agent.write_manifest(
         "stats.yaml",
         r#"apiVersion: v1
@@ -378,13 +383,21 @@ spec:
     assert!(om.ends_with("# EOF\n"));
     assert!(om.contains("# TYPE container_cpu_usage_seconds counter\n"));
 
-    // A real Prometheus scrapes it and answers a query.
+    // A real Prometheus scrapes it and answers a query: the read-only port
+    // over plain HTTP, and the API port over TLS with a client certificate
+    // (checking the agent's self-signed certificate for 127.0.0.1).
     let prom_port = free_port();
+    let serving = agent.shim.root().join("agent/pki/picolet-serving.crt");
     std::fs::write(
         dir.join("prometheus.yml"),
         format!(
-            "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: picolet\n  metrics_path: /metrics/cadvisor\n  static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
-            agent.port
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n- job_name: picolet\n  metrics_path: /metrics/cadvisor\n  static_configs: [{{targets: ['127.0.0.1:{}']}}]\n\
+             - job_name: picolet-tls\n  scheme: https\n  metrics_path: /metrics/resource\n  tls_config: {{ca_file: {}, cert_file: {}, key_file: {}}}\n  static_configs: [{{targets: ['127.0.0.1:{}']}}]\n",
+            agent.port,
+            serving.display(),
+            crt.display(),
+            key.display(),
+            agent.api_port
         ),
     )
     .expect("write");
@@ -403,11 +416,14 @@ spec:
         .spawn()
         .expect("prometheus (Debian prometheus package)");
     let query = "/api/v1/query?query=container_memory_working_set_bytes%7Bpod%3D%22stats-e2e%22%2Ccontainer%3D%22mem%22%7D";
+    let tls_query = "/api/v1/query?query=container_cpu_usage_seconds_total%7Bjob%3D%22picolet-tls%22%2Cpod%3D%22stats-e2e%22%7D";
     let answered = (0..120).any(|_| {
         std::thread::sleep(Duration::from_millis(500));
-        http_get(prom_port, query).is_some_and(|b| {
-            b.contains("\"status\":\"success\"") && b.contains("\"container\":\"mem\"")
-        })
+        let has = |q: &str, want: &str| {
+            http_get(prom_port, q)
+                .is_some_and(|b| b.contains("\"status\":\"success\"") && b.contains(want))
+        };
+        has(query, "\"container\":\"mem\"") && has(tls_query, "\"job\":\"picolet-tls\"")
     });
     let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
     common::terminate(prom);

@@ -582,7 +582,7 @@ fn api_tls(
             }
         }
     };
-    let current = server::tls::Current::new(&cert, &key)
+    let current = server::tls::current(&cert, &key)
         .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?;
     if cfg.server_tls_bootstrap
         && cfg.tls.is_none()
@@ -596,7 +596,7 @@ fn api_tls(
                 node: cfg.node_name.clone(),
                 ips: ips(host_ip),
             },
-            Arc::new(move |c: &[u8], k: &[u8]| swap.set(c, k)),
+            Arc::new(move |c: &[u8], k: &[u8]| server::tls::replace(&swap, c, k)),
         );
     }
     let client_ca = match (&cfg.authentication.client_ca_file, kubeconfig) {

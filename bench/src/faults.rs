@@ -122,13 +122,15 @@ impl Run {
         let text = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              staticPodPath: {d}/manifests\nfileCheckFrequency: 2s\nsyncFrequency: 10s\n\
-             healthzPort: {}\nport: {}\npodLogsDir: {d}/logs\ncgroupRoot: /{CGROUP_ROOT}\n\
+             healthzPort: {}\nport: {}\nreadOnlyPort: {}\npodLogsDir: {d}/logs\ncgroupRoot: /{CGROUP_ROOT}\n\
              evictionHard: {{memory.available: 1Mi}}\n\
              picolet:\n  nodeName: {NODE}\n  nodeIP: 127.0.0.1\n  dataDir: {d}/root\n\
              \x20 runDir: {d}/run\n  criSocket: {d}/run/picolet.sock\n  imagesDir: {d}/images\n\
              \x20 cniConfDir: {d}/cni\n  defaultNetwork: false\n\
              \x20 restartBackoffInitial: 1s\n  restartBackoffMax: 4s\n",
             free_port()?,
+            free_port()?,
+            // /pods is read over the read-only port (plain HTTP).
             self.port
         );
         std::fs::write(self.dir.join("config.yaml"), text)?;

@@ -462,3 +462,81 @@ spec:
         host = agent.host_dir().display()
     )
 }
+
+/// `openssl` in `dir`: a CA `name` and a client certificate it signed for
+/// CN `cn`, O `org`; returns (CA, client cert, client key) paths.
+pub fn client_ca(
+    dir: &std::path::Path,
+    name: &str,
+    cn: &str,
+    org: &str,
+) -> [std::path::PathBuf; 3] {
+    let p = |f: &str| dir.join(format!("{name}-{f}"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl (scripts/setup.sh installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let s = |x: &std::path::PathBuf| x.display().to_string();
+    let (ca_key, ca, key, csr, crt) =
+        (p("ca.key"), p("ca.crt"), p("c.key"), p("c.csr"), p("c.crt"));
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(&ca_key),
+        "-out",
+        &s(&ca),
+        "-subj",
+        &format!("/CN={name}-ca"),
+        "-days",
+        "2",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(&key),
+        "-out",
+        &s(&csr),
+        "-subj",
+        &format!("/O={org}/CN={cn}"),
+    ]);
+    // X.509 v3 with the client-auth usage, as a cluster's client
+    // certificates are (webpki refuses v1 certificates).
+    let ext = p("ext");
+    std::fs::write(&ext, "extendedKeyUsage=clientAuth\n").expect("ext");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(&csr),
+        "-CA",
+        &s(&ca),
+        "-CAkey",
+        &s(&ca_key),
+        "-CAcreateserial",
+        "-out",
+        &s(&crt),
+        "-days",
+        "1",
+        "-extfile",
+        &s(&ext),
+    ]);
+    [ca, crt, key]
+}

@@ -142,6 +142,7 @@ spec:
 YAML
 cat > "$R/etc/picolet/config.yaml" <<'YAML'
 podPidsLimit: 64
+readOnlyPort: 10255
 picolet:
   nodeName: vm
   nodeIP: 127.0.0.1
@@ -195,13 +196,13 @@ cg=$(ls -d /sys/fs/cgroup/kubepods/burstable/pod*/"$id"* 2>/dev/null | head -1)
 picolet ctl update --memory 50331648 --cpu-shares 512 --cpu-quota 30000 --cpu-period 100000 "$id" >/dev/null 2>&1
 got="$(cat "$cg/memory.max" 2>/dev/null) $(cat "$cg/cpu.weight" 2>/dev/null) $(cat "$cg/cpu.max" 2>/dev/null)"
 [ "$got" = "50331648 59 30000 100000" ] && ok update-v2 || fail update-v2 "memory.max cpu.weight cpu.max: $got"
-m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep '^container_memory_working_set_bytes{container="httpd"')
+m=$(wget -qO- http://127.0.0.1:10255/metrics/cadvisor 2>&1 | grep '^container_memory_working_set_bytes{container="httpd"')
 [ -n "$m" ] && ok cadvisor-v2 || fail cadvisor-v2 "no httpd working set"
 # PSI (v2 only): cAdvisor's pressure counters for the container.
-m=$(wget -qO- http://127.0.0.1:10250/metrics/cadvisor 2>&1 | grep -c '^container_pressure_\(cpu\|memory\|io\)_\(stalled\|waiting\)_seconds_total{container="httpd"')
+m=$(wget -qO- http://127.0.0.1:10255/metrics/cadvisor 2>&1 | grep -c '^container_pressure_\(cpu\|memory\|io\)_\(stalled\|waiting\)_seconds_total{container="httpd"')
 [ "$m" = 6 ] && ok cadvisor-psi || fail cadvisor-psi "$m of 6 pressure series for httpd"
-pods() { wget -qO- http://127.0.0.1:10250/pods 2>/dev/null; }
-wget -qO- http://127.0.0.1:10250/stats/summary 2>/dev/null | grep -q '"name":"hello-vm"' \
+pods() { wget -qO- http://127.0.0.1:10255/pods 2>/dev/null; }
+wget -qO- http://127.0.0.1:10255/stats/summary 2>/dev/null | grep -q '"name":"hello-vm"' \
   && ok stats-summary || fail stats-summary "no hello-vm in /stats/summary"
 
 # CPU quota enforced (a Guaranteed pod: kubepods/pod<uid>), podPidsLimit lands.
@@ -211,7 +212,7 @@ until picolet ctl ps 2>/dev/null | grep -q 'Running.*spin'; do i=$((i + 1)); [ $
 sid=$(picolet ctl ps 2>/dev/null | grep 'Running.*spin' | { read -r c _; echo "$c"; })
 # The built-in network, made through rtnetlink by picolet alone: the pod has
 # an address of 10.42.0.0/16 on eth0, behind the bridge picolet0.
-pip=$(wget -qO- http://127.0.0.1:10250/pods 2>/dev/null | grep -o '"podIP":"10\.42\.[0-9.]*"' | head -1)
+pip=$(wget -qO- http://127.0.0.1:10255/pods 2>/dev/null | grep -o '"podIP":"10\.42\.[0-9.]*"' | head -1)
 addr=$(picolet ctl exec "$sid" -- ip addr show eth0 2>&1)
 case "$pip $addr" in
   *10.42.*eth0*10.42.*) [ -e /sys/class/net/picolet0 ] && ok "builtin-network ($pip)" || fail builtin-network "no picolet0" ;;
@@ -262,8 +263,8 @@ i=0
 until pods | grep -q '"reason":"OOMKilled"'; do i=$((i + 1)); [ $i -gt 120 ] && break; sleep 0.5; done
 pods | grep -q '"reason":"OOMKilled"' && ok oom-killed || fail oom-killed "$(pods)"
 i=0
-until wget -qO- http://127.0.0.1:10250/events 2>/dev/null | grep -q OOMKilling; do i=$((i + 1)); [ $i -gt 40 ] && break; sleep 0.5; done
-wget -qO- http://127.0.0.1:10250/events 2>/dev/null | grep -q OOMKilling && ok oom-event || fail oom-event "no OOMKilling event"
+until wget -qO- http://127.0.0.1:10255/events 2>/dev/null | grep -q OOMKilling; do i=$((i + 1)); [ $i -gt 40 ] && break; sleep 0.5; done
+wget -qO- http://127.0.0.1:10255/events 2>/dev/null | grep -q OOMKilling && ok oom-event || fail oom-event "no OOMKilling event"
 
 # kill -9 of the shim and the agent: `up` restarts them, nothing restarts.
 # (Debian's busybox has no pkill: find them by command line.)

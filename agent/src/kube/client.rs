@@ -54,10 +54,40 @@ impl Error {
     }
 }
 
-/// The client certificate, replaceable while the client is in use
-/// (certificate rotation): new connections present the current one.
+/// A certificate and key replaceable while in use (rotation): new
+/// connections present the current one. The API client's client
+/// certificate, and the API port's serving certificate.
 #[derive(Debug)]
-struct CurrentCert(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+pub struct CurrentCert(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl CurrentCert {
+    pub fn new(key: rustls::sign::CertifiedKey) -> Self {
+        Self(std::sync::RwLock::new(Arc::new(key)))
+    }
+
+    pub fn set(&self, key: rustls::sign::CertifiedKey) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
+    }
+
+    fn get(&self) -> Arc<rustls::sign::CertifiedKey> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl rustls::server::ResolvesServerCert for CurrentCert {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.get())
+    }
+}
 
 impl rustls::client::ResolvesClientCert for CurrentCert {
     fn resolve(
@@ -65,12 +95,7 @@ impl rustls::client::ResolvesClientCert for CurrentCert {
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[rustls::SignatureScheme],
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(
-            self.0
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone(),
-        )
+        Some(self.get())
     }
 
     fn has_certs(&self) -> bool {
@@ -78,26 +103,25 @@ impl rustls::client::ResolvesClientCert for CurrentCert {
     }
 }
 
-/// A certificate chain and key (PEM) as rustls signs with them.
-fn certified_key(
+/// A certificate chain and key (PEM) as rustls signs with them; `what`
+/// ("client", "serving") names them in errors.
+pub fn certified_key(
     provider: &rustls::crypto::CryptoProvider,
     cert: &[u8],
     key: &[u8],
-) -> Result<rustls::sign::CertifiedKey, Error> {
-    let bad = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
+    what: &str,
+) -> Result<rustls::sign::CertifiedKey, String> {
     let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad("the client certificate", &e))?;
+        .map_err(|e| format!("the {what} certificate: {e}"))?;
     if chain.is_empty() {
-        return Err(Error::Config(
-            "the client certificate file holds no certificate".into(),
-        ));
+        return Err(format!("the {what} certificate file holds no certificate"));
     }
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("the client key", &e))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the {what} key: {e}"))?;
     let signer = provider
         .key_provider
         .load_private_key(key)
-        .map_err(|e| bad("the client key", &e))?;
+        .map_err(|e| format!("the {what} key: {e}"))?;
     Ok(rustls::sign::CertifiedKey::new(chain, signer))
 }
 
@@ -148,9 +172,9 @@ impl Client {
                 .with_custom_certificate_verifier(Arc::new(crate::httpc::AnyCert(algs))),
         };
         let current = match &cfg.client_cert {
-            Some((cert, key)) => Some(Arc::new(CurrentCert(std::sync::RwLock::new(Arc::new(
-                certified_key(&provider, cert, key)?,
-            ))))),
+            Some((cert, key)) => Some(Arc::new(CurrentCert::new(
+                certified_key(&provider, cert, key, "client").map_err(Error::Config)?,
+            ))),
             None => None,
         };
         let mut tls = match &current {
@@ -188,11 +212,7 @@ impl Client {
                 "this client has no client certificate".into(),
             ));
         };
-        let new = certified_key(&self.provider, cert, key)?;
-        *current
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(new);
+        current.set(certified_key(&self.provider, cert, key, "client").map_err(Error::Config)?);
         *self.conn.lock().await = None;
         Ok(())
     }

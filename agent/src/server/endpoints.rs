@@ -245,6 +245,17 @@ async fn container_logs(
         .into_response()
 }
 
+/// The runtime's ID of the current instance of `container` in the pod.
+fn running_container(
+    s: &Server,
+    namespace: &str,
+    pod: &str,
+    uid: Option<&str>,
+    container: &str,
+) -> Result<String, Box<Response>> {
+    container_id(&find_pod(s, namespace, pod, uid)?, container, false)
+}
+
 /// The runtime's URL for an exec or attach of `container` in the pod.
 async fn session(
     s: &Server,
@@ -256,11 +267,7 @@ async fn session(
         Ok(o) => o,
         Err(m) => return stream::text(StatusCode::BAD_REQUEST, format!("{m}\n")),
     };
-    let pod = match find_pod(s, &namespace, &pod, uid.as_deref()) {
-        Ok(p) => p,
-        Err(r) => return *r,
-    };
-    let id = match container_id(&pod, &container, false) {
+    let id = match running_container(s, &namespace, &pod, uid.as_deref(), &container) {
         Ok(i) => i,
         Err(r) => return *r,
     };
@@ -364,11 +371,7 @@ async fn run_in(
     if cmd.is_empty() {
         return stream::text(StatusCode::BAD_REQUEST, "no cmd given\n");
     }
-    let pod = match find_pod(s, &namespace, &pod, uid.as_deref()) {
-        Ok(p) => p,
-        Err(r) => return *r,
-    };
-    let id = match container_id(&pod, &container, false) {
+    let id = match running_container(s, &namespace, &pod, uid.as_deref(), &container) {
         Ok(i) => i,
         Err(r) => return *r,
     };

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 
+use crate::kube::client::{CurrentCert, certified_key};
 use crate::x509;
 
 /// A self-signed certificate's life (kubelet: one year).
@@ -89,55 +90,26 @@ pub fn self_signed(
 /// The serving certificate in use, replaceable while connections come
 /// (`serverTLSBootstrap` swaps the self-signed one for the cluster's, and
 /// renews it): each handshake takes the current one.
-#[derive(Debug)]
-pub struct Current(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
+pub type Current = CurrentCert;
 
-fn certified(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, String> {
-    let chain = CertificateDer::pem_slice_iter(cert)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the serving certificate: {e}"))?;
-    if chain.is_empty() {
-        return Err("the serving certificate file holds no certificate".into());
-    }
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the serving key: {e}"))?;
-    let signer = rustls::crypto::ring::default_provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| format!("the serving key: {e}"))?;
-    Ok(rustls::sign::CertifiedKey::new(chain, signer))
+/// `cert` and `key` (PEM) as the serving certificate.
+pub fn current(cert: &[u8], key: &[u8]) -> Result<Arc<Current>, String> {
+    Ok(Arc::new(CurrentCert::new(serving(cert, key)?)))
 }
 
-impl Current {
-    /// `cert` and `key` (PEM).
-    pub fn new(cert: &[u8], key: &[u8]) -> Result<Arc<Self>, String> {
-        Ok(Arc::new(Self(std::sync::RwLock::new(Arc::new(certified(
-            cert, key,
-        )?)))))
-    }
-
-    /// Serves `cert` and `key` (PEM) from the next handshake on.
-    pub fn set(&self, cert: &[u8], key: &[u8]) -> Result<(), String> {
-        let new = Arc::new(certified(cert, key)?);
-        *self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
-        Ok(())
-    }
+/// Serves `cert` and `key` (PEM) from the next handshake on.
+pub fn replace(current: &Current, cert: &[u8], key: &[u8]) -> Result<(), String> {
+    current.set(serving(cert, key)?);
+    Ok(())
 }
 
-impl rustls::server::ResolvesServerCert for Current {
-    fn resolve(
-        &self,
-        _: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(
-            self.0
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone(),
-        )
-    }
+fn serving(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, String> {
+    certified_key(
+        &rustls::crypto::ring::default_provider(),
+        cert,
+        key,
+        "serving",
+    )
 }
 
 /// The rustls server config: the `current` certificate served; client

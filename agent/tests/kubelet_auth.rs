@@ -1,0 +1,218 @@
+//! The API port's webhook authentication and authorization end to end
+//! without root: `Auth` over the real API client (TLS, a bearer token)
+//! against a local HTTPS server that answers TokenReviews and
+//! SubjectAccessReviews with what the real kube-apiserver 1.26 answered
+//! (`agent/src/server/testdata`), checking what is asked, the answers and
+//! the caches.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent::kube::client::Client;
+use agent::kube::config::KubeConfig;
+use agent::server::auth::{Auth, Identity, Refusal, attributes};
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+use serde_json::Value;
+
+const TOKEN_OK: &str = include_str!("../src/server/testdata/tokenreview-ok.json");
+const TOKEN_BAD: &str = include_str!("../src/server/testdata/tokenreview-bad.json");
+const SAR_ALLOWED: &str = include_str!("../src/server/testdata/sar-allowed.json");
+const SAR_DENIED: &str = include_str!("../src/server/testdata/sar-denied.json");
+
+/// Requests the fake API server got, by path.
+#[derive(Default)]
+struct Seen {
+    token_reviews: AtomicUsize,
+    access_reviews: AtomicUsize,
+}
+
+/// Answers a review the way the recording did: the service account's
+/// token is "sa-token", anything else is refused; the service account may
+/// not use nodes/proxy, an admin (system:masters) may.
+async fn answer(
+    req: Request<hyper::body::Incoming>,
+    seen: Arc<Seen>,
+) -> Response<Full<bytes::Bytes>> {
+    let path = req.uri().path().to_string();
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let body = req.into_body().collect().await.expect("body").to_bytes();
+    let v: Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(
+        auth.as_deref(),
+        Some("Bearer node-token"),
+        "the node's own credentials"
+    );
+    let text = match path.as_str() {
+        "/apis/authentication.k8s.io/v1/tokenreviews" => {
+            seen.token_reviews.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(v["kind"], "TokenReview");
+            if v["spec"]["token"] == "sa-token" {
+                TOKEN_OK
+            } else {
+                TOKEN_BAD
+            }
+        }
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => {
+            seen.access_reviews.fetch_add(1, Ordering::SeqCst);
+            let attrs = &v["spec"]["resourceAttributes"];
+            assert_eq!(
+                (attrs["resource"].as_str(), attrs["name"].as_str()),
+                (Some("nodes"), Some("pk-node"))
+            );
+            let admin = v["spec"]["groups"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g == "system:masters"));
+            if admin { SAR_ALLOWED } else { SAR_DENIED }
+        }
+        other => panic!("unexpected request {other}"),
+    };
+    Response::new(Full::new(bytes::Bytes::from(text)))
+}
+
+async fn fake_api_server(seen: Arc<Seen>) -> (u16, Vec<u8>) {
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("key");
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+        .expect("key");
+    let now = 1_700_000_000;
+    let der = agent::x509::self_signed(
+        "fake-apiserver",
+        &[],
+        &["127.0.0.1".parse().expect("ip")],
+        &key,
+        now,
+        now + 100 * 365 * 86_400,
+    )
+    .expect("cert");
+    let cert = agent::x509::pem("CERTIFICATE", &der).into_bytes();
+    let key_pem = agent::x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
+    let current = agent::server::tls::current(&cert, &key_pem).expect("current");
+    let tls = agent::server::tls::server_config(current, None).expect("tls");
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, seen) = (acceptor.clone(), seen.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req| {
+                    let seen = seen.clone();
+                    async move { Ok::<_, std::convert::Infallible>(answer(req, seen).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    (port, cert)
+}
+
+fn auth(client: Arc<Client>, config: &str) -> Auth {
+    let cfg = edge_config::config::Config::parse(
+        &format!("{config}\npicolet: {{kubeconfig: /unused}}\n"),
+        std::path::Path::new("test.yaml"),
+    )
+    .expect("config");
+    Auth::new("pk-node".into(), &cfg, Some(client))
+}
+
+#[tokio::test]
+async fn tokens_and_access_are_reviewed_by_the_api_server_and_cached() {
+    let seen = Arc::new(Seen::default());
+    let (port, ca) = fake_api_server(seen.clone()).await;
+    let kc = KubeConfig {
+        host: "127.0.0.1".into(),
+        port,
+        ca: Some(ca),
+        client_cert: None,
+        token: Some("node-token".into()),
+    };
+    let client = Arc::new(Client::new(&kc, "picolet-test").expect("client"));
+    let a = auth(client.clone(), "");
+
+    // A service account's token: who it is, from the review.
+    let sa = a
+        .authenticate(Some("sa-token"))
+        .await
+        .expect("authenticated");
+    assert_eq!(sa.user, "system:serviceaccount:default:reader");
+    a.authenticate(Some("sa-token")).await.expect("cached");
+    assert_eq!(
+        seen.token_reviews.load(Ordering::SeqCst),
+        1,
+        "cached for cacheTTL"
+    );
+    // A token the server refuses: 401, and the refusal is remembered too.
+    assert_eq!(
+        a.authenticate(Some("garbage")).await,
+        Err(Refusal::Unauthorized)
+    );
+    assert_eq!(
+        a.authenticate(Some("garbage")).await,
+        Err(Refusal::Unauthorized)
+    );
+    assert_eq!(seen.token_reviews.load(Ordering::SeqCst), 2);
+    // No credentials, anonymous off: 401 without asking anyone.
+    assert_eq!(a.authenticate(None).await, Err(Refusal::Unauthorized));
+    assert_eq!(seen.token_reviews.load(Ordering::SeqCst), 2);
+
+    // The service account may not read pods through nodes/proxy: 403 with
+    // kubelet's message; asked once, then cached.
+    let what = attributes(&Method::GET, "/pods", "pk-node");
+    let denied = a.authorize(&sa, &what).await;
+    assert_eq!(
+        denied,
+        Err(Refusal::Forbidden(
+            "Forbidden (user=system:serviceaccount:default:reader, verb=get, resource=nodes, subresource=proxy)".into()
+        ))
+    );
+    assert!(a.authorize(&sa, &what).await.is_err());
+    assert_eq!(seen.access_reviews.load(Ordering::SeqCst), 1);
+    // The API server's kubelet client (system:masters) may.
+    let admin = Identity::from_certificate(
+        "kube-apiserver-kubelet-client".into(),
+        vec!["system:masters".into()],
+    );
+    a.authorize(&admin, &what).await.expect("allowed");
+    assert_eq!(seen.access_reviews.load(Ordering::SeqCst), 2);
+
+    // Short TTLs: the answers are asked for again once they expire.
+    let brief = auth(
+        client.clone(),
+        "authentication: {webhook: {cacheTTL: 1s}}\nauthorization: {webhook: {cacheAuthorizedTTL: 1s, cacheUnauthorizedTTL: 1s}}",
+    );
+    brief.authenticate(Some("sa-token")).await.expect("ok");
+    brief.authorize(&admin, &what).await.expect("ok");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    brief.authenticate(Some("sa-token")).await.expect("ok");
+    brief.authorize(&admin, &what).await.expect("ok");
+    assert_eq!(seen.token_reviews.load(Ordering::SeqCst), 4);
+    assert_eq!(seen.access_reviews.load(Ordering::SeqCst), 4);
+
+    // AlwaysAllow and anonymous: nobody is asked.
+    let open = auth(
+        client,
+        "authorization: {mode: AlwaysAllow}\nauthentication: {anonymous: {enabled: true}}",
+    );
+    let anon = open.authenticate(None).await.expect("anonymous");
+    assert_eq!(anon.user, "system:anonymous");
+    open.authorize(&anon, &what).await.expect("always allowed");
+    assert_eq!(seen.access_reviews.load(Ordering::SeqCst), 4);
+}
