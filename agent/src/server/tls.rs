@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 use crate::kube::client::{CurrentCert, certified_key};
 use crate::x509;
