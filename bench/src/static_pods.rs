@@ -1,10 +1,12 @@
-//! `static-pod-bench MANIFEST_DIR SOCKET NODE N`: writes N static pod
-//! manifests into the agent's folder one after another (temp file + rename,
-//! as config management does) and measures, for each, manifest written →
-//! container running: the container's `started_at` from CRI ContainerStatus
-//! minus the wall-clock time of the rename. Prints the latencies in
-//! milliseconds as JSON, then removes the manifests and waits until the
-//! runtime has no container of them left.
+//! `static-pod-bench MANIFEST_DIR SOCKET NODE N [at-once]`: writes N static
+//! pod manifests into the agent's folder (temp file + rename, as config
+//! management does) one after another, or all at once (a cold start: a
+//! device booting with its folder full, or an update dropping many), and
+//! measures, for each, manifest written → container running: the
+//! container's `started_at` from CRI ContainerStatus minus the wall-clock
+//! time of its rename. Prints the latencies in milliseconds as JSON, then
+//! removes the manifests and waits until the runtime has no container of
+//! them left.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,20 +34,88 @@ fn manifest(name: &str) -> String {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [dir, socket, node, n] = args.as_slice() else {
-        bail!("usage: static-pod-bench MANIFEST_DIR SOCKET NODE N");
+    let (dir, socket, node, n, at_once) = match args.as_slice() {
+        [d, s, nd, n] => (d, s, nd, n, false),
+        [d, s, nd, n, m] if m == "at-once" => (d, s, nd, n, true),
+        _ => bail!("usage: static-pod-bench MANIFEST_DIR SOCKET NODE N [at-once]"),
     };
     let n: usize = n.parse().context("N")?;
     let dir = Path::new(dir);
     let mut rt = RuntimeServiceClient::new(cri_proto::connect(socket).await?);
-    let mut lat = Vec::with_capacity(n);
     let tag = std::process::id();
+    let lat = if at_once {
+        all_at_once(dir, &mut rt, node, n, tag).await?
+    } else {
+        one_after_another(dir, &mut rt, node, n, tag).await?
+    };
+    println!("{}", serde_json::to_string(&lat)?);
+    cleanup(dir, &mut rt, n, tag).await
+}
+
+type Rt = RuntimeServiceClient<cri_proto::Channel>;
+
+/// Writes `name`'s manifest (temp file + rename); the time of the rename.
+fn write(dir: &Path, name: &str) -> Result<i64> {
+    let tmp = dir.join(format!(".{name}.yaml"));
+    std::fs::write(&tmp, manifest(name))?;
+    let written = now_ns();
+    std::fs::rename(&tmp, dir.join(format!("{name}.yaml")))?;
+    Ok(written)
+}
+
+/// All N written at once, then each pod's write → its container started.
+async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) -> Result<Vec<f64>> {
+    let mut written = HashMap::new();
     for i in 0..n {
         let name = format!("bench-{tag}-{i}");
-        let tmp = dir.join(format!(".{name}.yaml"));
-        std::fs::write(&tmp, manifest(&name))?;
-        let written = now_ns();
-        std::fs::rename(&tmp, dir.join(format!("{name}.yaml")))?;
+        written.insert(format!("{name}-{node}"), write(dir, &name)?);
+    }
+    let mut lat = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while lat.len() < n {
+        let list = rt
+            .list_containers(ListContainersRequest::default())
+            .await?
+            .into_inner()
+            .containers;
+        for c in list {
+            let Some(pod) = c.labels.get("io.kubernetes.pod.name") else {
+                continue;
+            };
+            if c.state != ContainerState::ContainerRunning as i32 || lat.contains_key(pod) {
+                continue;
+            }
+            let Some(w) = written.get(pod) else { continue };
+            let st = rt
+                .container_status(ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                })
+                .await?
+                .into_inner()
+                .status
+                .context("status")?;
+            lat.insert(pod.clone(), (st.started_at - w) as f64 / 1e6);
+        }
+        if Instant::now() > deadline {
+            bail!("{} of {n} pods running after 300 s", lat.len());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(lat.into_values().collect())
+}
+
+async fn one_after_another(
+    dir: &Path,
+    rt: &mut Rt,
+    node: &str,
+    n: usize,
+    tag: u32,
+) -> Result<Vec<f64>> {
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("bench-{tag}-{i}");
+        let written = write(dir, &name)?;
         let full = format!("{name}-{node}");
         let deadline = Instant::now() + Duration::from_secs(60);
         let started = loop {
@@ -84,7 +154,11 @@ async fn main() -> Result<()> {
         };
         lat.push((started - written) as f64 / 1e6);
     }
-    println!("{}", serde_json::to_string(&lat)?);
+    Ok(lat)
+}
+
+/// Removes the manifests; waits until their containers are gone.
+async fn cleanup(dir: &Path, rt: &mut Rt, n: usize, tag: u32) -> Result<()> {
     for i in 0..n {
         let _ = std::fs::remove_file(dir.join(format!("bench-{tag}-{i}.yaml")));
     }
