@@ -63,6 +63,20 @@ fn write(dir: &Path, name: &str) -> Result<i64> {
     Ok(written)
 }
 
+/// The container's CRI `started_at` (ns since the epoch).
+async fn started_at(rt: &mut Rt, id: &str) -> Result<i64> {
+    Ok(rt
+        .container_status(ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        })
+        .await?
+        .into_inner()
+        .status
+        .context("status")?
+        .started_at)
+}
+
 /// All N written at once, then each pod's write → its container started.
 async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) -> Result<Vec<f64>> {
     let mut written = HashMap::new();
@@ -86,16 +100,8 @@ async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) ->
                 continue;
             }
             let Some(w) = written.get(pod) else { continue };
-            let st = rt
-                .container_status(ContainerStatusRequest {
-                    container_id: c.id.clone(),
-                    verbose: false,
-                })
-                .await?
-                .into_inner()
-                .status
-                .context("status")?;
-            lat.insert(pod.clone(), (st.started_at - w) as f64 / 1e6);
+            let started = started_at(rt, &c.id).await?;
+            lat.insert(pod.clone(), (started - w) as f64 / 1e6);
         }
         if Instant::now() > deadline {
             bail!("{} of {n} pods running after 300 s", lat.len());
@@ -136,16 +142,7 @@ async fn one_after_another(
                 .iter()
                 .find(|c| c.state == ContainerState::ContainerRunning as i32)
             {
-                let st = rt
-                    .container_status(ContainerStatusRequest {
-                        container_id: c.id.clone(),
-                        verbose: false,
-                    })
-                    .await?
-                    .into_inner()
-                    .status
-                    .context("status")?;
-                break st.started_at;
+                break started_at(rt, &c.id).await?;
             }
             if Instant::now() > deadline {
                 bail!("{full} did not start within 60 s");

@@ -486,37 +486,31 @@ pub fn client_ca(
     let s = |x: &std::path::PathBuf| x.display().to_string();
     let (ca_key, ca, key, csr, crt) =
         (p("ca.key"), p("ca.crt"), p("c.key"), p("c.csr"), p("c.crt"));
-    run(&[
-        "req",
-        "-x509",
+    // A new P-256 key (no passphrase) written to the path that follows.
+    let new_key = [
         "-newkey",
         "ec",
         "-pkeyopt",
         "ec_paramgen_curve:P-256",
         "-nodes",
         "-keyout",
-        &s(&ca_key),
-        "-out",
-        &s(&ca),
-        "-subj",
-        &format!("/CN={name}-ca"),
-        "-days",
-        "2",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &s(&key),
-        "-out",
-        &s(&csr),
-        "-subj",
-        &format!("/O={org}/CN={cn}"),
-    ]);
+    ];
+    let (ca_subject, subject) = (format!("/CN={name}-ca"), format!("/O={org}/CN={cn}"));
+    let (ca_key_s, ca_s, key_s, csr_s) = (s(&ca_key), s(&ca), s(&key), s(&csr));
+    let ca_args = [
+        &["req", "-x509"][..],
+        &new_key,
+        &[&ca_key_s, "-out", &ca_s, "-subj", &ca_subject, "-days", "2"],
+    ]
+    .concat();
+    run(&ca_args);
+    let csr_args = [
+        &["req"][..],
+        &new_key,
+        &[&key_s, "-out", &csr_s, "-subj", &subject],
+    ]
+    .concat();
+    run(&csr_args);
     // X.509 v3 with the client-auth usage, as a cluster's client
     // certificates are (webpki refuses v1 certificates).
     let ext = p("ext");
@@ -539,4 +533,17 @@ pub fn client_ca(
         &s(&ext),
     ]);
     [ca, crt, key]
+}
+
+/// The status code of `GET path` on 127.0.0.1:`port`.
+pub fn status_of(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out.split_whitespace()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
 }
