@@ -285,11 +285,7 @@ async fn a_broken_download_resumes_and_a_corrupted_blob_is_refused() {
     // What a pull cut off halfway leaves: the first half of the layer.
     let node = Node::new(&yaml);
     let half = big_layer.len() / 2;
-    let partial = node
-        .dir
-        .path()
-        .join("store/partial")
-        .join(big_digest.trim_start_matches("sha256:"));
+    let partial = node.partial(&big_digest);
     std::fs::write(&partial, &big_layer[..half]).expect("partial");
     let image = format!("{}/bench/big:v1", reg.addr);
     let (rec, progress) = node.pull(&image, None).await.expect("resumed pull");
@@ -316,11 +312,7 @@ async fn a_broken_download_resumes_and_a_corrupted_blob_is_refused() {
     // A partial file with the wrong bytes: the whole is refused, nothing
     // stays, and the next pull starts over and succeeds.
     let again = Node::new(&yaml);
-    let partial = again
-        .dir
-        .path()
-        .join("store/partial")
-        .join(big_digest.trim_start_matches("sha256:"));
+    let partial = again.partial(&big_digest);
     std::fs::write(&partial, vec![0u8; half]).expect("bad partial");
     let err = again.pull(&image, None).await.expect_err("bad partial");
     assert!(
@@ -330,6 +322,21 @@ async fn a_broken_download_resumes_and_a_corrupted_blob_is_refused() {
     );
     assert!(!partial.exists());
     again.pull(&image, None).await.expect("starts over");
+
+    // Every byte there, the kill landed before the rename into blobs/: the
+    // registry is not asked for the layer again (a `Range: bytes=N-` at its
+    // end is a 416, which must not throw the whole file away).
+    let whole = Node::new(&yaml);
+    let partial = whole.partial(&big_digest);
+    std::fs::write(&partial, &big_layer).expect("whole partial");
+    let (_, progress) = whole.pull(&image, None).await.expect("whole partial");
+    let fetched = progress.fetched.load(Ordering::Relaxed);
+    assert!(
+        fetched < busybox_blob + 4096,
+        "fetched {fetched} bytes although the {} byte layer was all there",
+        big_layer.len()
+    );
+    assert!(!partial.exists());
 
     // A blob the registry serves corrupted (same size, one byte changed).
     let layer_digest = xtask::sha256(&base.blob());

@@ -558,107 +558,116 @@ impl Puller {
                 progress.done.fetch_add(have - reported, Ordering::Relaxed);
                 reported = have;
             }
-            let resp = match remote
-                .get(&format!("blobs/{digest}"), "*/*", Some(have))
-                .await
-            {
-                Ok(r) => r,
-                Err(e) if e.kind == Kind::Unreachable => {
-                    last = Some(e);
-                    hashed = Some((hasher, have));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let status = resp.status();
-            let append = match status {
-                StatusCode::PARTIAL_CONTENT if have > 0 => true,
-                StatusCode::OK => {
-                    if have > 0 {
-                        hasher = Sha256::new();
-                        progress.done.fetch_sub(have, Ordering::Relaxed);
-                        reported = 0;
-                        have = 0;
-                    }
-                    false
-                }
-                StatusCode::RANGE_NOT_SATISFIABLE => {
-                    let _ = tokio::fs::remove_file(&path).await;
-                    progress.done.fetch_sub(reported, Ordering::Relaxed);
-                    reported = 0;
-                    last = Some(remote.err(Kind::Other, format!("blob {digest}: range refused")));
-                    continue;
-                }
-                s => {
-                    let kind = match s {
-                        StatusCode::NOT_FOUND => Kind::NotFound,
-                        StatusCode::FORBIDDEN => Kind::Unauthorized,
-                        _ => Kind::Other,
-                    };
-                    let body = small_body(resp).await;
-                    let e = remote.err(kind, format!("blob {digest}: {}", error_text(s, &body)));
-                    if s.is_server_error() {
+            // A file with every byte (a kill between the last write and the
+            // rename) is checked as it is: asking for `bytes=<size>-` would be
+            // a 416 and throw it away.
+            if have < size {
+                let resp = match remote
+                    .get(&format!("blobs/{digest}"), "*/*", Some(have))
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(e) if e.kind == Kind::Unreachable => {
                         last = Some(e);
                         hashed = Some((hasher, have));
                         continue;
                     }
-                    return Err(e);
-                }
-            };
-            let mut file = tokio::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .append(append)
-                .truncate(!append)
-                .open(&path)
-                .await
-                .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
-            let mut body = resp.into_body();
-            let broke = loop {
-                let frame = match tokio::time::timeout(IDLE_TIMEOUT, body.frame()).await {
-                    Err(_) => break Some("timed out".to_string()),
-                    Ok(None) => break None,
-                    Ok(Some(Err(e))) => break Some(e.to_string()),
-                    Ok(Some(Ok(f))) => f,
+                    Err(e) => return Err(e),
                 };
-                let Ok(data) = frame.into_data() else {
-                    continue;
+                let status = resp.status();
+                let append = match status {
+                    StatusCode::PARTIAL_CONTENT if have > 0 => true,
+                    StatusCode::OK => {
+                        if have > 0 {
+                            hasher = Sha256::new();
+                            progress.done.fetch_sub(have, Ordering::Relaxed);
+                            reported = 0;
+                            have = 0;
+                        }
+                        false
+                    }
+                    StatusCode::RANGE_NOT_SATISFIABLE => {
+                        let _ = tokio::fs::remove_file(&path).await;
+                        progress.done.fetch_sub(reported, Ordering::Relaxed);
+                        reported = 0;
+                        last =
+                            Some(remote.err(Kind::Other, format!("blob {digest}: range refused")));
+                        continue;
+                    }
+                    s => {
+                        let kind = match s {
+                            StatusCode::NOT_FOUND => Kind::NotFound,
+                            StatusCode::FORBIDDEN => Kind::Unauthorized,
+                            _ => Kind::Other,
+                        };
+                        let body = small_body(resp).await;
+                        let e =
+                            remote.err(kind, format!("blob {digest}: {}", error_text(s, &body)));
+                        if s.is_server_error() {
+                            last = Some(e);
+                            hashed = Some((hasher, have));
+                            continue;
+                        }
+                        return Err(e);
+                    }
                 };
-                if have + data.len() as u64 > size {
-                    drop(file);
-                    let _ = tokio::fs::remove_file(&path).await;
-                    return Err(remote.err(
-                        Kind::Other,
-                        format!("blob {digest}: the registry sent more than the {size} bytes its manifest says"),
-                    ));
-                }
-                hasher.update(&data);
-                file.write_all(&data)
+                let mut file = tokio::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .append(append)
+                    .truncate(!append)
+                    .open(&path)
                     .await
                     .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
-                have += data.len() as u64;
-                progress
-                    .done
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-                progress
-                    .fetched
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
-                reported = have;
-            };
-            file.flush()
-                .await
-                .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
-            drop(file);
-            // With every byte here, however the stream ended, check them.
-            if have < size {
-                let why = broke.unwrap_or_else(|| "the body ended early".to_string());
-                tracing::info!(blob = %digest, bytes = have, of = size, reason = %why, "download broke; resuming");
-                last = Some(remote.err(
-                    Kind::Unreachable,
-                    format!("blob {digest}: download broke after {have} of {size} bytes: {why}"),
-                ));
-                hashed = Some((hasher, have));
-                continue;
+                let mut body = resp.into_body();
+                let broke = loop {
+                    let frame = match tokio::time::timeout(IDLE_TIMEOUT, body.frame()).await {
+                        Err(_) => break Some("timed out".to_string()),
+                        Ok(None) => break None,
+                        Ok(Some(Err(e))) => break Some(e.to_string()),
+                        Ok(Some(Ok(f))) => f,
+                    };
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if have + data.len() as u64 > size {
+                        drop(file);
+                        let _ = tokio::fs::remove_file(&path).await;
+                        return Err(remote.err(
+                            Kind::Other,
+                            format!("blob {digest}: the registry sent more than the {size} bytes its manifest says"),
+                        ));
+                    }
+                    hasher.update(&data);
+                    file.write_all(&data)
+                        .await
+                        .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
+                    have += data.len() as u64;
+                    progress
+                        .done
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    progress
+                        .fetched
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    reported = have;
+                };
+                file.flush()
+                    .await
+                    .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
+                drop(file);
+                // With every byte here, however the stream ended, check them.
+                if have < size {
+                    let why = broke.unwrap_or_else(|| "the body ended early".to_string());
+                    tracing::info!(blob = %digest, bytes = have, of = size, reason = %why, "download broke; resuming");
+                    last = Some(remote.err(
+                        Kind::Unreachable,
+                        format!(
+                            "blob {digest}: download broke after {have} of {size} bytes: {why}"
+                        ),
+                    ));
+                    hashed = Some((hasher, have));
+                    continue;
+                }
             }
             let actual = format!("sha256:{:x}", hasher.finalize());
             if actual != digest.as_str() {

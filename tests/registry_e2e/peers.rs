@@ -265,6 +265,14 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Where a download of `digest` (`sha256:…`) is kept while partial.
+    pub(crate) fn partial(&self, digest: &str) -> std::path::PathBuf {
+        self.dir
+            .path()
+            .join("store/partial")
+            .join(digest.trim_start_matches("sha256:"))
+    }
+
     pub(crate) fn new(registries_yaml: &str) -> Self {
         Self::for_platform(registries_yaml, Platform::host())
     }
