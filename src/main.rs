@@ -535,6 +535,9 @@ fn run_shim(args: ShimArgs) -> ExitCode {
             .map(|l| edge_config::split_dirs(&l))
             .unwrap_or(config.cni_bin_dirs),
     };
+    if config.cgroup_favor_dynmods {
+        shim::cgroupfs::favor_dynmods(&paths.run_dir);
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

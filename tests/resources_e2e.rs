@@ -297,3 +297,86 @@ async fn hugepage_limits_do_not_stop_a_container_on_any_host() {
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
+
+/// `picolet.cgroupFavorDynmods` (default on): the shim sets the cgroup2
+/// root's `favordynmods`, with the root's other options kept, so moving a
+/// process into a container's cgroups stops waiting for an RCU grace
+/// period (BENCHMARKS.md: ExecSync), and leaves no scratch mount behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shim_sets_cgroup2_favordynmods_and_leaves_no_scratch_mount() {
+    require_root!();
+    let options = || {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        cgroup::favor::cgroup2_options(&text).map(str::to_string)
+    };
+    let before = options();
+    // A cgroup2 mount without the flag clears it: the shim below must set it
+    // (unless another test's shim starting at the same time does first).
+    let keep: Vec<&str> = before
+        .as_deref()
+        .unwrap_or("rw")
+        .split(',')
+        .filter(|o| *o != "favordynmods")
+        .collect();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "cgroup2", "-o", &keep.join(","), "cgroup2"])
+        .arg(scratch.path())
+        .status()
+        .expect("mount");
+    assert!(ok.success(), "mount cgroup2 without favordynmods");
+    let ok = std::process::Command::new("umount")
+        .arg(scratch.path())
+        .status()
+        .expect("umount");
+    assert!(ok.success());
+
+    let off = common::Shim::start_with_config("picolet:\n  cgroupFavorDynmods: false\n");
+    assert!(!off.log().contains("favordynmods"), "{}", off.log());
+    drop(off);
+
+    let shim = common::Shim::start();
+    let after = options().unwrap_or_default();
+    assert!(
+        after.split(',').any(|o| o == "favordynmods"),
+        "cgroup2 options after the shim started: {after}"
+    );
+    for o in keep.iter().filter(|o| !matches!(**o, "rw" | "ro")) {
+        assert!(after.split(',').any(|a| a == *o), "{o} lost: {after}");
+    }
+    assert!(
+        shim.log().contains("cgroup2 favordynmods"),
+        "{}",
+        shim.log()
+    );
+    // What a shim killed between its mount and unmount would leave goes at
+    // the next start.
+    let mut shim = shim;
+    shim.stop();
+    let run = shim.dir.path().join("run");
+    let stale = run.join("cgroup2-favor.1");
+    std::fs::create_dir_all(&stale).expect("stale dir");
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "cgroup2", "-o", &after, "cgroup2"])
+        .arg(&stale)
+        .status()
+        .expect("mount");
+    assert!(ok.success(), "mount a stale scratch");
+    shim.spawn();
+    let left: Vec<_> = std::fs::read_dir(&run)
+        .expect("run dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cgroup2-favor"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "scratch left in {}: {left:?}",
+        run.display()
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(
+        !mounts.contains(&run.display().to_string()),
+        "a mount left under {}",
+        run.display()
+    );
+}

@@ -8,6 +8,7 @@
 //! mount table and of the files stay pure and unit-tested.
 
 pub mod devices;
+pub mod favor;
 pub mod procfs;
 pub mod stats;
 

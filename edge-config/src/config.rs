@@ -142,6 +142,8 @@ struct RawPicolet {
     /// `picolet up` writes the built-in network's conflist when
     /// `cniConfDir` has none.
     default_network: Option<bool>,
+    /// The shim sets the cgroup2 root's `favordynmods` at start.
+    cgroup_favor_dynmods: Option<bool>,
     /// First restart back-off (kubelet: 10s); tests shorten it.
     restart_backoff_initial: Option<String>,
     /// Back-off cap (kubelet: 300s).
@@ -266,6 +268,12 @@ pub struct Config {
     /// `picolet.defaultNetwork` (default true): `picolet up` writes the
     /// built-in network's conflist into `cniConfDir` when it has none.
     pub default_network: bool,
+    /// `picolet.cgroupFavorDynmods` (default true): the shim sets the
+    /// kernel's cgroup2 `favordynmods` flag at start, so moving a process
+    /// into a container's cgroups (every create and exec) does not wait for
+    /// an RCU grace period; forks and exits machine-wide pay a little more
+    /// (kubelet changes kernel defaults the same way, with sysctls).
+    pub cgroup_favor_dynmods: bool,
     pub restart_backoff_initial: Duration,
     pub restart_backoff_max: Duration,
     /// How often unused images are garbage collected (kubelet: 5m).
@@ -688,6 +696,7 @@ impl Config {
                     .unwrap_or(crate::DEFAULT_CNI_BIN_DIR),
             ),
             default_network: p.default_network.unwrap_or(true),
+            cgroup_favor_dynmods: p.cgroup_favor_dynmods.unwrap_or(true),
             restart_backoff_initial: backoff_initial,
             restart_backoff_max: backoff_max,
             image_gc_period,

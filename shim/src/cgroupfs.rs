@@ -1,4 +1,5 @@
-//! cgroupfs, read only: the machine's hierarchy and parsers of its files.
+//! cgroupfs: the machine's hierarchy, parsers of its files, and the one
+//! kernel flag the shim sets (`favor_dynmods`); nothing else is written here.
 //! Container cgroups are written by libcgroups alone (libcontainer at
 //! create, `container/update.rs` for UpdateContainerResources); pod cgroups
 //! by the agent through the `cgroup` crate.
@@ -7,6 +8,71 @@
 pub(crate) fn hierarchy() -> Option<&'static cgroup::Hierarchy> {
     static H: std::sync::OnceLock<Option<cgroup::Hierarchy>> = std::sync::OnceLock::new();
     H.get_or_init(|| cgroup::Hierarchy::detect().ok()).as_ref()
+}
+
+/// `picolet.cgroupFavorDynmods`: sets the cgroup2 root's `favordynmods`
+/// (see `cgroup::favor`) by mounting cgroup2 on a scratch directory under
+/// `run_dir` for as long as it takes to read the result back. Said in the
+/// log either way; a kernel without the flag only stays slower.
+pub fn favor_dynmods(run_dir: &std::path::Path) {
+    use cgroup::favor::Favor;
+    // A shim killed between its mount and unmount (microseconds) left one.
+    for stale in std::fs::read_dir(run_dir).into_iter().flatten().flatten() {
+        if stale
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(b"cgroup2-favor.")
+        {
+            let _ = nix::mount::umount2(&stale.path(), nix::mount::MntFlags::MNT_DETACH);
+            let _ = std::fs::remove_dir(stale.path());
+        }
+    }
+    let scratch = run_dir.join(format!("cgroup2-favor.{}", std::process::id()));
+    match set_favor_dynmods(&scratch) {
+        Ok(Favor::TurnedOn) => tracing::info!(
+            "cgroup2 favordynmods set: moving processes into cgroups no longer waits for an RCU grace period"
+        ),
+        Ok(Favor::AlreadyOn) => tracing::info!("cgroup2 favordynmods already set"),
+        Ok(Favor::NotTaken) => tracing::info!(
+            "cgroup2 favordynmods not taken (kernel older than 6.0, or not the host's cgroup namespace): every create and exec waits for an RCU grace period"
+        ),
+        Err(e) => tracing::warn!(
+            dir = %scratch.display(),
+            error = %e,
+            "cannot set cgroup2 favordynmods"
+        ),
+    }
+}
+
+fn set_favor_dynmods(scratch: &std::path::Path) -> std::io::Result<cgroup::favor::Favor> {
+    use cgroup::favor::{Favor, cgroup2_options, mount_data};
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
+    let mountinfo = || std::fs::read_to_string("/proc/self/mountinfo");
+    let Some(data) = mount_data(cgroup2_options(&mountinfo()?)) else {
+        return Ok(Favor::AlreadyOn);
+    };
+    std::fs::create_dir_all(scratch)?;
+    let mounted = mount(
+        Some("cgroup2"),
+        scratch,
+        Some("cgroup2"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(data.as_str()),
+    );
+    let result = match mounted {
+        Err(nix::errno::Errno::EINVAL) => Ok(Favor::NotTaken),
+        Err(e) => Err(e.into()),
+        Ok(()) => {
+            let after = mountinfo();
+            let _ = umount2(scratch, MntFlags::MNT_DETACH);
+            after.map(|text| match mount_data(cgroup2_options(&text)) {
+                None => Favor::TurnedOn,
+                Some(_) => Favor::NotTaken,
+            })
+        }
+    };
+    let _ = std::fs::remove_dir(scratch);
+    result
 }
 
 /// The value of `key` in a flat keyed file (`key value` lines), e.g.

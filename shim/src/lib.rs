@@ -7,7 +7,7 @@
 //! it opens the store (cleaning what a crash left), recovers every sandbox and
 //! container from its records, and starts the preload-folder watcher.
 
-mod cgroupfs;
+pub mod cgroupfs;
 mod cni;
 mod container;
 mod container_exec;
