@@ -555,6 +555,22 @@ async fn malformed_requests_get_the_right_codes() {
         .await
         .expect_err("name clash");
     assert_eq!(err.code(), Code::AlreadyExists);
+    // Creates run side by side (no lock across one): of eight creations of
+    // one name at once, exactly one wins.
+    let mut racing = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let mut c = c.clone();
+        let req = create(&pod_id, cri::container("b", "busybox", &["true"]));
+        racing.spawn(async move { c.create_container(req).await });
+    }
+    let mut won = 0;
+    while let Some(r) = racing.join_next().await {
+        match r.expect("join") {
+            Ok(_) => won += 1,
+            Err(e) => assert_eq!(e.code(), Code::AlreadyExists, "{e}"),
+        }
+    }
+    assert_eq!(won, 1, "creations of one name that succeeded");
     cri::start(&mut c, &id).await;
     let err = c
         .start_container(StartContainerRequest {

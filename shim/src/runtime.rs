@@ -25,11 +25,11 @@ pub struct Runtime {
     pub(crate) store: Arc<ImageStore>,
     pub(crate) sandboxes: Mutex<HashMap<String, SandboxRecord>>,
     pub(crate) containers: Mutex<HashMap<String, ContainerRecord>>,
-    /// Serialises create/remove so name checks and records stay consistent.
-    pub(crate) create_lock: tokio::sync::Mutex<()>,
-    /// Sandbox names (namespace, name, uid, attempt) being created outside
-    /// that lock.
+    /// Sandbox names (namespace, name, uid, attempt) being created: see
+    /// [`Claim`].
     pub(crate) creating_sandboxes: Mutex<std::collections::HashSet<String>>,
+    /// Container names (sandbox, name, attempt) being created.
+    pub(crate) creating_containers: Mutex<std::collections::HashSet<String>>,
     pub(crate) events: broadcast::Sender<ContainerEventResponse>,
     /// The `picolet` binary, run as `picolet monitor`.
     pub(crate) monitor_bin: PathBuf,
@@ -54,6 +54,39 @@ pub struct Runtime {
     pub(crate) monitor_exits: tokio::sync::broadcast::Sender<Arc<str>>,
     /// Pod networking.
     pub(crate) cni: crate::cni::Cni,
+}
+
+/// A sandbox or container name being created, so two creations of one
+/// name cannot both pass the check while neither is in its map yet;
+/// released on drop, after the record is in the map (or the creation
+/// failed). Creations of different names run side by side: there is no
+/// lock across a create.
+pub(crate) struct Claim<'a> {
+    set: &'a Mutex<std::collections::HashSet<String>>,
+    key: String,
+}
+
+impl<'a> Claim<'a> {
+    /// Claims `key` unless it is claimed or `exists()`. `exists` looks at
+    /// the records with `set` locked: a creation that finishes meanwhile
+    /// enters its map before it drops its claim, so one of the two is seen.
+    pub(crate) fn take(
+        set: &'a Mutex<std::collections::HashSet<String>>,
+        key: String,
+        exists: impl FnOnce() -> bool,
+    ) -> Option<Self> {
+        let mut claimed = lock(set);
+        if exists() || !claimed.insert(key.clone()) {
+            return None;
+        }
+        Some(Self { set, key })
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        lock(self.set).remove(&self.key);
+    }
 }
 
 /// Monitor exits kept for a receiver that has not read them yet.
@@ -88,8 +121,8 @@ impl Runtime {
             store,
             sandboxes: Mutex::new(HashMap::new()),
             containers: Mutex::new(HashMap::new()),
-            create_lock: tokio::sync::Mutex::new(()),
             creating_sandboxes: Mutex::new(std::collections::HashSet::new()),
+            creating_containers: Mutex::new(std::collections::HashSet::new()),
             events,
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),

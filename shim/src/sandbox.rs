@@ -14,7 +14,7 @@ use nix::mount::{MsFlags, mount};
 use crate::error::Error;
 use crate::mutex::lock;
 use crate::namespaces::{self, PodNamespaces};
-use crate::runtime::Runtime;
+use crate::runtime::{Claim, Runtime};
 use crate::state::{self, META, SandboxRecord};
 
 const SHM_SIZE: &str = "size=65536k";
@@ -57,21 +57,13 @@ pub fn hosts_file(host_network: bool) -> String {
     "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n".into()
 }
 
+/// Writes one of the sandbox's own files (hostname, hosts, resolv.conf),
+/// new in a new folder, before the sandbox is ready: nobody reads it half
+/// written, and it needs no fsync (two device flushes each): a power cut
+/// also ends the sandbox — its pinned namespaces do not survive a reboot, so
+/// it is reported not ready and replaced, files and all.
 fn write(path: &Path, data: &str) -> Result<(), Error> {
-    images::fsutil::write_atomic(path, data.as_bytes()).map_err(Error::from)
-}
-
-/// A sandbox name being created; released on drop, after the record is in
-/// the map (or the creation failed).
-struct Claim<'a> {
-    set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
-    key: String,
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        lock(self.set).remove(&self.key);
-    }
+    fs::write(path, data).map_err(Error::io("write", path))
 }
 
 /// Whether what a ready sandbox stands on is still there: its run dir and
@@ -112,34 +104,29 @@ impl Runtime {
                 "config.metadata: name, uid and namespace are required".into(),
             ));
         }
-        // The name is claimed under the create lock; the namespaces and
-        // the CNI ADD (tens of ms, up to a plugin's timeout) run without it,
-        // so sandboxes and containers are created side by side.
-        let _claim = {
-            let _guard = self.create_lock.lock().await;
-            let clash = lock(&self.sandboxes).values().any(|s| {
+        // The name is claimed, not locked: the namespaces and the CNI ADD
+        // (tens of ms, up to a plugin's timeout) run while other sandboxes
+        // and containers are created.
+        let key = format!(
+            "{}\0{}\0{}\0{}",
+            meta.namespace, meta.name, meta.uid, meta.attempt
+        );
+        let _claim = Claim::take(&self.creating_sandboxes, key, || {
+            lock(&self.sandboxes).values().any(|s| {
                 s.config.metadata.as_ref().is_some_and(|m| {
                     m.name == meta.name
                         && m.namespace == meta.namespace
                         && m.uid == meta.uid
                         && m.attempt == meta.attempt
                 })
-            });
-            let key = format!(
-                "{}\0{}\0{}\0{}",
+            })
+        })
+        .ok_or_else(|| {
+            Error::AlreadyExists(format!(
+                "sandbox {}/{} (uid {}, attempt {}) exists",
                 meta.namespace, meta.name, meta.uid, meta.attempt
-            );
-            if clash || !lock(&self.creating_sandboxes).insert(key.clone()) {
-                return Err(Error::AlreadyExists(format!(
-                    "sandbox {}/{} (uid {}, attempt {}) exists",
-                    meta.namespace, meta.name, meta.uid, meta.attempt
-                )));
-            }
-            Claim {
-                set: &self.creating_sandboxes,
-                key,
-            }
-        };
+            ))
+        })?;
         let ns = ns_options(&config);
         if ns.pid == NamespaceMode::Target as i32 {
             return Err(Error::InvalidArgument(

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::host::proc_start_time;
 use crate::monitor::Handshake;
 use crate::mutex::lock;
-use crate::runtime::Runtime;
+use crate::runtime::{Claim, Runtime};
 use crate::spec::{self, SandboxView, SpecInput};
 use crate::state::{self, ContainerRecord, EXIT, META, SandboxRecord};
 
@@ -46,7 +46,22 @@ impl Runtime {
                 "config.image.image: required".into(),
             ));
         }
-        let _guard = self.create_lock.lock().await;
+        let key = format!("{sandbox_id}\0{}\0{}", meta.name, meta.attempt);
+        let _claim = Claim::take(&self.creating_containers, key, || {
+            lock(&self.containers).values().any(|c| {
+                c.sandbox_id == sandbox_id
+                    && c.config
+                        .metadata
+                        .as_ref()
+                        .is_some_and(|m| m.name == meta.name && m.attempt == meta.attempt)
+            })
+        })
+        .ok_or_else(|| {
+            Error::AlreadyExists(format!(
+                "container {:?} attempt {} exists in sandbox {sandbox_id}",
+                meta.name, meta.attempt
+            ))
+        })?;
         let sandbox = lock(&self.sandboxes)
             .get(sandbox_id)
             .cloned()
@@ -54,19 +69,6 @@ impl Runtime {
         if !sandbox.ready {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {sandbox_id} is not ready"
-            )));
-        }
-        let clash = lock(&self.containers).values().any(|c| {
-            c.sandbox_id == sandbox_id
-                && c.config
-                    .metadata
-                    .as_ref()
-                    .is_some_and(|m| m.name == meta.name && m.attempt == meta.attempt)
-        });
-        if clash {
-            return Err(Error::AlreadyExists(format!(
-                "container {:?} attempt {} exists in sandbox {sandbox_id}",
-                meta.name, meta.attempt
             )));
         }
         let image = self
