@@ -211,6 +211,8 @@ pub fn run(args: MonitorArgs) -> i32 {
         None => (out_r, Some(err_r), stdin_w, None),
     };
     let mut attach = attach::Attach::new(listener, stdin_w, args.stdin_once, console);
+    // The deep part is over; the loop below runs for the container's life.
+    crate::host::release_stack_below();
     let exit = pump(&args, pid, out_r, err_r, &mut attach);
     let code = match images::fsutil::write_atomic(
         &args.exit_file,
