@@ -89,7 +89,8 @@ healthzPort: 0
 port: 0
 podLogsDir: $W/logs
 cgroupRoot: /picolet-footprint
-picolet: {nodeName: fp, dataDir: $W/root, runDir: $W/run, criSocket: $W/run/picolet.sock, imagesDir: $W/images}
+picolet: {nodeName: fp, dataDir: $W/root, runDir: $W/run, criSocket: $W/run/picolet.sock, imagesDir: $W/images,
+          cniConfDir: $W/net.d, defaultNetwork: false}
 YAML
 S="$W/run/picolet.sock"
 "$P" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!

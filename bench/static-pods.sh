@@ -24,6 +24,7 @@ T="${CARGO_TARGET_DIR:-target}/release"
 W=$(mktemp -d /var/tmp/picolet-pod-bench.XXXXXX)
 cleanup() {
   [ -n "${UP:-}" ] && kill "$UP" 2>/dev/null || true
+  [ -n "${HOLDER:-}" ] && kill "$HOLDER" 2>/dev/null || true
   wait 2>/dev/null || true
   find /sys/fs/cgroup/*/picolet-bench-pods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
   sleep 0.5
@@ -47,8 +48,17 @@ picolet:
   runDir: $W/run
   criSocket: $W/run/picolet.sock
   imagesDir: $W/images
+  cniConfDir: $W/net.d
 YAML
-"$T/picolet" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!
+# picolet up writes its built-in network into cniConfDir, as on a device;
+# its bridge and iptables rules go into a network namespace of the bench's
+# own, held by a sleep, and end with it.
+unshare --net sleep 100000 & HOLDER=$!
+for _ in $(seq 100); do
+  [ "$(readlink /proc/$HOLDER/ns/net)" != "$(readlink /proc/self/ns/net)" ] && break
+  sleep 0.02
+done
+nsenter --net="/proc/$HOLDER/ns/net" "$T/picolet" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!
 for _ in $(seq 200); do "$T/picolet" ctl --socket "$W/run/picolet.sock" images 2>/dev/null | grep -q busybox && break; sleep 0.05; done
 "$T/static-pod-bench" "$W/manifests" "$W/run/picolet.sock" bench "$N" > "$W/lat.json"
 "$T/static-pod-bench" "$W/manifests" "$W/run/picolet.sock" bench "$M" at-once > "$W/cold.json"
