@@ -47,6 +47,11 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, SocketError> {
 /// accepted connection reads through [`AuthorityFix`], so clients that send
 /// an `:authority` h2 would refuse (grpc-go 1.58's percent-encoded path) are
 /// served too.
+///
+/// The socket is bound and listening under a temporary name and then renamed
+/// into place, so a client that waits for the path to appear (crictl, the
+/// kubelet, our tests) never connects between bind(2) and listen(2), where
+/// it would be refused: a root test saw that `ECONNREFUSED` once in CI.
 pub fn listen(
     path: impl AsRef<Path>,
 ) -> Result<impl Stream<Item = std::io::Result<AuthorityFix<UnixStream>>>, SocketError> {
@@ -58,14 +63,28 @@ pub fn listen(
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(err)?;
     }
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    let listener = UnixListener::bind(&path).map_err(err)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    // Short, so it fits sockaddr_un wherever the real name does.
+    let tmp = path.with_file_name(format!(".{}.sock.tmp", std::process::id()));
+    let listener = (|| {
+        remove_if_exists(&tmp)?;
+        let listener = UnixListener::bind(&tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        // Replaces a stale socket file left by a crashed server.
+        std::fs::rename(&tmp, &path)?;
+        Ok(listener)
+    })()
+    .map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })?;
     Ok(UnixListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new)))
+}
+
+fn remove_if_exists(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 fn strip_scheme(path: &Path) -> PathBuf {
@@ -101,5 +120,12 @@ mod tests {
         let _listener = listen(&path).expect("listen");
         let mode = std::fs::metadata(&path).expect("stat").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        // Bound under a temporary name, renamed into place: none is left.
+        let names: Vec<_> = std::fs::read_dir(path.parent().expect("parent"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["cri.sock"]);
+        UnixStream::connect(&path).await.expect("connect");
     }
 }
