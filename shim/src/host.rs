@@ -57,7 +57,13 @@ const STACK_KEPT: usize = 16 << 10;
 /// shallow loop for the container's life; those pages were 184 of its 348
 /// KiB of private memory. A page touched again is a fresh zero page. Only
 /// for a single-threaded process's main thread.
+///
+/// Never inlined: `here` must be in this function's own frame, below every
+/// byte of the caller's. Inlined into the monitor's `run`, whose frame is
+/// large, `here` could sit above live locals of `run` that the madvise
+/// would then zero.
 #[allow(unsafe_code)]
+#[inline(never)]
 pub fn release_stack_below() {
     let here = 0u8;
     let sp = std::ptr::addr_of!(here) as usize;
