@@ -25,6 +25,20 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
 /// [`write_atomic`] with the file created as `mode` (less the umask), so a
 /// secret is never readable by others, not even before the rename.
 pub fn write_atomic_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    replace(path, data, mode, true)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Writes `data` to `path` atomically for every other process (temp file,
+/// rename) but not durably: no fsync, so a power cut may leave the old
+/// file, none, or an empty one. A crash of the writer leaves the old or the
+/// new file whole. For records of what a reboot ends anyway (a pinned
+/// namespace, a mount under /run): two device flushes less per write.
+pub fn write_atomic_volatile(path: &Path, data: &[u8]) -> Result<()> {
+    replace(path, data, 0o666, false)
+}
+
+fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}", unique_name("tmp")));
@@ -35,14 +49,15 @@ pub fn write_atomic_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
             .mode(mode)
             .open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if res.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    res.map_err(Error::io("write", path))?;
-    sync_dir(dir)
+    res.map_err(Error::io("write", path))
 }
 
 /// fsyncs a directory so a rename inside it is durable.

@@ -152,7 +152,9 @@ impl Runtime {
         for d in [&rec.dir, &rec.run_dir] {
             fs::create_dir_all(d).map_err(Error::io("create", d))?;
         }
-        state::save(&rec.dir, META, &rec)?;
+        // The records until it is ready are volatile (`state` docs): they
+        // let a crashed shim undo what a reboot undoes anyway.
+        state::save_volatile(&rec.dir, META, &rec)?;
         match self.setup_sandbox(&mut rec).await {
             Ok(()) => {
                 rec.complete = true;
@@ -199,8 +201,8 @@ impl Runtime {
         rec.netns = pinned.net;
         rec.ipcns = pinned.ipc;
         rec.utsns = pinned.uts;
-        // Persist the pins at once so a crash from here on can release them.
-        state::save(&rec.dir, META, &*rec)?;
+        // Record the pins at once so a crash from here on can release them.
+        state::save_volatile(&rec.dir, META, &*rec)?;
 
         // The network before anything else runs in it, as containerd; no
         // config: loopback only. The attachment record CNI keeps in the
@@ -212,7 +214,7 @@ impl Runtime {
                 .cni
                 .setup(&rec.dir, network, &rec.id, &netns, &rec.config)
                 .await?;
-            state::save(&rec.dir, META, &*rec)?;
+            state::save_volatile(&rec.dir, META, &*rec)?;
         }
 
         let hostname = if host_net {
@@ -232,7 +234,7 @@ impl Runtime {
 
         if ns.pid == NamespaceMode::Pod as i32 {
             rec.pod_init = Some(self.start_pod_init(&rec.run_dir).await?);
-            state::save(&rec.dir, META, &*rec)?;
+            state::save_volatile(&rec.dir, META, &*rec)?;
         }
 
         if !host_ipc {

@@ -130,7 +130,8 @@ impl Runtime {
             complete: false,
         };
         fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
-        state::save(&dir, META, &rec)?;
+        // Volatile until created (`state` docs); `put` saves it durably.
+        state::save_volatile(&dir, META, &rec)?;
         match self
             .setup_container(&mut rec, &sandbox, &image, &image_config)
             .await
@@ -227,7 +228,8 @@ impl Runtime {
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
         let raw = serde_json::to_vec_pretty(&spec)
             .map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
-        images::fsutil::write_atomic(&bundle.join("config.json"), &raw)?;
+        // Read once, by the monitor's create; a reboot ends the container.
+        images::fsutil::write_atomic_volatile(&bundle.join("config.json"), &raw)?;
 
         let mut cmd = tokio::process::Command::new(&self.monitor_bin);
         cmd.arg("monitor")

@@ -182,7 +182,9 @@ impl Leases {
                 self.dir.display()
             )
         })?;
-        write_synced(&last_file, ip.to_string().as_bytes())?;
+        // Only a hint where the next search starts (host-local's rotation):
+        // not worth a device flush per pod; a cut may lose it.
+        write_file(&last_file, ip.to_string().as_bytes(), false)?;
         Ok(ip)
     }
 
@@ -199,11 +201,18 @@ impl Leases {
 }
 
 pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    write_file(path, bytes, true)
+}
+
+/// Through a temporary file and a rename; fsynced before it when `sync`.
+fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), String> {
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)
     };
     write().map_err(|e| format!("write {}: {e}", path.display()))
