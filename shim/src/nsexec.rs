@@ -121,7 +121,7 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
         // The shim's specs set none; applying them is not implemented here.
         return Err("process.rlimits in the spec: not supported by exec".into());
     }
-    let filters = crate::seccomp::seccomp_filters(&spec)?;
+    let filters = crate::seccomp::seccomp_filters(&args.bundle, &spec)?;
 
     let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
     if differs(&proc_dir, "user")? {

@@ -30,6 +30,8 @@ pub struct Runtime {
     pub(crate) creating_sandboxes: Mutex<std::collections::HashSet<String>>,
     /// Container names (sandbox, name, attempt) being created.
     pub(crate) creating_containers: Mutex<std::collections::HashSet<String>>,
+    /// Compiled seccomp profiles, written into each bundle.
+    pub(crate) seccomp: crate::seccomp::Cache,
     pub(crate) events: broadcast::Sender<ContainerEventResponse>,
     /// The `picolet` binary, run as `picolet monitor`.
     pub(crate) monitor_bin: PathBuf,
@@ -123,6 +125,7 @@ impl Runtime {
             containers: Mutex::new(HashMap::new()),
             creating_sandboxes: Mutex::new(std::collections::HashSet::new()),
             creating_containers: Mutex::new(std::collections::HashSet::new()),
+            seccomp: crate::seccomp::Cache::default(),
             events,
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),

@@ -228,8 +228,16 @@ impl Runtime {
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
         let raw = serde_json::to_vec_pretty(&spec)
             .map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
-        // Read once, by the monitor's create; a reboot ends the container.
+        // Read by the monitor's create and each exec; a reboot ends the
+        // container. The seccomp filters go compiled beside it.
         images::fsutil::write_atomic_volatile(&bundle.join("config.json"), &raw)?;
+        if let Some(profile) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
+            let bpf = self
+                .seccomp
+                .encoded(profile)
+                .map_err(|e| Error::InvalidArgument(format!("seccomp profile: {e}")))?;
+            images::fsutil::write_atomic_volatile(&bundle.join(crate::seccomp::BUNDLE_FILE), &bpf)?;
+        }
 
         let mut cmd = tokio::process::Command::new(&self.monitor_bin);
         cmd.arg("monitor")

@@ -120,7 +120,7 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(format!("load {}: {e}", config.display())),
     };
-    let filters = match crate::seccomp::seccomp_filters(&spec) {
+    let filters = match crate::seccomp::seccomp_filters(&args.bundle, &spec) {
         Ok(f) => f,
         Err(e) => return fail(e),
     };

@@ -193,19 +193,123 @@ impl Executor for SeccompExecutor {
     }
 }
 
-/// The filters of a container spec's seccomp profile (none without one).
+/// The bundle file holding a container's compiled filters ([`encode`]d),
+/// written by the shim beside `config.json`.
+pub(crate) const BUNDLE_FILE: &str = "seccomp.bpf";
+
+/// The filters of a container's seccomp profile (none without one): the
+/// shim's compiled ones from the bundle when it wrote them, else compiled
+/// from the spec (a bundle made before the shim wrote the file).
 pub(crate) fn seccomp_filters(
+    bundle: &std::path::Path,
     spec: &oci_spec::runtime::Spec,
 ) -> Result<Vec<seccompiler::BpfProgram>, String> {
-    match spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
-        Some(profile) => compile(profile),
-        None => Ok(Vec::new()),
+    let Some(profile) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else {
+        return Ok(Vec::new());
+    };
+    let file = bundle.join(BUNDLE_FILE);
+    match std::fs::read(&file) {
+        Ok(raw) => decode(&raw).map_err(|e| format!("{}: {e}", file.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => compile(profile),
+        Err(e) => Err(format!("read {}: {e}", file.display())),
     }
+}
+
+/// Compiled profiles, kept by the shim: compiling costs ~5–10 ms of CPU
+/// (seccompiler builds its syscall table for every name it is asked about),
+/// once per create and exec when the monitor and the exec helper compiled;
+/// now once per distinct profile per shim.
+#[derive(Debug, Default)]
+pub(crate) struct Cache(std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<[u8]>>>);
+
+/// Distinct profiles kept; past it the cache starts again (a node has a few:
+/// RuntimeDefault per capability set, and its Localhost profiles).
+const CACHE_MAX: usize = 64;
+
+impl Cache {
+    /// `profile` compiled and [`encode`]d.
+    pub(crate) fn encoded(&self, profile: &LinuxSeccomp) -> Result<std::sync::Arc<[u8]>, String> {
+        let key = serde_json::to_string(profile).map_err(|e| format!("seccomp profile: {e}"))?;
+        if let Some(hit) = crate::mutex::lock(&self.0).get(&key) {
+            return Ok(hit.clone());
+        }
+        let bytes: std::sync::Arc<[u8]> = encode(&compile(profile)?).into();
+        let mut map = crate::mutex::lock(&self.0);
+        if map.len() >= CACHE_MAX {
+            map.clear();
+        }
+        map.insert(key, bytes.clone());
+        Ok(bytes)
+    }
+}
+
+/// Programs as bytes: per program its instruction count (u32), then each
+/// instruction as the kernel's `struct sock_filter` (u16 code, u8 jt, u8 jf,
+/// u32 k), little-endian.
+pub(crate) fn encode(programs: &[BpfProgram]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in programs {
+        // Longer than the kernel takes: decode refuses it, by its length.
+        let len = u32::try_from(p.len()).unwrap_or(u32::MAX);
+        out.extend_from_slice(&len.to_le_bytes());
+        for i in p {
+            out.extend_from_slice(&i.code.to_le_bytes());
+            out.extend_from_slice(&[i.jt, i.jf]);
+            out.extend_from_slice(&i.k.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The kernel takes at most this many instructions per program (BPF_MAXINSNS).
+const MAX_INSNS: usize = 4096;
+
+/// Reads what [`encode`] wrote; anything else is an error.
+pub(crate) fn decode(mut raw: &[u8]) -> Result<Vec<BpfProgram>, String> {
+    let mut out = Vec::new();
+    while !raw.is_empty() {
+        let (len, rest) = raw.split_at_checked(4).ok_or("truncated program length")?;
+        let n = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if n == 0 || n > MAX_INSNS {
+            return Err(format!("a program of {n} instructions"));
+        }
+        let (body, rest) = rest.split_at_checked(n * 8).ok_or("truncated program")?;
+        out.push(
+            body.chunks_exact(8)
+                .map(|c| seccompiler::sock_filter {
+                    code: u16::from_le_bytes([c[0], c[1]]),
+                    jt: c[2],
+                    jf: c[3],
+                    k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                })
+                .collect(),
+        );
+        raw = rest;
+    }
+    if out.is_empty() {
+        return Err("no program".into());
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compiled_filters_survive_the_bundle_file_and_bad_files_are_refused() {
+        let spec = profile(runtime_default(&[]));
+        let cache = Cache::default();
+        let bytes = cache.encoded(&spec).expect("compile");
+        let again = cache.encoded(&spec).expect("cached");
+        assert!(std::sync::Arc::ptr_eq(&bytes, &again), "compiled once");
+        let programs = compile(&spec).expect("compile");
+        assert_eq!(decode(&bytes).expect("decode"), programs);
+        assert!(decode(&[]).is_err());
+        assert!(decode(&bytes[..bytes.len() - 3]).is_err());
+        assert!(decode(&0u32.to_le_bytes()).is_err());
+        assert!(decode(&5000u32.to_le_bytes()).is_err());
+    }
 
     fn profile(v: Value) -> LinuxSeccomp {
         serde_json::from_value(v).expect("valid OCI seccomp")
