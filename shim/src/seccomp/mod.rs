@@ -230,11 +230,13 @@ impl Cache {
     /// `profile` compiled and [`encode`]d.
     pub(crate) fn encoded(&self, profile: &LinuxSeccomp) -> Result<std::sync::Arc<[u8]>, String> {
         let key = serde_json::to_string(profile).map_err(|e| format!("seccomp profile: {e}"))?;
-        if let Some(hit) = crate::mutex::lock(&self.0).get(&key) {
+        // Held while compiling: 100 pods created at once compile the
+        // profile once, the others wait for it, rather than 100 times.
+        let mut map = crate::mutex::lock(&self.0);
+        if let Some(hit) = map.get(&key) {
             return Ok(hit.clone());
         }
         let bytes: std::sync::Arc<[u8]> = encode(&compile(profile)?).into();
-        let mut map = crate::mutex::lock(&self.0);
         if map.len() >= CACHE_MAX {
             map.clear();
         }
