@@ -232,7 +232,12 @@ impl Cache {
         let key = serde_json::to_string(profile).map_err(|e| format!("seccomp profile: {e}"))?;
         // Held while compiling: 100 pods created at once compile the
         // profile once, the others wait for it, rather than 100 times.
-        let mut map = crate::mutex::lock(&self.0);
+        // Post-fork code's module: std's lock, not crate::mutex (a panic
+        // here cannot leave the map half-written).
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(hit) = map.get(&key) {
             return Ok(hit.clone());
         }
