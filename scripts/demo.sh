@@ -10,7 +10,8 @@
 #
 #   scripts/demo.sh            # interactive: Ctrl-C to stop
 #   scripts/demo.sh --check    # non-interactive (CI): up, page served, stop,
-#                              # and fail if anything of the pod is left
+#                              # and fail if anything of the pod is left;
+#                              # the node network it made is removed
 # PICOLET_BIN=path uses that binary instead of building one (CI: the static
 # dist/picolet-x86_64).
 set -euo pipefail
@@ -42,6 +43,32 @@ leftovers() {
   grep -E ' /run/picolet/| /var/lib/picolet/(shim|agent)/' /proc/self/mountinfo | grep -E 'hello|sandboxes|containers|pods' || true
   find /sys/fs/cgroup -maxdepth 4 -type d -path '*kubepods*' -name 'pod*' 2>/dev/null || true
   ls -d /var/log/pods/*_hello-* 2>/dev/null || true
+}
+
+# The node network picolet makes on first use, as on a device: the picolet0
+# bridge, two nat chains and their jumps, the conflist, ip_forward. --check
+# (CI) gives the host back as it found it when none of it was there before.
+net_state() {
+  ip link show picolet0 >/dev/null 2>&1 && echo "link picolet0"
+  [ -e /etc/cni/net.d/10-picolet.conflist ] && echo "/etc/cni/net.d/10-picolet.conflist"
+  iptables -t nat -S 2>/dev/null | grep -- PICOLET || true
+}
+net_before=$(net_state)
+forward_before=$(cat /proc/sys/net/ipv4/ip_forward)
+net_cleanup() {
+  [ -z "$net_before" ] || return 0
+  ip link del picolet0 2>/dev/null || true
+  rm -f /etc/cni/net.d/10-picolet.conflist
+  for jump in "PREROUTING -m addrtype --dst-type LOCAL -j PICOLET-HOSTPORTS" \
+    "OUTPUT -m addrtype --dst-type LOCAL -j PICOLET-HOSTPORTS" "POSTROUTING -j PICOLET-MASQ"; do
+    # shellcheck disable=SC2086 # the rule's words
+    while iptables -t nat -D $jump 2>/dev/null; do :; done
+  done
+  for chain in PICOLET-HOSTPORTS PICOLET-MASQ; do
+    iptables -t nat -F "$chain" 2>/dev/null || true
+    iptables -t nat -X "$chain" 2>/dev/null || true
+  done
+  echo "$forward_before" > /proc/sys/net/ipv4/ip_forward
 }
 
 setsid "$bin" up &   # own process group: Ctrl-C reaches only this script, which removes the pod first
@@ -95,6 +122,12 @@ if [ -n "$check" ]; then
   fi
   if pgrep -f "^$bin (up|shim|agent|monitor)" >/dev/null; then
     echo "demo --check: picolet processes left: $(pgrep -af "^$bin ")" >&2
+    exit 1
+  fi
+  net_cleanup
+  if [ -z "$net_before" ] && [ -n "$(net_state)" ]; then
+    echo "demo --check: network left behind:" >&2
+    net_state >&2
     exit 1
   fi
   echo "demo --check: served '$page', stopped, nothing left"
