@@ -63,7 +63,8 @@ pub fn listen(
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(err)?;
     }
-    // Short, so it fits sockaddr_un wherever the real name does.
+    // At most 17 bytes after the folder; a folder too long for it fails
+    // the bind with this path named.
     let tmp = path.with_file_name(format!(".{}.sock.tmp", std::process::id()));
     let listener = (|| {
         remove_if_exists(&tmp)?;

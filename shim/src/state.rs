@@ -8,7 +8,7 @@
 //! let a crashed shim undo a half-made object, and what they name (pinned
 //! namespaces, mounts, processes) a reboot ends anyway: they are
 //! [`save_volatile`]d, atomic for other processes but not fsynced. Each
-//! fsync here is a device flush (~2–4 ms on this VM's disk); a pod paid
+//! fsync here is a device flush (2–8 ms on this VM's disk); a pod paid
 //! eight of them for records that needed none.
 
 use std::path::{Path, PathBuf};

@@ -184,7 +184,8 @@ impl Leases {
         })?;
         // Only a hint where the next search starts (host-local's rotation):
         // not worth a device flush per pod; a cut may lose it.
-        write_file(&last_file, ip.to_string().as_bytes(), false)?;
+        images::fsutil::write_atomic_volatile(&last_file, ip.to_string().as_bytes())
+            .map_err(|e| e.to_string())?;
         Ok(ip)
     }
 
@@ -201,18 +202,11 @@ impl Leases {
 }
 
 pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    write_file(path, bytes, true)
-}
-
-/// Through a temporary file and a rename; fsynced before it when `sync`.
-fn write_file(path: &Path, bytes: &[u8], sync: bool) -> Result<(), String> {
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        if sync {
-            f.sync_all()?;
-        }
+        f.sync_all()?;
         fs::rename(&tmp, path)
     };
     write().map_err(|e| format!("write {}: {e}", path.display()))
