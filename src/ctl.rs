@@ -15,6 +15,58 @@ use cri_proto::v1::{
 };
 use edge_config::DEFAULT_SOCKET;
 
+/// `println!` for ctl's output, as an error instead of a panic when stdout
+/// fails: `println!` panics on EPIPE (Rust ignores SIGPIPE), and the release
+/// build aborts on a panic, so `picolet ctl ps | grep -q x` printed
+/// "Aborted" in the VM scenario whenever grep stopped reading first.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::ctl::write_line(format_args!($($arg)*))?
+    };
+}
+
+/// The reader of ctl's stdout went away (`| head -1`, `| grep -q`).
+#[derive(Debug)]
+pub(crate) struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// One line to stdout; see [`out!`].
+pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> Result<()> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_fmt(args)
+        .and_then(|()| o.write_all(b"\n"))
+        .map_err(stdout_error)
+}
+
+/// A failed write to stdout: [`StdoutClosed`] when the reader is gone.
+pub(crate) fn stdout_error(e: std::io::Error) -> anyhow::Error {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        StdoutClosed.into()
+    } else {
+        anyhow::Error::new(e).context("writing to stdout")
+    }
+}
+
+/// End as crictl (Go) does when its stdout's reader is gone: killed by
+/// SIGPIPE, silently, status 128 + 13 in a shell.
+fn die_of_sigpipe() -> ExitCode {
+    use nix::sys::signal::{SigHandler, Signal, raise, signal};
+    // SAFETY: SIG_DFL installs no handler; nothing else runs in this
+    // process any more (the runtime is shut down).
+    #[allow(unsafe_code)]
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    let _ = raise(Signal::SIGPIPE);
+    ExitCode::from(141)
+}
+
 #[derive(clap::Args)]
 pub struct CtlArgs {
     /// CRI socket of the shim.
@@ -188,6 +240,7 @@ pub fn run(args: CtlArgs) -> ExitCode {
     rt.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.chain().any(|c| c.is::<StdoutClosed>()) => die_of_sigpipe(),
         Err(e) => match e.downcast_ref::<Status>() {
             Some(Status(code)) => ExitCode::from(*code),
             None => {
@@ -306,7 +359,7 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
                     ..Default::default()
                 })
                 .await?;
-            println!("{id}");
+            out!("{id}");
             Ok(())
         }
     }
@@ -373,7 +426,9 @@ async fn exec(
         })
         .await?
         .into_inner();
-    std::io::stdout().write_all(&r.stdout)?;
+    std::io::stdout()
+        .write_all(&r.stdout)
+        .map_err(stdout_error)?;
     std::io::stderr().write_all(&r.stderr)?;
     match r.exit_code {
         0 => Ok(()),
@@ -391,13 +446,16 @@ async fn images(channel: cri_proto::Channel, quiet: bool) -> Result<()> {
     list.sort_by(|a, b| a.repo_tags.cmp(&b.repo_tags));
     if quiet {
         for i in list {
-            println!("{}", i.id);
+            out!("{}", i.id);
         }
         return Ok(());
     }
-    println!(
+    out!(
         "{:<50} {:<12} {:<15} {:>10}",
-        "IMAGE", "TAG", "IMAGE ID", "SIZE"
+        "IMAGE",
+        "TAG",
+        "IMAGE ID",
+        "SIZE"
     );
     for i in list {
         let short =
@@ -407,14 +465,17 @@ async fn images(channel: cri_proto::Channel, quiet: bool) -> Result<()> {
                 .collect::<String>();
         let size = human(i.size);
         if i.repo_tags.is_empty() {
-            println!(
+            out!(
                 "{:<50} {:<12} {:<15} {:>10}",
-                "<none>", "<none>", short, size
+                "<none>",
+                "<none>",
+                short,
+                size
             );
         }
         for t in &i.repo_tags {
             let (name, tag) = t.rsplit_once(':').unwrap_or((t, ""));
-            println!("{name:<50} {tag:<12} {short:<15} {size:>10}");
+            out!("{name:<50} {tag:<12} {short:<15} {size:>10}");
         }
     }
     Ok(())
@@ -457,7 +518,7 @@ async fn import(channel: cri_proto::Channel, files: Vec<PathBuf>) -> Result<()> 
                 .first()
                 .cloned()
                 .unwrap_or_else(|| "<untagged>".into());
-            println!("imported {name} {}", i.id);
+            out!("imported {name} {}", i.id);
         }
     }
     Ok(())
@@ -507,13 +568,13 @@ async fn pull(channel: cri_proto::Channel, image: String, creds: Option<String>)
     }
     bar.finish_and_clear();
     if total > 0 {
-        println!(
+        out!(
             "pulled {image} {id} ({} in {:.1}s)",
             indicatif::HumanBytes(total),
             started.elapsed().as_secs_f64()
         );
     } else {
-        println!("{image} is up to date: {id}");
+        out!("{image} is up to date: {id}");
     }
     Ok(())
 }
@@ -530,7 +591,7 @@ async fn rmi(channel: cri_proto::Channel, refs: Vec<String>) -> Result<()> {
             })
             .await
             .with_context(|| format!("remove {r}"))?;
-        println!("removed {r}");
+        out!("removed {r}");
     }
     Ok(())
 }
@@ -562,9 +623,14 @@ async fn pods(channel: cri_proto::Channel) -> Result<()> {
         .into_inner()
         .items;
     list.sort_by_key(|p| std::cmp::Reverse(p.created_at));
-    println!(
+    out!(
         "{:<14} {:<10} {:<9} {:<40} {:<15} {:>7}",
-        "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT"
+        "POD ID",
+        "CREATED",
+        "STATE",
+        "NAME",
+        "NAMESPACE",
+        "ATTEMPT"
     );
     for p in list {
         let m = p.metadata.unwrap_or_default();
@@ -573,7 +639,7 @@ async fn pods(channel: cri_proto::Channel) -> Result<()> {
         } else {
             "NotReady"
         };
-        println!(
+        out!(
             "{:<14} {:<10} {:<9} {:<40} {:<15} {:>7}",
             short(&p.id),
             age(p.created_at),
@@ -612,9 +678,15 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
         .into_inner()
         .containers;
     list.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-    println!(
+    out!(
         "{:<14} {:<30} {:<10} {:<8} {:<20} {:>7} {:<14}",
-        "CONTAINER", "IMAGE", "CREATED", "STATE", "NAME", "ATTEMPT", "POD ID"
+        "CONTAINER",
+        "IMAGE",
+        "CREATED",
+        "STATE",
+        "NAME",
+        "ATTEMPT",
+        "POD ID"
     );
     for c in list {
         let m = c.metadata.unwrap_or_default();
@@ -637,7 +709,7 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
                 }
             })
             .unwrap_or_default();
-        println!(
+        out!(
             "{:<14} {:<30} {:<10} {:<8} {:<20} {:>7} {:<14}",
             short(&c.id),
             image,

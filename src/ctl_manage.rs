@@ -27,7 +27,7 @@ pub async fn stop(client: &mut Client, ids: &[String], timeout: i64) -> Result<(
                 timeout,
             })
             .await?;
-        println!("{id}");
+        out!("{id}");
     }
     Ok(())
 }
@@ -62,7 +62,7 @@ pub async fn rm(client: &mut Client, ids: &[String], force: bool) -> Result<()> 
                 container_id: id.clone(),
             })
             .await?;
-        println!("{id}");
+        out!("{id}");
     }
     Ok(())
 }
@@ -77,7 +77,7 @@ pub async fn stopp(client: &mut Client, pods: &[String]) -> Result<()> {
                 pod_sandbox_id: id.clone(),
             })
             .await?;
-        println!("Stopped sandbox {id}");
+        out!("Stopped sandbox {id}");
     }
     Ok(())
 }
@@ -111,7 +111,7 @@ pub async fn rmp(client: &mut Client, pods: &[String], force: bool) -> Result<()
                 pod_sandbox_id: id.clone(),
             })
             .await?;
-        println!("Removed sandbox {id}");
+        out!("Removed sandbox {id}");
     }
     Ok(())
 }
@@ -211,7 +211,7 @@ fn print_json(status: Value, info: &HashMap<String, String>) -> Result<()> {
             (k.clone(), v)
         })
         .collect();
-    println!(
+    out!(
         "{}",
         serde_json::to_string_pretty(&json!({"status": status, "info": info}))?
     );
@@ -266,9 +266,14 @@ pub async fn stats(client: &mut Client, prefix: Option<&str>) -> Result<()> {
         .iter()
         .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
         .collect();
-    println!(
+    out!(
         "{:<14} {:<20} {:>6} {:>10} {:>10} {:>7}",
-        "CONTAINER", "NAME", "CPU %", "MEM", "DISK", "INODES"
+        "CONTAINER",
+        "NAME",
+        "CPU %",
+        "MEM",
+        "DISK",
+        "INODES"
     );
     let mut rows: Vec<&ContainerStats> = second
         .iter()
@@ -298,7 +303,7 @@ pub async fn stats(client: &mut Client, prefix: Option<&str>) -> Result<()> {
             })
             .unwrap_or_default();
         let opt = |v: Option<u64>, f: fn(u64) -> String| v.map_or_else(|| "-".into(), f);
-        println!(
+        out!(
             "{:<14} {:<20} {:>6} {:>10} {:>10} {:>7}",
             short(&attrs.id),
             attrs.metadata.map(|m| m.name).unwrap_or_default(),

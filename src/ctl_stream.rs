@@ -124,7 +124,7 @@ pub async fn port_forward(
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", local))
         .await
         .with_context(|| format!("listen on 127.0.0.1:{local}"))?;
-    println!(
+    out!(
         "Forwarding from {} -> {remote}",
         listener.local_addr().context("local address")?
     );

@@ -1,6 +1,7 @@
 //! `picolet`: one binary, subcommands. Parses arguments, sets up logging and
 //! calls into the crates; no logic lives here.
 
+#[macro_use]
 mod ctl;
 mod ctl_logs;
 mod ctl_manage;

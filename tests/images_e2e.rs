@@ -166,6 +166,30 @@ async fn imports_every_format_and_serves_them_through_cri() {
         text.contains("docker.io/library/busybox") && text.contains("1.36"),
         "{text}"
     );
+    // Its reader gone (`| grep -q`, `| head -1`): ctl dies of SIGPIPE as
+    // crictl does, silently; it used to panic, and the release build abort.
+    let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
+    drop(read_end);
+    let out = Command::new(common::picolet())
+        .args(["ctl", "--socket"])
+        .arg(shim.socket())
+        .arg("images")
+        .stdout(write_end)
+        .output()
+        .expect("run picolet ctl");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
