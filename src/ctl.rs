@@ -4,68 +4,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use cri_proto::picolet::images_client::ImagesClient;
-use cri_proto::picolet::{ImportRequest, PullRequest};
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
-    ContainerFilter, ContainerState, ContainerStateValue, ExecSyncRequest, ImageSpec,
-    LinuxContainerResources, ListContainersRequest, ListImagesRequest, ListPodSandboxRequest,
-    PodSandboxState, RemoveImageRequest, UpdateContainerResourcesRequest,
+    ContainerFilter, ContainerState, ContainerStateValue, ExecSyncRequest, LinuxContainerResources,
+    ListContainersRequest, ListImagesRequest, ListPodSandboxRequest, PodSandboxState,
+    UpdateContainerResourcesRequest,
 };
 use edge_config::DEFAULT_SOCKET;
 
-/// `println!` for ctl's output, as an error instead of a panic when stdout
-/// fails: `println!` panics on EPIPE (Rust ignores SIGPIPE), and the release
-/// build aborts on a panic, so `picolet ctl ps | grep -q x` printed
-/// "Aborted" in the VM scenario whenever grep stopped reading first.
-macro_rules! out {
-    ($($arg:tt)*) => {
-        $crate::ctl::write_line(format_args!($($arg)*))?
-    };
-}
-
-/// The reader of ctl's stdout went away (`| head -1`, `| grep -q`).
-#[derive(Debug)]
-pub(crate) struct StdoutClosed;
-
-impl std::fmt::Display for StdoutClosed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("stdout closed")
-    }
-}
-
-impl std::error::Error for StdoutClosed {}
-
-/// One line to stdout; see [`out!`].
-pub(crate) fn write_line(args: std::fmt::Arguments<'_>) -> Result<()> {
-    use std::io::Write;
-    let mut o = std::io::stdout().lock();
-    o.write_fmt(args)
-        .and_then(|()| o.write_all(b"\n"))
-        .map_err(stdout_error)
-}
-
-/// A failed write to stdout: [`StdoutClosed`] when the reader is gone.
-pub(crate) fn stdout_error(e: std::io::Error) -> anyhow::Error {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        StdoutClosed.into()
-    } else {
-        anyhow::Error::new(e).context("writing to stdout")
-    }
-}
-
-/// End as crictl (Go) does when its stdout's reader is gone: killed by
-/// SIGPIPE, silently, status 128 + 13 in a shell.
-fn die_of_sigpipe() -> ExitCode {
-    use nix::sys::signal::{SigHandler, Signal, raise, signal};
-    // SAFETY: SIG_DFL installs no handler; nothing else runs in this
-    // process any more (the runtime is shut down).
-    #[allow(unsafe_code)]
-    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-    let _ = raise(Signal::SIGPIPE);
-    ExitCode::from(141)
-}
+use crate::ctl_out::{StdoutClosed, die_of_sigpipe, stdout_error};
 
 #[derive(clap::Args)]
 pub struct CtlArgs {
@@ -256,10 +204,10 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
         .await
         .with_context(|| format!("is `picolet shim` running on {}?", args.socket.display()))?;
     match args.command {
-        CtlCommand::Images { quiet } => images(channel, quiet).await,
-        CtlCommand::Import { files } => import(channel, files).await,
-        CtlCommand::Pull { image, creds } => pull(channel, image, creds).await,
-        CtlCommand::Rmi { images } => rmi(channel, images).await,
+        CtlCommand::Images { quiet } => crate::ctl_images::images(channel, quiet).await,
+        CtlCommand::Import { files } => crate::ctl_images::import(channel, files).await,
+        CtlCommand::Pull { image, creds } => crate::ctl_images::pull(channel, image, creds).await,
+        CtlCommand::Rmi { images } => crate::ctl_images::rmi(channel, images).await,
         CtlCommand::Pods => pods(channel).await,
         CtlCommand::Ps { all } => ps(channel, all).await,
         CtlCommand::Logs {
@@ -434,166 +382,6 @@ async fn exec(
         0 => Ok(()),
         code => Err(Status(u8::try_from(code).unwrap_or(255)).into()),
     }
-}
-
-async fn images(channel: cri_proto::Channel, quiet: bool) -> Result<()> {
-    let mut client = ImageServiceClient::new(channel);
-    let mut list = client
-        .list_images(ListImagesRequest { filter: None })
-        .await?
-        .into_inner()
-        .images;
-    list.sort_by(|a, b| a.repo_tags.cmp(&b.repo_tags));
-    if quiet {
-        for i in list {
-            out!("{}", i.id);
-        }
-        return Ok(());
-    }
-    out!(
-        "{:<50} {:<12} {:<15} {:>10}",
-        "IMAGE",
-        "TAG",
-        "IMAGE ID",
-        "SIZE"
-    );
-    for i in list {
-        let short =
-            i.id.trim_start_matches("sha256:")
-                .chars()
-                .take(13)
-                .collect::<String>();
-        let size = human(i.size);
-        if i.repo_tags.is_empty() {
-            out!(
-                "{:<50} {:<12} {:<15} {:>10}",
-                "<none>",
-                "<none>",
-                short,
-                size
-            );
-        }
-        for t in &i.repo_tags {
-            let (name, tag) = t.rsplit_once(':').unwrap_or((t, ""));
-            out!("{name:<50} {tag:<12} {short:<15} {size:>10}");
-        }
-    }
-    Ok(())
-}
-
-async fn import(channel: cri_proto::Channel, files: Vec<PathBuf>) -> Result<()> {
-    let mut client = ImagesClient::new(channel);
-    for f in files {
-        let path = std::path::absolute(&f).with_context(|| format!("{}", f.display()))?;
-        let bar = indicatif::ProgressBar::new(0).with_message(f.display().to_string());
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        let mut stream = client
-            .import(ImportRequest {
-                path: path.display().to_string(),
-            })
-            .await
-            .with_context(|| format!("import {}", f.display()))?
-            .into_inner();
-        let mut done = Vec::new();
-        while let Some(msg) = stream
-            .message()
-            .await
-            .with_context(|| format!("import {}", f.display()))?
-        {
-            if msg.total_bytes > 0 {
-                bar.set_length(msg.total_bytes);
-                bar.set_position(msg.read_bytes);
-            }
-            done.extend(msg.images);
-        }
-        bar.finish_and_clear();
-        for i in done {
-            let name = i
-                .repo_tags
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "<untagged>".into());
-            out!("imported {name} {}", i.id);
-        }
-    }
-    Ok(())
-}
-
-async fn pull(channel: cri_proto::Channel, image: String, creds: Option<String>) -> Result<()> {
-    let (username, password) = match creds
-        .as_deref()
-        .map(|c| c.split_once(':').unwrap_or((c, "")))
-    {
-        Some((u, p)) => (u.to_string(), p.to_string()),
-        None => Default::default(),
-    };
-    let bar = indicatif::ProgressBar::new(0).with_message(image.clone());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {prefix}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let started = std::time::Instant::now();
-    let mut stream = ImagesClient::new(channel)
-        .pull(PullRequest {
-            image: image.clone(),
-            username,
-            password,
-        })
-        .await
-        .with_context(|| format!("pull {image}"))?
-        .into_inner();
-    let mut id = String::new();
-    let mut total = 0;
-    while let Some(msg) = stream
-        .message()
-        .await
-        .with_context(|| format!("pull {image}"))?
-    {
-        if msg.total_bytes > 0 {
-            bar.set_length(msg.total_bytes);
-            bar.set_position(msg.done_bytes);
-            bar.set_prefix(format!("layers {}/{}", msg.layers_done, msg.layers));
-            total = msg.total_bytes;
-        }
-        if !msg.id.is_empty() {
-            id = msg.id;
-        }
-    }
-    bar.finish_and_clear();
-    if total > 0 {
-        out!(
-            "pulled {image} {id} ({} in {:.1}s)",
-            indicatif::HumanBytes(total),
-            started.elapsed().as_secs_f64()
-        );
-    } else {
-        out!("{image} is up to date: {id}");
-    }
-    Ok(())
-}
-
-async fn rmi(channel: cri_proto::Channel, refs: Vec<String>) -> Result<()> {
-    let mut client = ImageServiceClient::new(channel);
-    for r in refs {
-        client
-            .remove_image(RemoveImageRequest {
-                image: Some(ImageSpec {
-                    image: r.clone(),
-                    ..Default::default()
-                }),
-            })
-            .await
-            .with_context(|| format!("remove {r}"))?;
-        out!("removed {r}");
-    }
-    Ok(())
 }
 
 /// "12s ago"-style age of a CRI nanosecond timestamp.

@@ -43,11 +43,11 @@ fn print(lines: &[(Stream, String)]) -> Result<()> {
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
     for (stream, line) in lines {
         match stream {
-            Stream::Stdout => writeln!(out, "{line}").map_err(crate::ctl::stdout_error)?,
+            Stream::Stdout => writeln!(out, "{line}").map_err(crate::ctl_out::stdout_error)?,
             Stream::Stderr => writeln!(err, "{line}")?,
         }
     }
-    out.flush().map_err(crate::ctl::stdout_error)
+    out.flush().map_err(crate::ctl_out::stdout_error)
 }
 
 async fn status(

@@ -2,7 +2,9 @@
 //! calls into the crates; no logic lives here.
 
 #[macro_use]
+mod ctl_out;
 mod ctl;
+mod ctl_images;
 mod ctl_logs;
 mod ctl_manage;
 mod ctl_stream;
