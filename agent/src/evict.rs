@@ -1,6 +1,8 @@
 //! The eviction manager's loop (kubelet's `managerImpl.Start` and
-//! `synchronize`): every monitoring period it reads the same summary as
-//! `/stats/summary`, asks [`eviction`] which thresholds hold, publishes the
+//! `synchronize`): every monitoring period it reads the node's part of the
+//! summary `/stats/summary` serves (the pods' only when it must rank them:
+//! reading every pod's cgroups each period was most of an idle node's
+//! agent CPU), asks [`eviction`] which thresholds hold, publishes the
 //! node's pressure conditions, reclaims unused images for disk signals,
 //! and only then evicts one pod, the first of kubelet's ranking that is not
 //! critical, and waits (30 s at most) for its containers to stop.
@@ -15,7 +17,7 @@ use crate::events::{EventType, Object, Recorder};
 use crate::eviction::{self, Candidate, Condition, State, Threshold};
 use crate::pod_workers::{Eviction, PodWorkers};
 use crate::runtime::Cri;
-use crate::stats::Stats;
+use crate::stats::{Scope, Stats};
 use crate::{admit, clock, image_gc, status};
 
 /// The node's pressure conditions now, as the manager last saw them.
@@ -72,17 +74,17 @@ pub fn spawn(m: Manager, tx: watch::Sender<BTreeSet<Condition>>) {
     });
 }
 
-/// The summary, read off the async workers; with `pod_disk` also the
-/// pods' disk usage (the runtime's writable layers, log and volume
-/// directories walked), which only ranking for a disk signal needs.
-async fn summary(m: &Manager, pod_disk: bool) -> Option<serde_json::Value> {
-    let rootfs = if pod_disk {
+/// The summary of `scope`, read off the async workers; the pods' disk usage
+/// (the runtime's writable layers, log and volume directories walked) only
+/// ranking for a disk signal needs.
+async fn summary(m: &Manager, scope: Scope) -> Option<serde_json::Value> {
+    let rootfs = if scope == Scope::PodsAndDisk {
         m.cri.writable_layers().await.unwrap_or_default()
     } else {
         HashMap::new()
     };
     let stats = m.stats.clone();
-    tokio::task::spawn_blocking(move || stats.summary_of(rootfs, pod_disk))
+    tokio::task::spawn_blocking(move || stats.summary_of(rootfs, scope))
         .await
         .ok()
 }
@@ -93,7 +95,7 @@ async fn pass(
     state: &mut State,
     tx: &watch::Sender<BTreeSet<Condition>>,
 ) -> Option<String> {
-    let (obs, usage) = eviction::observe(&summary(m, false).await?);
+    let obs = eviction::observe(&summary(m, Scope::Node).await?).0;
     let p = state.pass(&m.thresholds, &obs, clock::now(), m.transition);
     tx.send_if_modified(|now| {
         if *now == p.conditions {
@@ -124,7 +126,7 @@ async fn pass(
         // Nothing freed, nothing changed: no second reading.
         if freed > 0 {
             tracing::info!(bytes = freed, "eviction: unused images removed");
-            if let Some(after) = summary(m, false).await
+            if let Some(after) = summary(m, Scope::Node).await
                 && eviction::met(&m.thresholds, &eviction::observe(&after).0, true).is_empty()
             {
                 tracing::info!(
@@ -135,6 +137,7 @@ async fn pass(
             }
         }
     }
+    let usage = eviction::observe(&summary(m, Scope::Pods).await?).1;
     let mut candidates = candidates(m, &usage);
     if candidates.is_empty() {
         // kubelet logs it every pass too; the event above says it.
@@ -146,7 +149,7 @@ async fn pass(
     }
     // Ranking for a disk signal needs the pods' disk usage: read it now.
     if t.signal.node_reclaimable() {
-        let disk = eviction::observe(&summary(m, true).await?).1;
+        let disk = eviction::observe(&summary(m, Scope::PodsAndDisk).await?).1;
         for c in &mut candidates {
             c.usage = disk.get(&c.uid).cloned();
         }

@@ -6,8 +6,9 @@ use super::Stats as Readers;
 use super::cadvisor::{Entry, Labels, Machine, Snapshot};
 use cgroup::procfs::{self};
 
-/// Reads the root cgroup, each pod cgroup and each running container now.
-pub(crate) fn collect(shared: &Readers) -> Snapshot {
+/// Reads the root cgroup now and, with `pods`, each pod cgroup and each
+/// running container.
+pub(crate) fn collect(shared: &Readers, pods: bool) -> Snapshot {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .map(|s| s.trim().to_string())
@@ -78,7 +79,7 @@ pub(crate) fn collect(shared: &Readers) -> Snapshot {
         0.0,
         &[],
     );
-    if !shared.config.cgroups_per_qos {
+    if !pods || !shared.config.cgroups_per_qos {
         return snap;
     }
     for pod in shared.statuses.pods() {

@@ -39,6 +39,18 @@ pub struct Stats {
     cpu_samples: Mutex<HashMap<String, CpuSample>>,
 }
 
+/// What a summary reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The node only: root cgroup, filesystems, processes (the signals).
+    Node,
+    /// Also each pod and running container, without walking the pods'
+    /// log and volume directories (their disk usage reads 0).
+    Pods,
+    /// All of it, as `/stats/summary`.
+    PodsAndDisk,
+}
+
 impl Stats {
     pub fn new(
         config: Arc<Config>,
@@ -59,32 +71,36 @@ impl Stats {
 
     /// Reads the root cgroup, each pod cgroup and each running container.
     pub fn collect(&self) -> cadvisor::Snapshot {
-        collect::collect(self)
+        collect::collect(self, true)
     }
 
     /// `/stats/summary`, given the containers' writable layers (from the
     /// runtime). Reads cgroupfs and walks volume and log directories: call
     /// it off the async workers.
     pub fn summary(&self, rootfs: HashMap<String, (u64, u64)>) -> serde_json::Value {
-        self.summary_of(rootfs, true)
+        self.summary_of(rootfs, Scope::PodsAndDisk)
     }
 
-    /// The summary; without `pod_disk` the pods' log and volume directories
-    /// are not walked (their disk usage reads 0): what the eviction manager
-    /// reads every 10 s unless it ranks pods by disk.
+    /// The summary of `scope`: the eviction manager reads the node's part
+    /// every 10 s and the pods' only to rank them.
     pub fn summary_of(
         &self,
         rootfs: HashMap<String, (u64, u64)>,
-        pod_disk: bool,
+        scope: Scope,
     ) -> serde_json::Value {
-        let snap = self.collect();
+        let pod_disk = scope == Scope::PodsAndDisk;
+        let snap = collect::collect(self, scope != Scope::Node);
         let now = crate::clock::now();
         let mut nano_cores = HashMap::new();
         {
             let mut samples = lock(&self.cpu_samples);
             let ids: std::collections::HashSet<&str> =
                 snap.entries.iter().map(|e| e.labels.id.as_str()).collect();
-            samples.retain(|id, _| ids.contains(id.as_str()));
+            // The pods' samples stay for the next full read (a node-only
+            // one has none of them).
+            if scope != Scope::Node {
+                samples.retain(|id, _| ids.contains(id.as_str()));
+            }
             for e in &snap.entries {
                 let usage = e.stats.cpu.usage_ns;
                 let entry = samples.entry(e.labels.id.clone()).or_insert(CpuSample {
@@ -131,7 +147,12 @@ impl Stats {
         let mut pods = HashMap::new();
         let mut logs = HashMap::new();
         let mut volume_stats = HashMap::new();
-        for p in self.statuses.pods() {
+        let listed = if scope == Scope::Node {
+            Vec::new()
+        } else {
+            self.statuses.pods()
+        };
+        for p in listed {
             let uid = p.metadata.uid.clone().unwrap_or_default();
             let start = p
                 .status
