@@ -138,7 +138,7 @@ def q(v, f):
 print(f"\nCRI latency, {n} iterations, same in-process client ({os.cpu_count()} cores, kernel {platform.release()}, {datetime.date.today()})\n")
 print(f"| RPC (host-network pods) | picolet p50 | picolet p95 | containerd {cver} + runc {rver} p50 | p95 | picolet, own netns, p50 | p95 |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "ExecSync", "Exec (streaming)", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]:
+for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "Create + Start", "ExecSync", "Exec (streaming)", "StopContainer", "StopContainer: exit → return", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]:
     print(f"| {k} | {q(p[k], .5):.1f} ms | {q(p[k], .95):.1f} ms | {q(c[k], .5):.1f} ms | {q(c[k], .95):.1f} ms | {q(pp[k], .5):.1f} ms | {q(pp[k], .95):.1f} ms |")
 print(f"\n| RPC (pod network: the same CNI bridge + portmap, a hostPort each) | picolet p50 | picolet p95 | containerd {cver} p50 | p95 | containerd/picolet p50 |")
 print("|---|---:|---:|---:|---:|---:|")

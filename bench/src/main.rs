@@ -2,12 +2,14 @@
 //! does — RunPodSandbox, CreateContainer, StartContainer, ExecSync (`true`,
 //! as an exec probe), Exec (streaming `echo`, as `kubectl exec`), StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
-//! of each call in milliseconds as JSON (`{"RunPodSandbox": [..], ...}`).
+//! of each call in milliseconds as JSON (`{"RunPodSandbox": [..], ...}`),
+//! with "Create + Start" and "StopContainer: exit → return" (how long after
+//! the exit time the runtime recorded StopContainer returned).
 //! The same client runs against picolet and containerd, so only the runtimes
 //! differ; no CLI start-up is counted.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use bench::{container, pod};
@@ -28,12 +30,8 @@ async fn main() -> Result<()> {
     let n: usize = n.parse().context("ITERATIONS")?;
     let mut c = RuntimeServiceClient::new(cri_proto::connect(socket).await?);
     let mut times: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
-    let mut record = |name: &'static str, t: Instant| {
-        times
-            .entry(name)
-            .or_default()
-            .push(t.elapsed().as_secs_f64() * 1000.0)
-    };
+    let mut record_ms = |name: &'static str, ms: f64| times.entry(name).or_default().push(ms);
+    let ms_since = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     for i in 0..n {
         let mut config = pod(i, net == "host");
         if net == "cni" {
@@ -54,7 +52,7 @@ async fn main() -> Result<()> {
             .context("RunPodSandbox")?
             .into_inner()
             .pod_sandbox_id;
-        record("RunPodSandbox", t);
+        record_ms("RunPodSandbox", ms_since(t));
         if net == "cni" {
             // Not timed: the plugins really gave the pod an address.
             let ip = c
@@ -84,14 +82,17 @@ async fn main() -> Result<()> {
             .context("CreateContainer")?
             .into_inner()
             .container_id;
-        record("CreateContainer", t);
+        let create_ms = ms_since(t);
+        record_ms("CreateContainer", create_ms);
         let t = Instant::now();
         c.start_container(StartContainerRequest {
             container_id: id.clone(),
         })
         .await
         .context("StartContainer")?;
-        record("StartContainer", t);
+        let start_ms = ms_since(t);
+        record_ms("StartContainer", start_ms);
+        record_ms("Create + Start", create_ms + start_ms);
         tokio::time::sleep(Duration::from_millis(20)).await;
         // What an exec probe costs: `true` in the running container.
         let t = Instant::now();
@@ -107,7 +108,7 @@ async fn main() -> Result<()> {
         if exec.exit_code != 0 {
             bail!("ExecSync true: exit {}", exec.exit_code);
         }
-        record("ExecSync", t);
+        record_ms("ExecSync", ms_since(t));
         // `kubectl exec`'s path: Exec for a URL, the SPDY upgrade, the
         // streams, `echo`, its output and exit status (crictl's v4 streams).
         // Not in the cni runs: the runtime then lives in a network namespace
@@ -115,7 +116,7 @@ async fn main() -> Result<()> {
         if net != "cni" {
             let t = Instant::now();
             streaming_exec(&mut c, &id).await?;
-            record("Exec (streaming)", t);
+            record_ms("Exec (streaming)", ms_since(t));
         }
         let t = Instant::now();
         c.stop_container(StopContainerRequest {
@@ -124,26 +125,51 @@ async fn main() -> Result<()> {
         })
         .await
         .context("StopContainer")?;
-        record("StopContainer", t);
+        let returned = SystemTime::now();
+        record_ms("StopContainer", ms_since(t));
+        // Not timed: the exit time the runtime recorded. How long after it
+        // StopContainer returned (issue 22: within ~2 ms of the exit, for a
+        // container that exits at once on SIGTERM). Both clocks are the
+        // host's realtime clock.
+        let finished_at = c
+            .container_status(ContainerStatusRequest {
+                container_id: id.clone(),
+                verbose: false,
+            })
+            .await
+            .context("ContainerStatus")?
+            .into_inner()
+            .status
+            .map(|s| s.finished_at)
+            .unwrap_or_default();
+        if finished_at <= 0 {
+            bail!("pod {i}: no finished_at after StopContainer");
+        }
+        let returned_ns = returned.duration_since(UNIX_EPOCH)?.as_nanos();
+        let after_exit = returned_ns.saturating_sub(u128::try_from(finished_at)?);
+        record_ms(
+            "StopContainer: exit → return",
+            Duration::from_nanos(u64::try_from(after_exit)?).as_secs_f64() * 1000.0,
+        );
         let t = Instant::now();
         c.remove_container(RemoveContainerRequest { container_id: id })
             .await
             .context("RemoveContainer")?;
-        record("RemoveContainer", t);
+        record_ms("RemoveContainer", ms_since(t));
         let t = Instant::now();
         c.stop_pod_sandbox(StopPodSandboxRequest {
             pod_sandbox_id: pod_id.clone(),
         })
         .await
         .context("StopPodSandbox")?;
-        record("StopPodSandbox", t);
+        record_ms("StopPodSandbox", ms_since(t));
         let t = Instant::now();
         c.remove_pod_sandbox(RemovePodSandboxRequest {
             pod_sandbox_id: pod_id,
         })
         .await
         .context("RemovePodSandbox")?;
-        record("RemovePodSandbox", t);
+        record_ms("RemovePodSandbox", ms_since(t));
     }
     println!("{}", serde_json::to_string(&times)?);
     Ok(())
