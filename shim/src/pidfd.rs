@@ -21,10 +21,16 @@ pub(crate) fn open(pid: i32) -> io::Result<OwnedFd> {
 }
 
 /// Calls `exited` when process `pid` — the one that started at
-/// `start_time` (clock ticks), not a later user of the pid — exits. Without
-/// pidfds (old kernels) it returns at once and the caller's polling stays
-/// the only way to notice.
-pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, exited: impl FnOnce()) {
+/// `start_time` (clock ticks), not a later user of the pid — exits, and
+/// `watching` before that, once its pidfd is open and the process is the
+/// recorded one. Without pidfds (old kernels) it returns at once, calling
+/// neither, and the caller's polling stays the only way to notice.
+pub async fn notify_on_exit(
+    pid: i32,
+    start_time: Option<u64>,
+    watching: impl FnOnce(),
+    exited: impl FnOnce(),
+) {
     let fd = match open(pid) {
         Ok(fd) => fd,
         Err(e) => {
@@ -44,6 +50,7 @@ pub async fn notify_on_exit(pid: i32, start_time: Option<u64>, exited: impl FnOn
     let Ok(fd) = (unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }) else {
         return;
     };
+    watching();
     let _ = fd.readable().await;
     exited();
 }
@@ -66,7 +73,7 @@ mod tests {
         let notify = Arc::new(tokio::sync::Notify::new());
         let t0 = std::time::Instant::now();
         let n = notify.clone();
-        tokio::spawn(notify_on_exit(pid, start, move || n.notify_one()));
+        tokio::spawn(notify_on_exit(pid, start, || {}, move || n.notify_one()));
         tokio::time::timeout(Duration::from_secs(10), notify.notified())
             .await
             .expect("woken");
@@ -80,7 +87,7 @@ mod tests {
         let other = Arc::new(tokio::sync::Notify::new());
         let me = i32::try_from(std::process::id()).expect("pid");
         let o = other.clone();
-        tokio::spawn(notify_on_exit(me, Some(1), move || o.notify_one()));
+        tokio::spawn(notify_on_exit(me, Some(1), || {}, move || o.notify_one()));
         tokio::time::timeout(Duration::from_secs(5), other.notified())
             .await
             .expect("a reused pid counts as exited");

@@ -299,11 +299,12 @@ impl Runtime {
         .await;
         // Reap the monitor whenever it exits, so it never lingers as a
         // zombie, and have `watch_exits` look at once: the container exited.
-        let exits = self.monitor_exits.clone();
+        let monitors = self.monitors.clone();
         let id: std::sync::Arc<str> = rec.id.as_str().into();
+        monitors.watching(&id);
         tokio::spawn(async move {
             let _ = child.wait().await;
-            let _ = exits.send(id);
+            monitors.exited(id);
         });
         match read {
             Ok(Ok(_)) => {}

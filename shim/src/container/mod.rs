@@ -57,6 +57,18 @@ impl Runtime {
         if !rec.complete {
             return (ContainerState::ContainerUnknown, None);
         }
+        let started = || {
+            if rec.started_at.is_some() {
+                ContainerState::ContainerRunning
+            } else {
+                ContainerState::ContainerCreated
+            }
+        };
+        // Its monitor is alive and we hear when it exits, which it does
+        // only after recording the exit: nothing to read.
+        if !lock(&self.exits).contains_key(&rec.id) && self.monitors.is_watched(&rec.id) {
+            return (started(), None);
+        }
         if let Some(exit) = self.exit_of(rec) {
             return (ContainerState::ContainerExited, Some(exit));
         }
@@ -78,11 +90,7 @@ impl Runtime {
             self.remember_exit(&rec.id, &exit);
             return (ContainerState::ContainerExited, Some(exit));
         }
-        if rec.started_at.is_some() {
-            (ContainerState::ContainerRunning, None)
-        } else {
-            (ContainerState::ContainerCreated, None)
-        }
+        (started(), None)
     }
 
     pub(crate) fn container_status_of(&self, rec: &ContainerRecord) -> ContainerStatus {

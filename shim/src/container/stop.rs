@@ -21,7 +21,7 @@ impl Runtime {
     async fn wait_exit(&self, rec: &ContainerRecord, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         // Subscribed before the first look: an exit after it is seen.
-        let mut exits = self.monitor_exits.subscribe();
+        let mut exits = self.monitors.subscribe();
         loop {
             if self.state_of(rec).0 == ContainerState::ContainerExited {
                 return true;
@@ -110,7 +110,7 @@ impl Runtime {
 
     pub async fn watch_exits(self: std::sync::Arc<Self>) {
         // Subscribed before the first look: an exit from here on is heard.
-        let mut exits = self.monitor_exits.subscribe();
+        let mut exits = self.monitors.subscribe();
         loop {
             let recs = self.all_containers();
             let known = |id: &String| recs.iter().any(|r| &r.id == id);
@@ -124,7 +124,8 @@ impl Runtime {
                 }
             }
             // Then each exit as it comes, looking at that container only;
-            // everything again every 5 s, or after missing some.
+            // everything again every 5 s, or after missing some (a container
+            // whose monitor is watched costs a set lookup there, not a read).
             let tick = tokio::time::sleep(Duration::from_secs(5));
             tokio::pin!(tick);
             loop {
