@@ -10,6 +10,7 @@
 //! Without this an edge device's disk (often flash) fills with one chatty
 //! container's log.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -140,9 +141,10 @@ fn tidy(log: &Path, policy: Policy) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One pass over the running containers.
-pub async fn rotate_all(cri: &Cri, policy: Policy) {
-    let logs = match cri.running_log_paths().await {
+/// One pass over the running containers; `known` keeps their log paths
+/// between passes.
+pub async fn rotate_all(cri: &Cri, policy: Policy, known: &mut HashMap<String, PathBuf>) {
+    let logs = match cri.running_log_paths(known).await {
         Ok(l) => l,
         Err(e) => {
             tracing::debug!(error = %e, "log rotation: cannot list containers");
@@ -219,9 +221,10 @@ pub fn spawn(cri: Cri, policy: Policy, interval: std::time::Duration) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut known = HashMap::new();
         loop {
             tick.tick().await;
-            rotate_all(&cri, policy).await;
+            rotate_all(&cri, policy, &mut known).await;
         }
     });
 }
