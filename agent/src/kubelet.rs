@@ -263,11 +263,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }),
     });
     // PLEG's wake-ups go straight to the workers, never queued behind the
-    // source rescans and housekeeping of the loop below.
+    // source rescans and housekeeping of the loop below. A pod that no worker
+    // has is an orphan to look for at once.
     let pleg_workers = workers.clone();
+    let unknown_pod = Arc::new(tokio::sync::Notify::new());
+    let unknown = unknown_pod.clone();
     tokio::spawn(async move {
         while let Some(uid) = pleg_rx.recv().await {
-            pleg_workers.notify(&uid);
+            if !pleg_workers.notify(&uid) {
+                unknown.notify_one();
+            }
         }
     });
     evict::spawn(
@@ -369,6 +374,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tokio::time::interval_at(start + cfg.file_check_frequency, cfg.file_check_frequency);
     let mut housekeeping =
         tokio::time::interval_at(start + Duration::from_secs(2), Duration::from_secs(2));
+    // The runtime is asked for orphans when PLEG reports a pod no worker
+    // has, when the API server's pods were first listed, and every
+    // ORPHAN_SWEEP anyway; not at every 2 s housekeeping (at 30 idle pods
+    // those listings were a tenth of the agent's CPU).
+    let mut swept = tokio::time::Instant::now();
+    let mut listed_before = api_listed(&api_rx);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -383,11 +394,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     api_desired = kube::pods::desired(&pods, &mut decoded_api_pods);
                 }
             }
-            _ = housekeeping.tick() => {
-                health.synced();
+            () = unknown_pod.notified() => {
                 if api_listed(&api_rx) {
                     workers.cleanup_orphans(&desired).await;
+                    swept = tokio::time::Instant::now();
                 }
+                continue;
+            }
+            _ = housekeeping.tick() => {
+                health.synced();
+                let listed = api_listed(&api_rx);
+                if listed && (!listed_before || swept.elapsed() >= ORPHAN_SWEEP) {
+                    workers.cleanup_orphans(&desired).await;
+                    swept = tokio::time::Instant::now();
+                }
+                listed_before = listed;
                 continue;
             }
         }
@@ -404,6 +425,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     tracing::info!("agent stopping; containers keep running");
     Ok(())
 }
+
+/// How often the runtime is asked for orphans when nothing reported one.
+const ORPHAN_SWEEP: Duration = Duration::from_secs(30);
 
 /// What a rescan of the pod sources touches.
 struct Sources {

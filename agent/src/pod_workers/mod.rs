@@ -168,11 +168,14 @@ impl PodWorkers {
         lock(&self.0.workers).get(uid).is_some_and(Handle::evicted)
     }
 
-    /// Wakes the worker of pod `uid`, if any.
-    pub fn notify(&self, uid: &str) {
-        if let Some(h) = lock(&self.0.workers).get(uid) {
-            h.sync();
-        }
+    /// Wakes the worker of pod `uid`; false when no worker has it.
+    pub fn notify(&self, uid: &str) -> bool {
+        let workers = lock(&self.0.workers);
+        let Some(h) = workers.get(uid) else {
+            return false;
+        };
+        h.sync();
+        true
     }
 
     /// Makes the workers match `desired` (by UID): terminates those whose
