@@ -171,6 +171,39 @@ async fn a_pod_gets_a_sandbox_and_its_container_and_runs() {
     assert!(reasons.contains(&"Started".to_string()), "{reasons:?}");
 }
 
+/// A sync that only the clock woke plans from the worker's last
+/// observation, as kubelet's pod cache spares its periodic syncs the
+/// runtime: no status is read while nothing reports a change; a wake (PLEG,
+/// here by hand) observes again.
+#[tokio::test]
+async fn clock_woken_syncs_read_no_status_until_something_wakes_the_worker() {
+    let fake = FakeCri::start().await;
+    let s = setup_config(&fake, None, |c| {
+        c.sync_frequency = Duration::from_millis(100);
+    })
+    .await;
+    let p = pod("web", "Always", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    // Only observe reads a sandbox's or a container's status (PLEG lists).
+    let reads = |fake: &FakeCri| {
+        fake.state()
+            .calls
+            .iter()
+            .filter(|c| matches!(**c, "PodSandboxStatus" | "ContainerStatus"))
+            .count()
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.state().calls.clear();
+    // About ten syncs of syncFrequency.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(reads(&fake), 0, "{:?}", fake.state().calls);
+    assert_eq!(phase(&s.statuses, &uid), "Running");
+    s.workers.notify(&uid);
+    eventually("a fresh observation", || reads(&fake) >= 2).await;
+}
+
 /// A pod whose sandbox cannot be made is Pending in the status with why
 /// (each container ContainerCreating), not missing; it runs once the
 /// runtime can make it.
