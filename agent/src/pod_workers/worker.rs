@@ -200,7 +200,6 @@ impl Worker {
                     Ok(next) => next,
                     Err(e) => {
                         tracing::warn!(pod = %self.obj.name, "sync failed: {e}");
-                        self.observed = None;
                         Duration::from_secs(2)
                     }
                 };
@@ -266,8 +265,9 @@ impl Worker {
         format!("{}/{}/{}", self.uid, c.name, cri_config::container_hash(c))
     }
 
-    /// One sync: observe (or, when only the clock `woken` it not, the last
-    /// observation: [`Worker::observed`]), plan (pure), apply, publish.
+    /// One sync: observe (or, when only the clock woke the worker and
+    /// `woken` is false, take the last observation: [`Worker::observed`]),
+    /// plan (pure), apply, publish.
     /// Returns when to sync again at the latest (kube-runtime's
     /// `Action::requeue`), which [`plan::next_sync`] decides.
     async fn sync(&mut self, woken: bool) -> Result<Duration, SyncError> {
