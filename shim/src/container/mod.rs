@@ -64,9 +64,15 @@ impl Runtime {
                 ContainerState::ContainerCreated
             }
         };
-        // Its monitor is alive and we hear when it exits, which it does
-        // only after recording the exit: nothing to read.
-        if !lock(&self.exits).contains_key(&rec.id) && self.monitors.is_watched(&rec.id) {
+        // Its monitor is alive and we hear when it exits. It records the
+        // exit first (and then ends an attach), so while it is watched the
+        // record's absence, one stat, says the container still runs: no
+        // /proc reads. Once the record is there a status says Exited, as
+        // before, not only once the monitor is reaped.
+        if !lock(&self.exits).contains_key(&rec.id)
+            && self.monitors.is_watched(&rec.id)
+            && std::fs::symlink_metadata(rec.dir.join(EXIT)).is_err()
+        {
             return (started(), None);
         }
         if let Some(exit) = self.exit_of(rec) {

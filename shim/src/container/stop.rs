@@ -118,14 +118,18 @@ impl Runtime {
             lock(&self.rootfs_released).retain(known);
             lock(&self.exits).retain(|id, _| known(id));
             for r in recs {
+                // A watched monitor's exit comes on `exits` below.
+                if self.monitors.is_watched(&r.id) {
+                    continue;
+                }
                 if self.state_of(&r).0 == ContainerState::ContainerExited {
                     self.emit_stopped_once(&r.id).await;
                     self.release_rootfs_once(&r);
                 }
             }
             // Then each exit as it comes, looking at that container only;
-            // everything again every 5 s, or after missing some (a container
-            // whose monitor is watched costs a set lookup there, not a read).
+            // every container whose monitor is not watched (those that
+            // exited among them) again every 5 s, or after missing some.
             let tick = tokio::time::sleep(Duration::from_secs(5));
             tokio::pin!(tick);
             loop {
