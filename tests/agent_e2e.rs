@@ -711,7 +711,12 @@ spec:
         container(p, "side")["restartCount"] == 1
             && container(p, "side")["state"]["running"].is_object()
     });
-    assert_eq!(read(&agent, "long-side"), "up\nup\n");
+    // Running is reported when StartContainer returns, before the new
+    // sidecar's shell has run its first `echo` (a loaded machine showed
+    // "up\n" here): wait for exactly two.
+    agent.wait("the restarted sidecar's echo", T, || {
+        read(&agent, "long-side") == "up\nup\n"
+    });
     assert_eq!(read(&agent, "long-setup"), "setup\n", "init not rerun");
     agent.remove_manifest("long.yaml");
     agent.wait("long pod gone", T, || agent.pod("long").is_none());
