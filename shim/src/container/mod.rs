@@ -69,8 +69,7 @@ impl Runtime {
         // record's absence, one stat, says the container still runs: no
         // /proc reads. Once the record is there a status says Exited, as
         // before, not only once the monitor is reaped.
-        if !lock(&self.exits).contains_key(&rec.id)
-            && self.monitors.is_watched(&rec.id)
+        if self.monitors.is_watched(&rec.id)
             && std::fs::symlink_metadata(rec.dir.join(EXIT)).is_err()
         {
             return (started(), None);
