@@ -10,6 +10,7 @@ mod ctl_manage;
 mod ctl_stream;
 mod logging;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,6 +55,14 @@ enum Command {
     /// CNI protocol's environment and stdin.
     #[command(hide = true)]
     Cni,
+}
+
+/// `picolet monitor …` alone, for the children of the monitor spawner.
+#[derive(Parser)]
+#[command(name = "picolet monitor")]
+struct MonitorCli {
+    #[command(subcommand)]
+    command: MonitorCommand,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +117,13 @@ enum MonitorCommand {
         tty: bool,
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
+    },
+    /// Fork the container monitors for the shim, on the socket that is
+    /// stdin (shim::spawner).
+    Spawner {
+        /// Room for each child to write its own command line over.
+        #[arg(long)]
+        room: Option<String>,
     },
 }
 
@@ -312,8 +328,11 @@ fn main() -> ExitCode {
     // `monitor pod-init` forks: keep it free of anything that could start threads.
     if !matches!(
         cli.command,
-        Command::Monitor(MonitorCommand::Exec { .. } | MonitorCommand::PodInit { .. })
-            | Command::Cni
+        Command::Monitor(
+            MonitorCommand::Exec { .. }
+                | MonitorCommand::PodInit { .. }
+                | MonitorCommand::Spawner { .. }
+        ) | Command::Cni
     ) {
         init_tracing();
     }
@@ -333,7 +352,51 @@ fn main() -> ExitCode {
 }
 
 fn run_monitor(cmd: MonitorCommand) -> ExitCode {
-    let code = match cmd {
+    ExitCode::from(u8::try_from(monitor_code(cmd)).unwrap_or(255))
+}
+
+/// What a child of the monitor spawner runs: `picolet <argv[1..]>`, as if
+/// the binary had been exec'd with it: container monitors and ExecSync's
+/// helpers.
+// The spawner does not log: each child sets up its own logging here.
+fn spawned(argv: Vec<String>) -> i32 {
+    // Only `monitor`'s own subcommands are parsed: clap builds every
+    // subcommand it is given, and all of picolet's cost a fifth of a
+    // millisecond of each create.
+    let mut args = argv.into_iter();
+    let parsed = match (args.next(), args.next().as_deref()) {
+        (Some(bin), Some("monitor")) => {
+            MonitorCli::try_parse_from(std::iter::once(bin).chain(args))
+        }
+        _ => MonitorCli::try_parse_from(["picolet"]),
+    };
+    match parsed {
+        Ok(MonitorCli {
+            command: m @ MonitorCommand::Create { .. },
+        }) => {
+            init_tracing();
+            monitor_code(m)
+        }
+        // No logging: it hands its stdio to the exec'd process.
+        Ok(MonitorCli {
+            command: m @ MonitorCommand::Exec { .. },
+        }) => monitor_code(m),
+        Ok(_) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "picolet monitor spawner: only `monitor create` and `monitor exec` are forked"
+            );
+            2
+        }
+        Err(e) => {
+            let _ = e.print();
+            2
+        }
+    }
+}
+
+fn monitor_code(cmd: MonitorCommand) -> i32 {
+    match cmd {
         MonitorCommand::Create {
             id,
             bundle,
@@ -373,8 +436,8 @@ fn run_monitor(cmd: MonitorCommand) -> ExitCode {
             tty,
             cmd,
         }),
-    };
-    ExitCode::from(u8::try_from(code).unwrap_or(255))
+        MonitorCommand::Spawner { room: _ } => shim::spawner::serve(spawned),
+    }
 }
 
 fn init_tracing() {

@@ -229,7 +229,10 @@ const SHIM: &[(&str, &[&str])] = &[
             "state",
         ],
     ),
-    ("container_exec", &["error", "nsexec", "runtime"]),
+    (
+        "container_exec",
+        &["error", "nsexec", "runtime", "spawner_client"],
+    ),
     (
         "sandbox",
         &[
@@ -249,8 +252,18 @@ const SHIM: &[(&str, &[&str])] = &[
     ),
     (
         "runtime",
-        &["cni", "error", "mutex", "pidfd", "seccomp", "state"],
+        &[
+            "cni",
+            "error",
+            "mutex",
+            "pidfd",
+            "seccomp",
+            "spawner_client",
+            "state",
+        ],
     ),
+    ("spawner_client", &["host", "spawner"]),
+    ("spawner", &["pidfd"]),
     ("cni", &["host"]),
     ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
     ("spec", &["error", "seccomp", "users"]),
@@ -274,7 +287,9 @@ const SHIM: &[(&str, &[&str])] = &[
 ];
 
 /// Code that runs in forked children: no tokio.
-const SHIM_NO_TOKIO: &[&str] = &["host", "monitor", "nsexec", "pod_init", "seccomp"];
+const SHIM_NO_TOKIO: &[&str] = &[
+    "host", "monitor", "nsexec", "pod_init", "seccomp", "spawner",
+];
 
 const IMPURE_CRATES: &[&str] = &["tokio", "nix", "tonic", "hyper", "hyper_util"];
 

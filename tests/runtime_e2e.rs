@@ -314,8 +314,34 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
     cri::start(&mut c, &long).await;
     cri::start(&mut c, &short).await;
     let long_pid = cri::status(&mut c, &long).await.started_at;
+    // The monitor was forked by the shim's spawner (no exec of the
+    // binary) and carries its own command line, which libcontainer's forks
+    // keep and a restarted shim looks for when it cleans up a create it
+    // did not finish (`creators_of`).
+    let monitor = pid_with_cmdline(&format!(" monitor create --id {long} "))
+        .expect("the monitor's command line names its container");
+    let spawner = parent_of(monitor).expect("the monitor's parent");
+    assert!(
+        cmdline(spawner).contains(" monitor spawner "),
+        "the monitor's parent is {:?}",
+        cmdline(spawner)
+    );
+    let shim_pid = shim.child.as_ref().map(|c| c.id().cast_signed());
+    assert_eq!(
+        parent_of(spawner),
+        shim_pid,
+        "the spawner is the shim's child"
+    );
 
     shim.kill9();
+    // The spawner ends with the shim; the monitor it forked lives on.
+    common::eventually(
+        "the spawner ends with the shim",
+        Duration::from_secs(5),
+        || !is_alive(spawner),
+        || cmdline(spawner),
+    );
+    assert!(is_alive(monitor), "the monitor died with the shim");
     // The short container exits while the shim is down.
     tokio::time::sleep(Duration::from_secs(3)).await;
     shim.spawn();
@@ -683,6 +709,36 @@ async fn container_events_stream_the_lifecycle() {
     assert_eq!(seen, want);
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
+}
+
+/// A process's command line, NULs as spaces.
+fn cmdline(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+/// The first process whose command line holds `needle`.
+fn pid_with_cmdline(needle: &str) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| cmdline(*p).contains(needle))
+}
+
+/// Field 4 of /proc/<pid>/stat.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
+/// Running: there, and not a zombie.
+fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s[s.rfind(')')? + 2..].starts_with('Z')))
+        .is_some_and(|zombie| !zombie)
 }
 
 /// The command lines of this shim's `picolet monitor create` processes.

@@ -3,7 +3,8 @@
 //! kinds (an exec-probed sleeper, a host-network httpd with an httpGet
 //! probe, a restartPolicy Never pod that exits with its own code, a pod
 //! with an init container), and SIGKILLs the shim, the agent, a container
-//! monitor or `up` itself at random moments, KILLS times. After each kill
+//! monitor (or the shim's spawner of monitors) or `up` itself at random
+//! moments, KILLS times. After each kill
 //! it waits for the node to settle and checks: one ready sandbox per
 //! desired pod, of the desired version, with one running container (or the
 //! expected exit code), nothing for removed manifests, no process in a
@@ -179,6 +180,27 @@ impl Run {
                 c.contains(" monitor ") && c.contains(&mark)
             })
             .collect()
+    }
+}
+
+impl Run {
+    /// The shim's monitor spawner (a child of one of the shim's threads).
+    fn spawner(&self) -> Option<u32> {
+        let (shim, _) = self
+            .children()
+            .into_iter()
+            .find(|(_, c)| c.contains(" shim "))?;
+        std::fs::read_dir(format!("/proc/{shim}/task"))
+            .ok()?
+            .flatten()
+            .flat_map(|t| {
+                std::fs::read_to_string(t.path().join("children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .find(|p| cmdline(*p).contains(" monitor spawner "))
     }
 }
 
@@ -572,8 +594,18 @@ async fn main() -> Result<()> {
                 }
             }
             2 => {
+                // A container's monitor, or now and then the shim's spawner
+                // of monitors (creates in flight fail; the next starts it).
+                let spawner = if rng.below(4) == 0 {
+                    run.spawner()
+                } else {
+                    None
+                };
                 let m = run.monitors();
-                if m.is_empty() {
+                if let Some(pid) = spawner {
+                    kill9(pid);
+                    "the spawner".to_string()
+                } else if m.is_empty() {
                     "no monitor".to_string()
                 } else {
                     let pid = m[rng.below(m.len())];

@@ -3,15 +3,20 @@
 //! container's namespaces, which the multi-threaded shim must not do), with
 //! kubelet's output cap and a timeout.
 
+use std::ffi::OsString;
+use std::future::Future;
+use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
 use cri_proto::v1::ContainerState;
-use tokio::io::AsyncReadExt;
+use nix::fcntl::OFlag;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::Error;
 use crate::nsexec::EXEC_TIMEOUT_CODE;
 use crate::runtime::Runtime;
+use crate::spawner_client::Spawned;
 
 /// Output cap of ExecSync, as kubelet.
 const MAX_EXEC_OUTPUT: u64 = 16 << 20;
@@ -24,37 +29,27 @@ impl Runtime {
         cmd: Vec<String>,
         timeout: i64,
     ) -> Result<(Vec<u8>, Vec<u8>, i32), Error> {
-        let mut c = self.exec_command(id, &cmd, timeout, false)?;
-        c.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = c
-            .spawn()
-            .map_err(|e| Error::Internal(format!("start exec helper: {e}")))?;
-        let out = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Internal("exec stdout".into()))?;
-        let err = child
-            .stderr
-            .take()
-            .ok_or_else(|| Error::Internal("exec stderr".into()))?;
+        let argv = self.exec_argv(id, &cmd, timeout, false)?;
+        let helper = self.start_exec_helper(argv).await?;
         let run = async {
             let (mut o, mut e) = (Vec::new(), Vec::new());
-            let (mut out, mut err) = (out.take(MAX_EXEC_OUTPUT), err.take(MAX_EXEC_OUTPUT));
+            let (mut out, mut err) = (
+                helper.stdout.take(MAX_EXEC_OUTPUT),
+                helper.stderr.take(MAX_EXEC_OUTPUT),
+            );
             // Past the cap, keep draining so the process never blocks on a full pipe.
             let (ro, re) =
                 tokio::join!(read_capped(&mut out, &mut o), read_capped(&mut err, &mut e));
             ro.and(re)
                 .map_err(|e| Error::Internal(format!("read exec output: {e}")))?;
-            let status = child
-                .wait()
+            let code = helper
+                .code
                 .await
                 .map_err(|e| Error::Internal(format!("wait exec helper: {e}")))?;
-            Ok::<_, Error>((o, e, status.code().unwrap_or(255)))
+            Ok::<_, Error>((o, e, code))
         };
-        // The helper enforces the timeout; this is the backstop.
+        // The helper enforces the timeout; this is the backstop (dropping
+        // `run` kills the helper).
         let backstop = Duration::from_secs(match u64::try_from(timeout) {
             Ok(t) if t > 0 => t + 10,
             _ => 24 * 3600,
@@ -68,6 +63,98 @@ impl Runtime {
             )));
         }
         Ok((o, e, code))
+    }
+
+    /// Starts `picolet monitor exec` (`argv`): forked by the spawner, which
+    /// saves the exec of the binary, or exec'd when it cannot.
+    async fn start_exec_helper(&self, argv: Vec<OsString>) -> Result<ExecHelper, Error> {
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            Error::Internal(format!("start exec helper: {what}: {e}"))
+        };
+        if let Some(args) = argv
+            .iter()
+            .map(|a| a.to_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+        {
+            let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e));
+            let ((out_r, out_w), (err_r, err_w), (st_r, st_w)) = (pipe()?, pipe()?, pipe()?);
+            let null = std::fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
+            match self
+                .spawner
+                .spawn(args, [null.into(), out_w, err_w], Some(st_w))
+                .await
+            {
+                Ok(child) => {
+                    let recv = |fd| {
+                        tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                            .map_err(|e| internal("pipe", &e))
+                    };
+                    let (stdout, stderr, mut status) = (recv(out_r)?, recv(err_r)?, recv(st_r)?);
+                    let code = async move {
+                        // Killed when dropped before the code came.
+                        let mut guard = KillUnlessDone(Some(child));
+                        let mut raw = Vec::new();
+                        status.read_to_end(&mut raw).await?;
+                        guard.disarm();
+                        // No code: it died by a signal.
+                        Ok(<[u8; 4]>::try_from(raw.as_slice()).map_or(255, i32::from_le_bytes))
+                    };
+                    return Ok(ExecHelper {
+                        stdout: Box::pin(stdout),
+                        stderr: Box::pin(stderr),
+                        code: Box::pin(code),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "monitor spawner failed; exec'ing the exec helper")
+                }
+            }
+        }
+        let mut c = tokio::process::Command::new(&argv[0]);
+        c.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = c.spawn().map_err(|e| internal("spawn", &e))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("exec stdout".into()))?;
+        let stderr = child
+            .stderr
+            .take()
+            .ok_or_else(|| Error::Internal("exec stderr".into()))?;
+        Ok(ExecHelper {
+            stdout: Box::pin(stdout),
+            stderr: Box::pin(stderr),
+            code: Box::pin(async move { Ok(child.wait().await?.code().unwrap_or(255)) }),
+        })
+    }
+}
+
+/// A running `picolet monitor exec`: its output and, once it ended, its
+/// exit code. Dropped before that, it is killed.
+struct ExecHelper {
+    stdout: Pin<Box<dyn AsyncRead + Send>>,
+    stderr: Pin<Box<dyn AsyncRead + Send>>,
+    code: Pin<Box<dyn Future<Output = std::io::Result<i32>> + Send>>,
+}
+
+/// Kills a spawned helper on drop, unless disarmed.
+struct KillUnlessDone(Option<Spawned>);
+
+impl KillUnlessDone {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for KillUnlessDone {
+    fn drop(&mut self) {
+        if let Some(child) = &self.0 {
+            child.kill();
+        }
     }
 }
 
@@ -83,6 +170,21 @@ impl Runtime {
         timeout: i64,
         tty: bool,
     ) -> Result<tokio::process::Command, Error> {
+        let argv = self.exec_argv(id, cmd, timeout, tty)?;
+        let mut c = tokio::process::Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        Ok(c)
+    }
+
+    /// The command line of `picolet monitor exec` (exec_command), from
+    /// the binary's path on.
+    fn exec_argv(
+        &self,
+        id: &str,
+        cmd: &[String],
+        timeout: i64,
+        tty: bool,
+    ) -> Result<Vec<OsString>, Error> {
         let rec = self.container(id)?;
         if self.state_of(&rec).0 != ContainerState::ContainerRunning {
             return Err(Error::FailedPrecondition(format!(
@@ -97,22 +199,27 @@ impl Runtime {
                 "container {id} has no init process"
             )));
         };
-        let mut c = tokio::process::Command::new(&self.monitor_bin);
-        c.args(["monitor", "exec", "--bundle"])
-            .arg(rec.dir.join("bundle"))
-            .arg("--pid")
-            .arg(pid.to_string());
+        let mut argv: Vec<OsString> = vec![
+            self.monitor_bin.clone().into(),
+            "monitor".into(),
+            "exec".into(),
+            "--bundle".into(),
+            rec.dir.join("bundle").into(),
+            "--pid".into(),
+            pid.to_string().into(),
+        ];
         if let Some(t) = start_time {
-            c.arg("--start-time").arg(t.to_string());
+            argv.extend(["--start-time".into(), t.to_string().into()]);
         }
         if timeout > 0 {
-            c.arg("--timeout-ms").arg((timeout * 1000).to_string());
+            argv.extend(["--timeout-ms".into(), (timeout * 1000).to_string().into()]);
         }
         if tty {
-            c.arg("--tty");
+            argv.push("--tty".into());
         }
-        c.arg("--").args(cmd);
-        Ok(c)
+        argv.push("--".into());
+        argv.extend(cmd.iter().map(OsString::from));
+        Ok(argv)
     }
 }
 

@@ -29,6 +29,8 @@ mod runtime;
 mod runtime_service;
 mod sandbox;
 pub mod seccomp;
+pub mod spawner;
+mod spawner_client;
 mod spec;
 mod state;
 mod stats;

@@ -35,6 +35,8 @@ pub struct Runtime {
     pub(crate) events: broadcast::Sender<ContainerEventResponse>,
     /// The `picolet` binary, run as `picolet monitor`.
     pub(crate) monitor_bin: PathBuf,
+    /// Forks the container monitors (`picolet monitor spawner`).
+    pub(crate) spawner: crate::spawner_client::Spawner,
     /// Last CPU sample per container (time, cpu ns), for usage_nano_cores.
     pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
     /// Containers whose STOPPED event went out (each is sent once).
@@ -171,6 +173,8 @@ impl Runtime {
             creating_containers: Mutex::new(std::collections::HashSet::new()),
             seccomp: crate::seccomp::Cache::default(),
             events,
+            spawner: crate::spawner_client::Spawner::new(monitor_bin.clone())
+                .map_err(|e| Error::Internal(format!("start the spawner thread: {e}")))?,
             monitor_bin,
             cpu_samples: Mutex::new(HashMap::new()),
             stopped_sent: Mutex::new(std::collections::HashSet::new()),

@@ -2,15 +2,19 @@
 //! creates the container with libcontainer and reports its init PID; and
 //! the cleanup of what a failed or removed container had.
 
+use std::ffi::OsString;
 use std::fs;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::Stdio;
 use std::time::Duration;
 
 use cri_proto::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
 use libcontainer::container::Container as LcContainer;
+use nix::fcntl::OFlag;
 use nix::mount::{MsFlags, mount};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncRead};
 
 use crate::error::Error;
 use crate::host::proc_start_time;
@@ -19,6 +23,13 @@ use crate::mutex::lock;
 use crate::runtime::{Claim, Runtime};
 use crate::spec::{self, SandboxView, SpecInput};
 use crate::state::{self, ContainerRecord, EXIT, META, SandboxRecord};
+
+/// A started monitor: its pid, its stdout (the handshake) and its exit.
+struct Launched {
+    pid: i32,
+    stdout: Pin<Box<dyn AsyncRead + Send>>,
+    exited: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
 
 impl Runtime {
     pub async fn create_container(
@@ -239,62 +250,43 @@ impl Runtime {
             images::fsutil::write_atomic_volatile(&bundle.join(crate::seccomp::BUNDLE_FILE), &bpf)?;
         }
 
-        let mut cmd = tokio::process::Command::new(&self.monitor_bin);
-        cmd.arg("monitor")
-            .arg("create")
-            .arg("--id")
-            .arg(&rec.id)
-            .arg("--bundle")
-            .arg(&bundle)
-            .arg("--state-root")
-            .arg(self.libcontainer_root())
-            .arg("--exit-file")
-            .arg(rec.dir.join(EXIT))
-            .arg("--cgroup")
-            .arg(&rec.cgroup);
+        let mut argv: Vec<OsString> = vec![
+            self.monitor_bin.clone().into(),
+            "monitor".into(),
+            "create".into(),
+            "--id".into(),
+            rec.id.clone().into(),
+            "--bundle".into(),
+            bundle.into(),
+            "--state-root".into(),
+            self.libcontainer_root().into(),
+            "--exit-file".into(),
+            rec.dir.join(EXIT).into(),
+            "--cgroup".into(),
+            rec.cgroup.clone().into(),
+        ];
         if let Some(l) = &rec.log_path {
-            cmd.arg("--log").arg(l);
+            argv.extend(["--log".into(), l.into()]);
         }
-        cmd.arg("--attach").arg(self.attach_socket(&rec.id));
+        argv.extend(["--attach".into(), self.attach_socket(&rec.id).into()]);
         if rec.config.tty {
-            cmd.arg("--tty");
+            argv.push("--tty".into());
         }
         if rec.config.stdin {
-            cmd.arg("--stdin");
+            argv.push("--stdin".into());
             if rec.config.stdin_once {
-                cmd.arg("--stdin-once");
+                argv.push("--stdin-once".into());
             }
         }
         let monitor_log = fs::File::create(rec.dir.join("monitor.log"))
             .map_err(|e| Error::Internal(format!("create monitor log: {e}")))?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(monitor_log)
-            // Errors only: libcontainer also logs from inside the container's
-            // init, after its stderr became the container's.
-            .env("PICOLET_LOG", "error")
-            // Its own process group: signals to the shim's group leave it alone.
-            .process_group(0)
-            .kill_on_drop(false);
-        // Until its handshake the monitor dies with the shim: one left
-        // creating by a shim that died would go on to make a container no
-        // record names (bench/faults.sh found its init waiting for a start
-        // that never came, in the cgroup that recovery had already emptied).
-        // After the handshake it clears this and outlives shim restarts.
-        crate::host::die_with_parent(cmd.as_std_mut(), nix::sys::signal::Signal::SIGKILL);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Error::Internal(format!("start monitor: {e}")))?;
-        rec.monitor_pid = child.id().and_then(|p| i32::try_from(p).ok());
-        rec.monitor_start_time = rec.monitor_pid.and_then(proc_start_time);
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Internal("monitor stdout".into()))?;
+        let launched = self.launch_monitor(argv, monitor_log).await?;
+        rec.monitor_pid = Some(launched.pid);
+        rec.monitor_start_time = proc_start_time(launched.pid);
         let mut line = String::new();
         let read = tokio::time::timeout(
             Duration::from_secs(60),
-            tokio::io::BufReader::new(stdout).read_line(&mut line),
+            tokio::io::BufReader::new(launched.stdout).read_line(&mut line),
         )
         .await;
         // Reap the monitor whenever it exits, so it never lingers as a
@@ -302,8 +294,9 @@ impl Runtime {
         let monitors = self.monitors.clone();
         let id: std::sync::Arc<str> = rec.id.as_str().into();
         monitors.watching(&id);
+        let exited = launched.exited;
         tokio::spawn(async move {
-            let _ = child.wait().await;
+            exited.await;
             monitors.exited(id);
         });
         match read {
@@ -337,6 +330,76 @@ impl Runtime {
         rec.init_pid = hs.pid;
         rec.init_start_time = hs.start_time;
         Ok(())
+    }
+
+    /// Starts `picolet monitor create` (`argv`, from the binary's path on),
+    /// its stderr into `log`. The spawner forks it; when the spawner
+    /// cannot (or a path is not UTF-8), the binary is exec'd as before.
+    async fn launch_monitor(&self, argv: Vec<OsString>, log: fs::File) -> Result<Launched, Error> {
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            Error::Internal(format!("start monitor: {what}: {e}"))
+        };
+        if let Some(args) = argv
+            .iter()
+            .map(|a| a.to_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+        {
+            let (out_r, out_w) =
+                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e))?;
+            let null = fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
+            let err = log.try_clone().map_err(|e| internal("log", &e))?;
+            match self
+                .spawner
+                .spawn(args, [null.into(), out_w, err.into()], None)
+                .await
+            {
+                Ok(s) => {
+                    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)
+                        .map_err(|e| internal("handshake pipe", &e))?;
+                    return Ok(Launched {
+                        pid: s.pid,
+                        stdout: Box::pin(stdout),
+                        exited: Box::pin(s.exited()),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "monitor spawner failed; exec'ing the monitor")
+                }
+            }
+        }
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            // Errors only: libcontainer also logs from inside the container's
+            // init, after its stderr became the container's.
+            .env("PICOLET_LOG", "error")
+            // Its own process group: signals to the shim's group leave it alone.
+            .process_group(0)
+            .kill_on_drop(false);
+        // Until its handshake the monitor dies with the shim: one left
+        // creating by a shim that died would go on to make a container no
+        // record names (bench/faults.sh found its init waiting for a start
+        // that never came, in the cgroup that recovery had already emptied).
+        // After the handshake it clears this and outlives shim restarts.
+        crate::host::die_with_parent(cmd.as_std_mut(), nix::sys::signal::Signal::SIGKILL);
+        let mut child = cmd.spawn().map_err(|e| internal("spawn", &e))?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| Error::Internal("start monitor: no pid".into()))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("monitor stdout".into()))?;
+        Ok(Launched {
+            pid,
+            stdout: Box::pin(stdout),
+            exited: Box::pin(async move {
+                let _ = child.wait().await;
+            }),
+        })
     }
 
     /// The pid namespace of the container a TARGET pid mode names.
