@@ -71,44 +71,30 @@ impl Runtime {
         let internal = |what: &str, e: &dyn std::fmt::Display| {
             Error::Internal(format!("start exec helper: {what}: {e}"))
         };
-        if let Some(args) = argv
-            .iter()
-            .map(|a| a.to_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-        {
-            let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e));
-            let ((out_r, out_w), (err_r, err_w), (st_r, st_w)) = (pipe()?, pipe()?, pipe()?);
-            let null = std::fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
-            match self
-                .spawner
-                .spawn(args, [null.into(), out_w, err_w], Some(st_w))
-                .await
-            {
-                Ok(child) => {
-                    let recv = |fd| {
-                        tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
-                            .map_err(|e| internal("pipe", &e))
-                    };
-                    let (stdout, stderr, mut status) = (recv(out_r)?, recv(err_r)?, recv(st_r)?);
-                    let code = async move {
-                        // Killed when dropped before the code came.
-                        let mut guard = KillUnlessDone(Some(child));
-                        let mut raw = Vec::new();
-                        status.read_to_end(&mut raw).await?;
-                        guard.disarm();
-                        // No code: it died by a signal.
-                        Ok(<[u8; 4]>::try_from(raw.as_slice()).map_or(255, i32::from_le_bytes))
-                    };
-                    return Ok(ExecHelper {
-                        stdout: Box::pin(stdout),
-                        stderr: Box::pin(stderr),
-                        code: Box::pin(code),
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "monitor spawner failed; exec'ing the exec helper")
-                }
-            }
+        let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e));
+        let ((out_r, out_w), (err_r, err_w), (st_r, st_w)) = (pipe()?, pipe()?, pipe()?);
+        let null = std::fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
+        let stdio = [null.into(), out_w, err_w];
+        if let Some(child) = self.spawner.try_spawn(&argv, stdio, Some(st_w)).await {
+            let recv = |fd| {
+                tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+                    .map_err(|e| internal("pipe", &e))
+            };
+            let (stdout, stderr, mut status) = (recv(out_r)?, recv(err_r)?, recv(st_r)?);
+            let code = async move {
+                // Killed when dropped before the code came.
+                let mut guard = KillUnlessDone(Some(child));
+                let mut raw = Vec::new();
+                status.read_to_end(&mut raw).await?;
+                guard.disarm();
+                // No code: it died by a signal.
+                Ok(<[u8; 4]>::try_from(raw.as_slice()).map_or(255, i32::from_le_bytes))
+            };
+            return Ok(ExecHelper {
+                stdout: Box::pin(stdout),
+                stderr: Box::pin(stderr),
+                code: Box::pin(code),
+            });
         }
         let mut c = tokio::process::Command::new(&argv[0]);
         c.args(&argv[1..])

@@ -5,6 +5,7 @@
 //! spawner's parent-death signal (tied to the thread that forked it)
 //! fires only when the shim dies.
 
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -102,6 +103,30 @@ impl Spawner {
         answer
             .await
             .map_err(|_| io::Error::other("the spawner thread is gone"))?
+    }
+}
+
+impl Spawner {
+    /// [`Spawner::spawn`] for a command line of OS strings: None (logged)
+    /// when one is not UTF-8 or the spawner failed, and the caller execs
+    /// the binary instead.
+    pub(crate) async fn try_spawn(
+        &self,
+        argv: &[OsString],
+        stdio: [OwnedFd; 3],
+        status: Option<OwnedFd>,
+    ) -> Option<Spawned> {
+        let args = argv
+            .iter()
+            .map(|a| a.to_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()?;
+        match self.spawn(args, stdio, status).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, command = ?argv.get(1..3), "the monitor spawner failed; exec'ing the binary");
+                None
+            }
+        }
     }
 }
 

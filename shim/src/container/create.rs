@@ -339,33 +339,19 @@ impl Runtime {
         let internal = |what: &str, e: &dyn std::fmt::Display| {
             Error::Internal(format!("start monitor: {what}: {e}"))
         };
-        if let Some(args) = argv
-            .iter()
-            .map(|a| a.to_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-        {
-            let (out_r, out_w) =
-                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e))?;
-            let null = fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
-            let err = log.try_clone().map_err(|e| internal("log", &e))?;
-            match self
-                .spawner
-                .spawn(args, [null.into(), out_w, err.into()], None)
-                .await
-            {
-                Ok(s) => {
-                    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)
-                        .map_err(|e| internal("handshake pipe", &e))?;
-                    return Ok(Launched {
-                        pid: s.pid,
-                        stdout: Box::pin(stdout),
-                        exited: Box::pin(s.exited()),
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "monitor spawner failed; exec'ing the monitor")
-                }
-            }
+        let (out_r, out_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e))?;
+        let null = fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
+        let err = log.try_clone().map_err(|e| internal("log", &e))?;
+        let stdio = [null.into(), out_w, err.into()];
+        if let Some(s) = self.spawner.try_spawn(&argv, stdio, None).await {
+            let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)
+                .map_err(|e| internal("handshake pipe", &e))?;
+            return Ok(Launched {
+                pid: s.pid,
+                stdout: Box::pin(stdout),
+                exited: Box::pin(s.exited()),
+            });
         }
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
