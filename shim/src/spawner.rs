@@ -124,7 +124,11 @@ pub fn serve(run: fn(Vec<String>) -> i32) -> i32 {
     // SAFETY: fd 0 is this process's stdin, open for its whole life; the
     // borrow does not outlive `serve`.
     let sock = unsafe { BorrowedFd::borrow_raw(0) };
-    let own: Vec<String> = std::env::args().take(3).collect();
+    // Its own title without the room: "<binary> monitor spawner".
+    let own: Vec<String> = std::env::args_os()
+        .take(3)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     set_cmdline(&own);
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
