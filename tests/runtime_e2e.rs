@@ -151,6 +151,19 @@ async fn exec_sync_returns_output_and_exit_code_and_enforces_its_timeout() {
     assert_eq!(r.exit_code, 5);
     assert_eq!(String::from_utf8_lossy(&r.stdout), "hi\nexec\n");
     assert_eq!(String::from_utf8_lossy(&r.stderr), "oops\n");
+    // A command line longer than the room the spawner's children write
+    // their own over (4 KiB): still its own exit code.
+    let long = format!("{}exit 6", ": 0123456789abcdef; ".repeat(300));
+    let r = c
+        .exec_sync(ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), long],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(r.exit_code, 6, "{}", String::from_utf8_lossy(&r.stderr));
     // A command the image lacks: 127 and why, as a shell would say it.
     let r = c
         .exec_sync(ExecSyncRequest {

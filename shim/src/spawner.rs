@@ -26,8 +26,8 @@
 //! endian, when `run` returns, for a shim that is not the child's parent
 //! and so cannot wait for it (ExecSync's helper).
 //!
-//! The spawner reaps its children. One whose command line does not fit the
-//! room the spawner was started with execs the binary instead.
+//! The spawner reaps its children. A child whose command line does not fit
+//! the room the spawner was started with shows the arguments that fit.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -304,9 +304,7 @@ fn child(
     if unsafe { libc::syscall(libc::SYS_close_range, keep.cast_unsigned(), u32::MAX, 0u32) } != 0 {
         close_from(keep);
     }
-    if !set_cmdline(&argv) {
-        exec(&argv);
-    }
+    set_cmdline(&argv);
     let code = run(argv);
     if keep > STATUS_FD {
         // SAFETY: fd 3 is the status pipe dup3 made above, open until exit.
@@ -333,54 +331,48 @@ fn close_from(first: RawFd) {
     }
 }
 
-/// The fallback for a command line longer than the room: exec it.
-#[allow(unsafe_code)]
-fn exec(argv: &[String]) -> ! {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().unwrap_or_else(|_| argv[0].clone().into());
-    let e = std::process::Command::new(exe)
-        .arg0(&argv[0])
-        .args(&argv[1..])
-        .exec();
-    eprintln_safe(&format!("picolet monitor spawner: child: exec: {e}"));
-    // SAFETY: _exit ends the process without running anything else.
-    unsafe { libc::_exit(127) }
-}
-
 /// Writes `args` (NUL-separated) over this process's command line, the
-/// bytes `/proc/self/cmdline` shows, padding the rest of it with NULs;
-/// false when they do not fit. Only for a single-threaded process, as the
-/// spawner and its children are: nothing may read `std::env::args` while
-/// it changes.
+/// bytes `/proc/self/cmdline` shows, padding the rest of it with NULs. The
+/// arguments that do not fit are left out, from the first that does not:
+/// a monitor's `--id` comes early, so what `creators_of` looks for stays.
+/// Only for a single-threaded process, as the spawner and its children
+/// are: nothing may read `std::env::args` while it changes.
 #[allow(unsafe_code)]
-pub fn set_cmdline(args: &[String]) -> bool {
+fn set_cmdline(args: &[String]) {
     let Some((start, end)) = std::fs::read_to_string("/proc/self/stat")
         .ok()
         .as_deref()
         .and_then(cmdline_range)
     else {
-        return false;
+        return;
     };
-    let mut bytes = Vec::with_capacity(end - start);
+    let bytes = title(args, end - start);
+    if bytes.iter().all(|b| *b == 0) {
+        return;
+    }
+    // SAFETY: [start, end) is this process's own argument area on its
+    // initial stack (the kernel's arg_start and arg_end): mapped, writable,
+    // and referred to by nothing but the argv pointers that only
+    // `std::env::args` reads, which no code after this calls; `bytes` is
+    // exactly that long.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, bytes.len());
+    }
+}
+
+/// `args` NUL-separated in `room` bytes, as many whole ones as fit (none
+/// with a NUL of its own), padded with NULs.
+fn title(args: &[String], room: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(room);
     for a in args {
-        if a.as_bytes().contains(&0) {
-            return false;
+        if a.as_bytes().contains(&0) || bytes.len() + a.len() + 1 > room {
+            break;
         }
         bytes.extend_from_slice(a.as_bytes());
         bytes.push(0);
     }
-    if bytes.is_empty() || bytes.len() > end - start {
-        return false;
-    }
-    bytes.resize(end - start, 0);
-    // SAFETY: [start, end) is this process's own argument area on its
-    // initial stack (the kernel's arg_start and arg_end): mapped, writable,
-    // and referred to by nothing but the argv pointers that only
-    // `std::env::args` reads, which no code after this calls.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), start as *mut u8, bytes.len());
-    }
-    true
+    bytes.resize(room, 0);
+    bytes
 }
 
 /// arg_start and arg_end (fields 48 and 49) of a /proc/<pid>/stat text.
@@ -417,6 +409,22 @@ mod tests {
             None,
             "an empty area"
         );
+    }
+
+    #[test]
+    fn a_title_keeps_the_whole_arguments_that_fit() {
+        let args: Vec<String> = [
+            "picolet", "monitor", "create", "--id", "c1", "--bundle", "/b",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(title(&args[..3], 24), b"picolet\0monitor\0create\0\0");
+        // "--bundle" would pass the room: it and what follows are left out.
+        assert_eq!(
+            title(&args, 34),
+            b"picolet\0monitor\0create\0--id\0c1\0\0\0\0"
+        );
+        assert_eq!(title(&["a\0b".to_string()], 4), [0; 4]);
     }
 
     #[test]
