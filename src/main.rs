@@ -364,12 +364,14 @@ fn spawned(argv: Vec<String>) -> i32 {
     // subcommand it is given, and all of picolet's cost a fifth of a
     // millisecond of each create.
     let mut args = argv.into_iter();
-    let parsed = match (args.next(), args.next().as_deref()) {
-        (Some(bin), Some("monitor")) => {
-            MonitorCli::try_parse_from(std::iter::once(bin).chain(args))
-        }
-        _ => MonitorCli::try_parse_from(["picolet"]),
+    let (Some(bin), Some(_)) = (args.next(), args.next().filter(|a| a == "monitor")) else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "picolet monitor spawner: only `picolet monitor …` is forked"
+        );
+        return 2;
     };
+    let parsed = MonitorCli::try_parse_from(std::iter::once(bin).chain(args));
     match parsed {
         Ok(MonitorCli {
             command: m @ MonitorCommand::Create { .. },

@@ -746,12 +746,19 @@ fn parent_of(pid: i32) -> Option<i32> {
     stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
 
-/// Running: there, and not a zombie.
+/// Running: there, and not a zombie. Only a pid that is gone reads as
+/// not alive; any other failure to read its stat fails the test.
 fn is_alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| Some(s[s.rfind(')')? + 2..].starts_with('Z')))
-        .is_some_and(|zombie| !zombie)
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(e) => panic!("read /proc/{pid}/stat: {e}"),
+    };
+    let state = stat
+        .rfind(')')
+        .map(|i| &stat[i + 2..])
+        .expect("stat fields");
+    !state.starts_with('Z')
 }
 
 /// The command lines of this shim's `picolet monitor create` processes.

@@ -60,7 +60,8 @@ impl Spawned {
 }
 
 struct Job {
-    argv: Vec<String>,
+    /// A [`Request`], encoded.
+    request: Vec<u8>,
     stdio: [OwnedFd; 3],
     status: Option<OwnedFd>,
     reply: oneshot::Sender<io::Result<Spawned>>,
@@ -84,32 +85,9 @@ impl Spawner {
     }
 
     /// A child running `picolet <argv[1..]>` with `stdio` as its 0, 1, 2;
-    /// its exit code is written to `status` (crate::spawner).
-    pub(crate) async fn spawn(
-        &self,
-        argv: Vec<String>,
-        stdio: [OwnedFd; 3],
-        status: Option<OwnedFd>,
-    ) -> io::Result<Spawned> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job {
-                argv,
-                stdio,
-                status,
-                reply,
-            })
-            .map_err(|_| io::Error::other("the spawner thread is gone"))?;
-        answer
-            .await
-            .map_err(|_| io::Error::other("the spawner thread is gone"))?
-    }
-}
-
-impl Spawner {
-    /// [`Spawner::spawn`] for a command line of OS strings: None (logged)
-    /// when one is not UTF-8 or the spawner failed, and the caller execs
-    /// the binary instead.
+    /// its exit code is written to `status` (crate::spawner). None (logged)
+    /// when an argument is not UTF-8 or the spawner failed, and the caller
+    /// execs the binary instead.
     pub(crate) async fn try_spawn(
         &self,
         argv: &[OsString],
@@ -120,13 +98,34 @@ impl Spawner {
             .iter()
             .map(|a| a.to_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()?;
-        match self.spawn(args, stdio, status).await {
+        match self.spawn(&Request { argv: args }, stdio, status).await {
             Ok(s) => Some(s),
             Err(e) => {
                 tracing::warn!(error = %e, command = ?argv.get(1..3), "the monitor spawner failed; exec'ing the binary");
                 None
             }
         }
+    }
+
+    async fn spawn(
+        &self,
+        req: &Request,
+        stdio: [OwnedFd; 3],
+        status: Option<OwnedFd>,
+    ) -> io::Result<Spawned> {
+        let request = serde_json::to_vec(req).map_err(io::Error::other)?;
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                request,
+                stdio,
+                status,
+                reply,
+            })
+            .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+        answer
+            .await
+            .map_err(|_| io::Error::other("the spawner thread is gone"))?
     }
 }
 
@@ -167,17 +166,13 @@ impl Proc {
     }
 
     fn exchange(&self, job: &Job) -> io::Result<Spawned> {
-        let msg = serde_json::to_vec(&Request {
-            argv: job.argv.clone(),
-        })
-        .map_err(io::Error::other)?;
         let fds: Vec<_> = job
             .stdio
             .iter()
             .chain(job.status.iter())
             .map(|f| f.as_raw_fd())
             .collect();
-        spawner::send(self.sock.as_fd(), &msg, &fds)?;
+        spawner::send(self.sock.as_fd(), &job.request, &fds)?;
         let mut pfd = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
         loop {
             match poll(&mut pfd, PollTimeout::from(REPLY_TIMEOUT_MS)) {
