@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -39,6 +39,16 @@ pub fn write_atomic_volatile(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
+    let tmp = write_temp(path, data, mode, sync)?;
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io("write", path)(e)
+    })
+}
+
+/// Writes `data` to a new temp file beside `path` (fsynced when `sync`) and
+/// returns its path; on failure nothing is left behind.
+fn write_temp(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}", unique_name("tmp")));
@@ -52,12 +62,55 @@ fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
         if sync {
             f.sync_all()?;
         }
-        fs::rename(&tmp, path)
+        Ok(())
     })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
+    match res {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(Error::io("write", path)(e))
+        }
     }
-    res.map_err(Error::io("write", path))
+}
+
+/// [`write_atomic`] in two halves, so its slow half can run beside work
+/// whose outcome decides whether the file should appear at all: the data
+/// goes to a temp file and is flushed now; [`Staged::commit`] renames it into
+/// place and fsyncs the folder. Dropped uncommitted, the temp file goes.
+pub fn stage_atomic(path: &Path, data: &[u8]) -> Result<Staged> {
+    Ok(Staged {
+        tmp: Some(write_temp(path, data, 0o666, true)?),
+        path: path.to_path_buf(),
+    })
+}
+
+/// A durable write waiting for its rename ([`stage_atomic`]).
+#[derive(Debug)]
+pub struct Staged {
+    tmp: Option<PathBuf>,
+    path: PathBuf,
+}
+
+impl Staged {
+    /// Renames the flushed file into place and makes the rename durable.
+    pub fn commit(mut self) -> Result<()> {
+        let Some(tmp) = self.tmp.take() else {
+            return Ok(());
+        };
+        if let Err(e) = fs::rename(&tmp, &self.path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io("write", &self.path)(e));
+        }
+        sync_dir(self.path.parent().unwrap_or(Path::new(".")))
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = fs::remove_file(tmp);
+        }
+    }
 }
 
 /// fsyncs a directory so a rename inside it is durable.
@@ -117,4 +170,45 @@ pub(crate) fn empty_dir(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_staged_write_appears_only_when_committed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rec.json");
+        fs::write(&path, b"old").expect("write");
+        let staged = stage_atomic(&path, b"new").expect("stage");
+        // Flushed aside; the old file is still what readers see.
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(names(dir.path()).len(), 2);
+        staged.commit().expect("commit");
+        assert_eq!(fs::read(&path).expect("read"), b"new");
+        assert_eq!(names(dir.path()), ["rec.json"]);
+    }
+
+    #[test]
+    fn a_staged_write_dropped_uncommitted_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rec.json");
+        fs::write(&path, b"old").expect("write");
+        drop(stage_atomic(&path, b"new").expect("stage"));
+        assert_eq!(fs::read(&path).expect("read"), b"old");
+        assert_eq!(names(dir.path()), ["rec.json"]);
+        // And a folder that is not there is an error naming the file.
+        let err = stage_atomic(&dir.path().join("gone/rec.json"), b"x").expect_err("no folder");
+        assert!(err.to_string().contains("gone/rec.json"), "{err}");
+    }
 }

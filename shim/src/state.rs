@@ -2,14 +2,20 @@
 //! written atomically (temp + fsync + rename). CRI configs are stored as
 //! received, so a restarted shim answers exactly as before.
 //!
-//! Two kinds of write. What an RPC returns is [`save`]d durably before it
-//! returns (the finished sandbox, the created or started container, the
-//! exit): a power cut keeps it. The records written on the way there only
-//! let a crashed shim undo a half-made object, and what they name (pinned
-//! namespaces, mounts, processes) a reboot ends anyway: they are
-//! [`save_volatile`]d, atomic for other processes but not fsynced. Each
-//! fsync here is a device flush (2–8 ms on this VM's disk); a pod paid
-//! eight of them for records that needed none.
+//! Two kinds of write. What must outlive a power cut is [`save`]d durably
+//! before the RPC that made it returns: the finished sandbox, the started
+//! container, the exit. A reboot ends every container, so what a container
+//! record must carry across one is that it ran (kubelet does not run a
+//! `restartPolicy: Never` container twice) and how it ended. The records
+//! written on the way there only let a crashed shim undo a half-made object
+//! or find a created one, and what they name (pinned namespaces, mounts,
+//! processes) a reboot ends anyway: they are [`save_volatile`]d, atomic for
+//! other processes but not fsynced. That includes the created container: a
+//! power cut before its start may lose it, and kubelet, finding no such
+//! container, creates it again. Each fsync here is a device flush (2–8 ms
+//! on this VM's disk); a pod paid eight of them for records that needed none.
+//! StartContainer flushes its record while libcontainer starts the
+//! container ([`stage`]) and renames it into place once the start succeeded.
 
 use std::path::{Path, PathBuf};
 
@@ -124,6 +130,17 @@ pub fn save<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error
 pub fn save_volatile<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error> {
     let raw = encode(name, value)?;
     images::fsutil::write_atomic_volatile(&dir.join(name), &raw).map_err(Error::from)
+}
+
+/// [`save`] in two halves ([`images::fsutil::stage_atomic`]): flushed now,
+/// in place once [`images::fsutil::Staged::commit`]ted.
+pub fn stage<T: Serialize>(
+    dir: &Path,
+    name: &str,
+    value: &T,
+) -> Result<images::fsutil::Staged, Error> {
+    let raw = encode(name, value)?;
+    images::fsutil::stage_atomic(&dir.join(name), &raw).map_err(Error::from)
 }
 
 fn encode<T: Serialize>(name: &str, value: &T) -> Result<Vec<u8>, Error> {

@@ -141,16 +141,26 @@ impl Runtime {
             complete: false,
         };
         fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
-        // Volatile until created (`state` docs); `put` saves it durably.
+        // Volatile (`state` docs): a crash leaves it incomplete, to undo.
         state::save_volatile(&dir, META, &rec)?;
-        match self
+        let made = match self
             .setup_container(&mut rec, &sandbox, &image, &image_config)
             .await
         {
+            // Not durable (`state` docs): StartContainer's record is.
             Ok(()) => {
                 rec.complete = true;
+                let saved = state::save_volatile(&dir, META, &rec);
+                // Unsaved, it is undone as a half-made one.
+                rec.complete = saved.is_ok();
+                saved
+            }
+            Err(e) => Err(e),
+        };
+        match made {
+            Ok(()) => {
                 self.store.pin(&image.id);
-                self.put(rec)?;
+                self.keep(rec);
                 self.emit(&id, ContainerEventType::ContainerCreatedEvent);
                 Ok(id)
             }

@@ -31,8 +31,13 @@ impl Runtime {
 
     fn put(&self, rec: ContainerRecord) -> Result<(), Error> {
         state::save(&rec.dir, META, &rec)?;
-        lock(&self.containers).insert(rec.id.clone(), rec);
+        self.keep(rec);
         Ok(())
+    }
+
+    /// Makes `rec` the container's record in memory; its file is written.
+    fn keep(&self, rec: ContainerRecord) {
+        lock(&self.containers).insert(rec.id.clone(), rec);
     }
 
     /// The exit record, if the container has exited.

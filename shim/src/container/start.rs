@@ -1,12 +1,14 @@
 //! StartContainer: releases the created container's init to exec.
 
+use std::io::Write;
+use std::path::Path;
+
 use cri_proto::v1::{ContainerEventType, ContainerState};
-use libcontainer::container::Container as LcContainer;
 
 use super::state_name;
 use crate::error::Error;
 use crate::runtime::Runtime;
-use crate::state::{self};
+use crate::state::{self, META};
 
 impl Runtime {
     pub async fn start_container(&self, id: &str) -> Result<(), Error> {
@@ -18,16 +20,22 @@ impl Runtime {
                 state_name(st)
             )));
         }
-        let dir = self.libcontainer_root().join(id);
+        let notify = self.libcontainer_root().join(id).join("notify.sock");
         {
             let _order = self.event_order.lock().await;
             // Taken before the start: a quick process may finish before start returns.
-            let started_at = state::now_nanos();
-            tokio::task::spawn_blocking(move || LcContainer::load(dir)?.start())
-                .await?
-                .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
-            rec.started_at = Some(started_at);
-            self.put(rec.clone())?;
+            rec.started_at = Some(state::now_nanos());
+            // The record's flush runs beside the start; it takes its place
+            // only once the start succeeded (`state` docs).
+            let staged = {
+                let rec = rec.clone();
+                tokio::task::spawn_blocking(move || state::stage(&rec.dir, META, &rec))
+            };
+            let started = tokio::task::spawn_blocking(move || release_init(&notify));
+            let (staged, started) = tokio::join!(staged, started);
+            started?.map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
+            staged??.commit()?;
+            self.keep(rec.clone());
             self.emit(id, ContainerEventType::ContainerStartedEvent);
         }
         // Its exit may have been seen (and held back) meanwhile.
@@ -36,4 +44,21 @@ impl Runtime {
         }
         Ok(())
     }
+}
+
+/// libcontainer's start, without loading and saving its state: the created
+/// init waits on `notify.sock` in libcontainer's folder and execs once it
+/// has read a message to its end. libcontainer's record keeps saying
+/// `created`; its kill (StopContainer) goes by the processes all the same,
+/// and nothing else of ours reads it. No chdir either (libcontainer's way
+/// to a long socket path, in a process of many threads).
+fn release_init(sock: &Path) -> std::io::Result<()> {
+    let (_dir, via) = crate::host::via_dir_fd(sock)?;
+    let mut to_init = std::os::unix::net::UnixStream::connect(via).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("the created init is not waiting on {}: {e}", sock.display()),
+        )
+    })?;
+    to_init.write_all(b"start container")
 }
