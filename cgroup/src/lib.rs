@@ -195,8 +195,9 @@ impl Hierarchy {
         }
     }
 
-    /// Removes the pod cgroup from every hierarchy (the runtime has removed
-    /// the container cgroups below it). Missing directories are fine.
+    /// Removes cgroup `path` from every hierarchy: a pod's (the runtime has
+    /// removed the container cgroups below it) or a container's, once its
+    /// processes are gone. Missing directories are fine.
     pub fn remove_pod(&self, path: &str) -> io::Result<()> {
         let dirs: Vec<PathBuf> = match self {
             Hierarchy::V1(m) => m.iter().map(|(_, mp)| mp.join(Self::rel(path))).collect(),

@@ -1,8 +1,9 @@
 //! cgroupfs: the machine's hierarchy, parsers of its files, and the one
 //! kernel flag the shim sets (`favor_dynmods`); nothing else is written here.
 //! Container cgroups are written by libcgroups alone (libcontainer at
-//! create, `container/update.rs` for UpdateContainerResources); pod cgroups
-//! by the agent through the `cgroup` crate.
+//! create, `container/update.rs` for UpdateContainerResources) and removed
+//! by the shim once nothing runs in them; pod cgroups are the agent's,
+//! through the `cgroup` crate.
 
 /// This machine's cgroup mounts, found once.
 pub(crate) fn hierarchy() -> Option<&'static cgroup::Hierarchy> {

@@ -379,10 +379,18 @@ impl Shim {
 impl Shim {
     /// Asserts that nothing of this shim's pods remains on the host: no
     /// mounts under its dirs, no container cgroups, no processes (monitors
-    /// or containers) still running, beyond the shim itself.
+    /// or containers) still running, no libcontainer state, beyond the shim
+    /// itself.
     pub fn assert_host_clean(&self) {
         let mounts = self.mounts_under_dir();
         assert!(mounts.is_empty(), "mounts left: {mounts:?}");
+        let lc_state: Vec<_> = std::fs::read_dir(self.dir.path().join("run/libcontainer"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(lc_state.is_empty(), "libcontainer state left: {lc_state:?}");
         let name = self.name();
         let mut hierarchies: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
             .into_iter()

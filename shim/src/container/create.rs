@@ -11,7 +11,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use cri_proto::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
-use libcontainer::container::Container as LcContainer;
 use nix::fcntl::OFlag;
 use nix::mount::{MsFlags, mount};
 use tokio::io::{AsyncBufReadExt, AsyncRead};
@@ -448,16 +447,14 @@ impl Runtime {
             })
             .await;
         }
-        let lc_dir = self.libcontainer_root().join(&rec.id);
-        if lc_dir.exists() {
-            let dir = lc_dir.clone();
-            let res =
-                tokio::task::spawn_blocking(move || LcContainer::load(dir)?.delete(true)).await?;
-            if let Err(e) = res {
-                tracing::warn!(container = %rec.id, error = %e, "libcontainer delete");
-                let _ = images::fsutil::remove_dir_all_if_exists(&lc_dir);
-            }
+        // What libcontainer's delete would do now that nothing runs, without
+        // loading its state (its cgroup manager reads the mount table once
+        // per controller, ~2 ms here): the container's cgroup, then
+        // libcontainer's folder.
+        if let Some(h) = crate::cgroupfs::hierarchy() {
+            remove_cgroup(h, &rec.cgroup, &rec.id).await;
         }
+        images::fsutil::remove_dir_all_if_exists(&self.libcontainer_root().join(&rec.id))?;
         crate::namespaces::release(&rec.rootfs)?;
         images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
         crate::state::remove_record_dir(&rec.dir)?;
@@ -480,6 +477,33 @@ fn creators_of(id: &str) -> Vec<i32> {
                 .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
         })
         .collect()
+}
+
+/// rmdir of container `id`'s cgroup `path` in every hierarchy. A cgroup
+/// whose last process is still exiting is busy for a moment: tried again
+/// for up to 1 s. Only a path that ends in the container's ID is touched.
+async fn remove_cgroup(h: &cgroup::Hierarchy, path: &str, id: &str) {
+    if id.is_empty() || path.rsplit('/').next() != Some(id) {
+        tracing::error!(
+            cgroup = path,
+            container = id,
+            "not a container cgroup; left alone"
+        );
+        return;
+    }
+    for _ in 0..50 {
+        match h.remove_pod(path) {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::EBUSY as i32) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => {
+                tracing::warn!(cgroup = path, error = %e, "remove container cgroup");
+                return;
+            }
+        }
+    }
+    tracing::warn!(cgroup = path, "container cgroup still busy after 1 s");
 }
 
 /// SIGKILLs what `pids` lists until it lists nothing (a process killed
