@@ -25,8 +25,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
 /// [`write_atomic`] with the file created as `mode` (less the umask), so a
 /// secret is never readable by others, not even before the rename.
 pub fn write_atomic_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
-    replace(path, data, mode, true)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    stage(path, data, mode)?.commit()
 }
 
 /// Writes `data` to `path` atomically for every other process (temp file,
@@ -35,13 +34,14 @@ pub fn write_atomic_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
 /// new file whole. For records of what a reboot ends anyway (a pinned
 /// namespace, a mount under /run): two device flushes less per write.
 pub fn write_atomic_volatile(path: &Path, data: &[u8]) -> Result<()> {
-    replace(path, data, 0o666, false)
+    let tmp = write_temp(path, data, 0o666, false)?;
+    rename_into_place(&tmp, path)
 }
 
-fn replace(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<()> {
-    let tmp = write_temp(path, data, mode, sync)?;
-    fs::rename(&tmp, path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
+/// Renames `tmp` over `path`; on failure `tmp` goes.
+fn rename_into_place(tmp: &Path, path: &Path) -> Result<()> {
+    fs::rename(tmp, path).map_err(|e| {
+        let _ = fs::remove_file(tmp);
         Error::io("write", path)(e)
     })
 }
@@ -78,8 +78,12 @@ fn write_temp(path: &Path, data: &[u8], mode: u32, sync: bool) -> Result<PathBuf
 /// goes to a temp file and is flushed now; [`Staged::commit`] renames it into
 /// place and fsyncs the folder. Dropped uncommitted, the temp file goes.
 pub fn stage_atomic(path: &Path, data: &[u8]) -> Result<Staged> {
+    stage(path, data, 0o666)
+}
+
+fn stage(path: &Path, data: &[u8], mode: u32) -> Result<Staged> {
     Ok(Staged {
-        tmp: Some(write_temp(path, data, 0o666, true)?),
+        tmp: Some(write_temp(path, data, mode, true)?),
         path: path.to_path_buf(),
     })
 }
@@ -94,12 +98,8 @@ pub struct Staged {
 impl Staged {
     /// Renames the flushed file into place and makes the rename durable.
     pub fn commit(mut self) -> Result<()> {
-        let Some(tmp) = self.tmp.take() else {
-            return Ok(());
-        };
-        if let Err(e) = fs::rename(&tmp, &self.path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io("write", &self.path)(e));
+        if let Some(tmp) = self.tmp.take() {
+            rename_into_place(&tmp, &self.path)?;
         }
         sync_dir(self.path.parent().unwrap_or(Path::new(".")))
     }

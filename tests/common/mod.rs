@@ -384,12 +384,14 @@ impl Shim {
     pub fn assert_host_clean(&self) {
         let mounts = self.mounts_under_dir();
         assert!(mounts.is_empty(), "mounts left: {mounts:?}");
-        let lc_state: Vec<_> = std::fs::read_dir(self.dir.path().join("run/libcontainer"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        let lc_root = self.dir.path().join("run/libcontainer");
+        let lc_state: Vec<_> = match std::fs::read_dir(&lc_root) {
+            Ok(rd) => rd
+                .map(|e| e.expect("libcontainer state entry").file_name())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("list {}: {e}", lc_root.display()),
+        };
         assert!(lc_state.is_empty(), "libcontainer state left: {lc_state:?}");
         let name = self.name();
         let mut hierarchies: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")

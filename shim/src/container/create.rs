@@ -142,20 +142,17 @@ impl Runtime {
         fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
         // Volatile (`state` docs): a crash leaves it incomplete, to undo.
         state::save_volatile(&dir, META, &rec)?;
-        let made = match self
+        let made = self
             .setup_container(&mut rec, &sandbox, &image, &image_config)
             .await
-        {
-            // Not durable (`state` docs): StartContainer's record is.
-            Ok(()) => {
+            .and_then(|()| {
                 rec.complete = true;
+                // Not durable (`state` docs): StartContainer's record is.
                 let saved = state::save_volatile(&dir, META, &rec);
                 // Unsaved, it is undone as a half-made one.
                 rec.complete = saved.is_ok();
                 saved
-            }
-            Err(e) => Err(e),
-        };
+            });
         match made {
             Ok(()) => {
                 self.store.pin(&image.id);
