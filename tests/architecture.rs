@@ -223,6 +223,7 @@ const SHIM: &[(&str, &[&str])] = &[
             "monitor",
             "mutex",
             "namespaces",
+            "pidfd",
             "runtime",
             "seccomp",
             "spec",
@@ -269,8 +270,9 @@ const SHIM: &[(&str, &[&str])] = &[
     ("spec", &["error", "seccomp", "users"]),
     (
         "monitor",
-        &["cgroupfs", "devices", "host", "seccomp", "state"],
+        &["cgroupfs", "devices", "host", "init", "seccomp", "state"],
     ),
+    ("init", &["host", "mountinfo", "nsexec"]),
     ("nsexec", &["host", "mountinfo", "pidfd", "seccomp"]),
     ("pod_init", &[]),
     ("seccomp", &["host"]),
@@ -288,7 +290,7 @@ const SHIM: &[(&str, &[&str])] = &[
 
 /// Code that runs in forked children: no tokio.
 const SHIM_NO_TOKIO: &[&str] = &[
-    "host", "monitor", "nsexec", "pod_init", "seccomp", "spawner",
+    "host", "init", "monitor", "nsexec", "pod_init", "seccomp", "spawner",
 ];
 
 const IMPURE_CRATES: &[&str] = &["tokio", "nix", "tonic", "hyper", "hyper_util"];

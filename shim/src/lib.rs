@@ -18,6 +18,7 @@ pub mod host;
 mod host_inputs;
 mod image_service;
 mod import_service;
+mod init;
 pub mod monitor;
 mod mountinfo;
 mod mutex;

@@ -76,7 +76,7 @@ struct Caps {
 }
 
 /// Everything the child needs, prepared before the fork.
-struct Plan {
+pub(crate) struct Plan {
     pid_ns: Option<OwnedFd>,
     namespaces: Vec<(CloneFlags, OwnedFd)>,
     cgroup_procs: Vec<PathBuf>,
@@ -85,13 +85,13 @@ struct Plan {
     uid: Uid,
     gid: Gid,
     groups: Vec<Gid>,
-    umask: Option<u32>,
+    pub(crate) umask: Option<u32>,
     caps: Option<Caps>,
     no_new_privs: bool,
     filters: Vec<seccompiler::BpfProgram>,
-    argv: Vec<CString>,
-    env: Vec<CString>,
-    search_path: String,
+    pub(crate) argv: Vec<CString>,
+    pub(crate) env: Vec<CString>,
+    pub(crate) search_path: String,
     tty: bool,
 }
 
@@ -113,45 +113,54 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
     let config = args.bundle.join("config.json");
     let spec = oci_spec::runtime::Spec::load(&config)
         .map_err(|e| format!("load {}: {e}", config.display()))?;
-    let process = spec
-        .process()
-        .clone()
-        .ok_or_else(|| format!("{}: no process", config.display()))?;
-    if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
-        // The shim's specs set none; applying them is not implemented here.
-        return Err("process.rlimits in the spec: not supported by exec".into());
-    }
     let filters = crate::seccomp::seccomp_filters(&args.bundle, &spec)?;
+    let mut plan = process_plan(&spec, filters, &args.cmd, args.tty)?;
 
     let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
     if differs(&proc_dir, "user")? {
         return Err("the container has its own user namespace: not supported".into());
     }
-    let pid_ns = if differs(&proc_dir, "pid")? {
-        Some(open_ns(&proc_dir, "pid")?)
-    } else {
-        None
-    };
-    let mut namespaces = Vec::new();
+    if differs(&proc_dir, "pid")? {
+        plan.pid_ns = Some(open_ns(&proc_dir, "pid")?);
+    }
     for (name, flag) in NAMESPACES {
         if differs(&proc_dir, name)? {
-            namespaces.push((*flag, open_ns(&proc_dir, name)?));
+            plan.namespaces.push((*flag, open_ns(&proc_dir, name)?));
         }
     }
     let cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
         .map_err(|e| format!("read {}/cgroup: {e}", proc_dir.display()))?;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
-    let cgroup_procs = cgroup_procs(&cgroup, &mountinfo)?;
+    plan.cgroup_procs = cgroup_procs(&cgroup, &mountinfo)?;
     // Checked after opening: what we hold belongs to this init, not to a
     // later process that got its pid.
     if args.start_time.is_some() && crate::host::proc_start_time(args.pid) != args.start_time {
         return Err(format!("container init {} is gone", args.pid));
     }
+    Ok(plan)
+}
 
+/// The process part of a plan (user, capabilities, seccomp, environment,
+/// `argv`), from the container's spec; no namespaces or cgroups to join.
+/// The container's own init takes on the same with [`become_the_container`].
+pub(crate) fn process_plan(
+    spec: &oci_spec::runtime::Spec,
+    filters: Vec<seccompiler::BpfProgram>,
+    argv: &[String],
+    tty: bool,
+) -> Result<Plan, String> {
+    let process = spec
+        .process()
+        .clone()
+        .ok_or_else(|| "the spec has no process".to_string())?;
+    if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
+        // The shim's specs set none; applying them is not implemented here.
+        return Err("process.rlimits in the spec: not supported".into());
+    }
     let user = process.user();
     let mut env: Vec<String> = process.env().clone().unwrap_or_default();
-    if args.tty && !env.iter().any(|e| e.starts_with("TERM=")) {
+    if tty && !env.iter().any(|e| e.starts_with("TERM=")) {
         env.push("TERM=xterm".into());
     }
     let search_path = env
@@ -160,9 +169,9 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
         .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .to_string();
     Ok(Plan {
-        pid_ns,
-        namespaces,
-        cgroup_procs,
+        pid_ns: None,
+        namespaces: Vec::new(),
+        cgroup_procs: Vec::new(),
         oom_score_adj: process.oom_score_adj(),
         cwd: cstring(process.cwd().as_os_str().as_encoded_bytes())?,
         uid: Uid::from_raw(user.uid()),
@@ -178,8 +187,7 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
         caps: process.capabilities().as_ref().map(caps_of),
         no_new_privs: process.no_new_privileges().unwrap_or(false),
         filters,
-        argv: args
-            .cmd
+        argv: argv
             .iter()
             .map(|a| cstring(a.as_bytes()))
             .collect::<Result<_, _>>()?,
@@ -188,7 +196,7 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
             .map(|e| cstring(e.as_bytes()))
             .collect::<Result<_, _>>()?,
         search_path,
-        tty: args.tty,
+        tty,
     })
 }
 
@@ -242,42 +250,10 @@ fn cap_index(name: &str) -> Option<u32> {
 /// the v2 unified one). A listed hierarchy that is not mounted is skipped:
 /// nothing could limit through it.
 fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, String> {
-    let mounts: Vec<(&str, String, Vec<&str>, bool)> = crate::mountinfo::parse(mountinfo)
-        .filter_map(|m| match m.fs_type {
-            "cgroup2" => Some((m.root, m.mount_point, Vec::new(), true)),
-            "cgroup" => Some((
-                m.root,
-                m.mount_point,
-                m.super_options.split(',').collect(),
-                false,
-            )),
-            _ => None,
-        })
+    let mut out: Vec<PathBuf> = crate::mountinfo::cgroup_dirs(cgroup, mountinfo)?
+        .into_iter()
+        .map(|d| d.dir.join("cgroup.procs"))
         .collect();
-    let mut out = Vec::new();
-    for line in cgroup.lines().filter(|l| !l.is_empty()) {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(format!("unexpected /proc/<pid>/cgroup line {line:?}"));
-        };
-        let wanted: Vec<&str> = controllers.split(',').filter(|c| !c.is_empty()).collect();
-        // A mount of this hierarchy whose root contains the path (a bind
-        // mount of a sub-tree may not).
-        let found = mounts.iter().find_map(|(root, point, opts, v2)| {
-            let same = if wanted.is_empty() {
-                *v2
-            } else {
-                !*v2 && wanted.iter().all(|w| opts.contains(w))
-            };
-            let rel = path.strip_prefix(root.trim_end_matches('/'))?;
-            (same && (rel.is_empty() || rel.starts_with('/')))
-                .then(|| Path::new(point).join(rel.trim_start_matches('/')))
-        });
-        if let Some(dir) = found {
-            out.push(dir.join("cgroup.procs"));
-        }
-    }
     out.dedup();
     Ok(out)
 }
@@ -432,14 +408,14 @@ fn container_terminal() -> Result<(), String> {
     Ok(())
 }
 
-fn exit_now(code: i32) -> ! {
+pub(crate) fn exit_now(code: i32) -> ! {
     let _ = std::io::stderr().flush();
     // SAFETY: _exit ends this forked child without running the parent's
     // atexit handlers or destructors a second time.
     unsafe { libc::_exit(code) }
 }
 
-fn become_the_container(plan: &Plan) -> Result<(), String> {
+pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
     if let Some(adj) = plan.oom_score_adj {
         match std::fs::write("/proc/self/oom_score_adj", adj.to_string()) {
             // Lower than the helper's (a shim restarted with a higher score):
@@ -556,7 +532,7 @@ fn capset(caps: &Caps) -> Result<(), String> {
 
 /// `execvp`'s search: a name with a slash as it is, else the first
 /// executable file in `path`.
-fn resolve(arg0: &CString, path: &str) -> Option<CString> {
+pub(crate) fn resolve(arg0: &CString, path: &str) -> Option<CString> {
     let bytes = arg0.as_bytes();
     if bytes.contains(&b'/') {
         return Some(arg0.clone());

@@ -20,6 +20,40 @@ pub(crate) fn open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Sends `sig` to the process `pid` that started at `start_time` (clock
+/// ticks): never to a later user of the pid. `Ok(false)` when it is gone.
+pub(crate) fn signal(pid: i32, start_time: Option<u64>, sig: i32) -> io::Result<bool> {
+    let fd = match open(pid) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    // Checked after opening: the pidfd now pins this process.
+    if start_time.is_some() && crate::host::proc_start_time(pid) != start_time {
+        return Ok(false);
+    }
+    // SAFETY: pidfd_send_signal(fd, sig, NULL, 0) takes a descriptor we
+    // own, a signal number, no siginfo and no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ESRCH) {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(true)
+}
+
 /// Calls `exited` when process `pid` — the one that started at
 /// `start_time` (clock ticks), not a later user of the pid — exits, and
 /// `watching` before that, once its pidfd is open and the process is the

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use cri_proto::v1::ContainerState;
-use libcontainer::container::Container as LcContainer;
 use nix::sys::signal::Signal;
 
 use super::parse_signal;
@@ -43,12 +42,37 @@ impl Runtime {
         }
     }
 
-    fn signal(&self, id: &str, sig: Signal, all: bool) -> Result<(), Error> {
-        let dir = self.libcontainer_root().join(id);
-        let mut c = LcContainer::load(dir)
-            .map_err(|e| Error::Internal(format!("load container {id}: {e}")))?;
-        c.kill(sig, all)
-            .map_err(|e| Error::Internal(format!("signal {sig} to container {id}: {e}")))
+    /// Signals the container's init; with `all`, every process in its
+    /// cgroup too (a shared or the host's PID namespace does not end with
+    /// the init). By the recorded pid and start time, never another
+    /// process that got the pid; libcontainer's record is not read.
+    fn signal(&self, rec: &ContainerRecord, sig: Signal, all: bool) -> Result<(), Error> {
+        let failed = |e: std::io::Error| {
+            Error::Internal(format!("signal {sig} to container {}: {e}", rec.id))
+        };
+        if let Some(pid) = rec.init_pid {
+            crate::pidfd::signal(pid, rec.init_start_time, sig as i32).map_err(failed)?;
+        }
+        if !all {
+            return Ok(());
+        }
+        let Some(h) = crate::cgroupfs::hierarchy() else {
+            return Ok(());
+        };
+        // A second look for what forked while the first was being killed.
+        for _ in 0..2 {
+            for pid in h.procs(&rec.cgroup) {
+                let Ok(pid) = i32::try_from(pid) else {
+                    continue;
+                };
+                let pid = nix::unistd::Pid::from_raw(pid);
+                match nix::sys::signal::kill(pid, sig) {
+                    Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                    Err(e) => return Err(failed(e.into())),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Stop signal, then SIGKILL after `timeout` seconds. Idempotent.
@@ -63,7 +87,7 @@ impl Runtime {
                 .as_deref()
                 .and_then(parse_signal)
                 .unwrap_or(Signal::SIGTERM);
-            if let Err(e) = self.signal(id, sig, false) {
+            if let Err(e) = self.signal(&rec, sig, false) {
                 tracing::debug!(container = %id, error = %e, "stop signal");
             }
             if self
@@ -76,7 +100,7 @@ impl Runtime {
                 return Ok(());
             }
         }
-        if let Err(e) = self.signal(id, Signal::SIGKILL, true) {
+        if let Err(e) = self.signal(&rec, Signal::SIGKILL, true) {
             tracing::debug!(container = %id, error = %e, "SIGKILL");
         }
         if !self.wait_exit(&rec, Duration::from_secs(10)).await {

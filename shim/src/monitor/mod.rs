@@ -124,43 +124,61 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    let built = ContainerBuilder::new(args.id.clone(), SyscallType::default())
-        .with_root_path(&args.state_root)
-        .map(|b| {
-            b.with_stdin(stdin_r)
-                .with_console_socket(console_path.as_deref())
-                .with_stdout(out_w)
-                .with_stderr(err_w)
-                .with_executor(crate::seccomp::SeccompExecutor { filters })
+    let made = if crate::init::handles(&spec) {
+        crate::init::create(
+            &args.id,
+            &spec,
+            filters,
+            &args.state_root,
+            crate::init::Stdio {
+                stdin: stdin_r,
+                stdout: out_w,
+                stderr: err_w,
+            },
+        )
+        .map(Made::Own)
+        .map_err(|e| {
+            // What the init said before it failed.
+            let said = pending(err_r.as_fd());
+            if said.is_empty() {
+                e
+            } else {
+                format!("{e}: {said}")
+            }
         })
-        .and_then(|b| b.validate_id())
-        .and_then(|b| {
-            b.as_init(&args.bundle)
-                .with_systemd(false)
-                .with_detach(true)
-                .build()
-        });
-    let mut container = match built {
-        Ok(c) => c,
-        Err(e) => {
+    } else {
+        ContainerBuilder::new(args.id.clone(), SyscallType::default())
+            .with_root_path(&args.state_root)
+            .map(|b| {
+                b.with_stdin(stdin_r)
+                    .with_console_socket(console_path.as_deref())
+                    .with_stdout(out_w)
+                    .with_stderr(err_w)
+                    .with_executor(crate::seccomp::SeccompExecutor { filters })
+            })
+            .and_then(|b| b.validate_id())
+            .and_then(|b| {
+                b.as_init(&args.bundle)
+                    .with_systemd(false)
+                    .with_detach(true)
+                    .build()
+            })
+            .map(Made::Libcontainer)
             // The init process reports its own failure on the container's stderr.
-            let _ = fcntl(err_r.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
-            let mut said = Vec::new();
-            let _ = File::from(err_r).take(4096).read_to_end(&mut said);
-            let said = String::from_utf8_lossy(&said);
-            return fail(format!("create container: {e}: {}", said.trim()));
-        }
+            .map_err(|e| format!("create container: {e}: {}", pending(err_r.as_fd())))
     };
-    let Some(pid) = container.pid() else {
+    let mut made = match made {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    let Some(pid) = made.pid() else {
         return fail("create container: no init pid".into());
     };
     let master = match console_listener.as_ref().map(console::receive_master) {
         None => None,
         Some(Ok(m)) => Some(m),
         Some(Err(e)) => {
-            let _ = kill(pid, Signal::SIGKILL);
-            let _ = waitpid(pid, None);
-            let _ = container.delete(true);
+            made.undo();
             return fail(format!("create container: {e}"));
         }
     };
@@ -173,18 +191,14 @@ pub fn run(args: MonitorArgs) -> i32 {
     if let Some(dir) = crate::devices::v2_dir(&args.cgroup)
         && let Err(e) = crate::devices::restrict(&spec, &dir)
     {
-        let _ = kill(pid, Signal::SIGKILL);
-        let _ = waitpid(pid, None);
-        let _ = container.delete(true);
+        made.undo();
         return fail(format!("create container: {e}"));
     }
     // From here the container outlives the shim (the shim's recovery finds
     // it by its record, or kills it by its cgroup if the record is not
     // complete): no more death signal.
     if let Err(e) = nix::sys::prctl::set_pdeathsig(None) {
-        let _ = kill(pid, Signal::SIGKILL);
-        let _ = waitpid(pid, None);
-        let _ = container.delete(true);
+        made.undo();
         return fail(format!("clear the parent-death signal: {e}"));
     }
     say(&Handshake {
@@ -230,6 +244,46 @@ pub fn run(args: MonitorArgs) -> i32 {
         let _ = std::fs::remove_file(p);
     }
     code
+}
+
+/// A container made by libcontainer (one with a terminal) or by our own
+/// create path ([`crate::init`]).
+enum Made {
+    Libcontainer(libcontainer::container::Container),
+    Own(crate::init::Created),
+}
+
+impl Made {
+    fn pid(&self) -> Option<Pid> {
+        match self {
+            Made::Libcontainer(c) => c.pid(),
+            Made::Own(c) => Some(c.pid),
+        }
+    }
+
+    /// Kills the init and removes what the create made.
+    fn undo(&mut self) {
+        match self {
+            Made::Libcontainer(c) => {
+                if let Some(pid) = c.pid() {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    let _ = waitpid(pid, None);
+                }
+                let _ = c.delete(true);
+            }
+            Made::Own(c) => c.undo(),
+        }
+    }
+}
+
+/// Up to 4 KiB of what is waiting in a pipe, without blocking.
+fn pending(fd: std::os::fd::BorrowedFd<'_>) -> String {
+    let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+    let mut said = Vec::new();
+    if let Ok(f) = fd.try_clone_to_owned() {
+        let _ = File::from(f).take(4096).read_to_end(&mut said);
+    }
+    String::from_utf8_lossy(&said).trim().to_string()
 }
 
 /// Binds the attach socket at `path` (a stale one from a dead monitor of

@@ -1,0 +1,390 @@
+//! What a container's init does to its mount namespace, worked out from the
+//! OCI spec before the fork: mount flags from option words (runc's table),
+//! relative destinations, which mounts are binds, and the cgroup
+//! directories a process is in. Pure, so it is unit-tested with tables.
+
+use std::path::{Component, Path, PathBuf};
+
+use nix::mount::MsFlags;
+use oci_spec::runtime::Spec;
+
+/// One mount of the spec, ready for the init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MountPlan {
+    /// Inside the rootfs, without a leading `/`; `..` and `.` removed.
+    pub dest: PathBuf,
+    pub kind: Kind,
+    /// MS_RDONLY, MS_NOSUID, … (never MS_BIND, MS_REC or propagation).
+    pub flags: MsFlags,
+    /// What the kernel takes as data (`mode=755,size=65536k`).
+    pub data: String,
+    /// MS_SHARED/MS_SLAVE/MS_PRIVATE/MS_UNBINDABLE, with MS_REC for the
+    /// `r` forms.
+    pub propagation: Option<MsFlags>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Bind {
+        source: PathBuf,
+        recursive: bool,
+    },
+    /// A new file system: `proc`, `sysfs`, `tmpfs`, `devpts`, `mqueue`, …
+    Fs {
+        fstype: String,
+        source: String,
+    },
+    /// `type: cgroup`: the host's hierarchies as the container sees them.
+    Cgroup,
+}
+
+/// The option words of a mount: flags to set, flags to clear, the
+/// propagation, whether a bind is recursive, and the rest as data.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Options {
+    pub set: MsFlags,
+    pub clear: MsFlags,
+    pub bind: bool,
+    pub recursive: bool,
+    pub propagation: Option<MsFlags>,
+    pub data: Vec<String>,
+}
+
+pub(crate) fn parse_options(words: &[String]) -> Options {
+    let mut o = Options {
+        set: MsFlags::empty(),
+        clear: MsFlags::empty(),
+        bind: false,
+        recursive: false,
+        propagation: None,
+        data: Vec::new(),
+    };
+    for w in words {
+        let (set, clear) = match w.as_str() {
+            "defaults" => (MsFlags::empty(), MsFlags::empty()),
+            "ro" => (MsFlags::MS_RDONLY, MsFlags::empty()),
+            "rw" => (MsFlags::empty(), MsFlags::MS_RDONLY),
+            "nosuid" => (MsFlags::MS_NOSUID, MsFlags::empty()),
+            "suid" => (MsFlags::empty(), MsFlags::MS_NOSUID),
+            "nodev" => (MsFlags::MS_NODEV, MsFlags::empty()),
+            "dev" => (MsFlags::empty(), MsFlags::MS_NODEV),
+            "noexec" => (MsFlags::MS_NOEXEC, MsFlags::empty()),
+            "exec" => (MsFlags::empty(), MsFlags::MS_NOEXEC),
+            "sync" => (MsFlags::MS_SYNCHRONOUS, MsFlags::empty()),
+            "async" => (MsFlags::empty(), MsFlags::MS_SYNCHRONOUS),
+            "dirsync" => (MsFlags::MS_DIRSYNC, MsFlags::empty()),
+            "mand" => (MsFlags::MS_MANDLOCK, MsFlags::empty()),
+            "nomand" => (MsFlags::empty(), MsFlags::MS_MANDLOCK),
+            "noatime" => (MsFlags::MS_NOATIME, MsFlags::empty()),
+            "atime" => (MsFlags::empty(), MsFlags::MS_NOATIME),
+            "nodiratime" => (MsFlags::MS_NODIRATIME, MsFlags::empty()),
+            "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME),
+            "relatime" => (MsFlags::MS_RELATIME, MsFlags::empty()),
+            "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME),
+            "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty()),
+            "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME),
+            "bind" => {
+                o.bind = true;
+                continue;
+            }
+            "rbind" => {
+                o.bind = true;
+                o.recursive = true;
+                continue;
+            }
+            p => {
+                if let Some(flag) = propagation(p) {
+                    o.propagation = Some(flag);
+                } else {
+                    o.data.push(p.to_string());
+                }
+                continue;
+            }
+        };
+        o.set = (o.set | set) & !clear;
+        o.clear = (o.clear | clear) & !set;
+    }
+    o
+}
+
+fn propagation(word: &str) -> Option<MsFlags> {
+    let (rec, base) = match word.strip_prefix('r') {
+        Some(b @ ("private" | "shared" | "slave" | "unbindable")) => (MsFlags::MS_REC, b),
+        _ => (MsFlags::empty(), word),
+    };
+    let flag = match base {
+        "private" => MsFlags::MS_PRIVATE,
+        "shared" => MsFlags::MS_SHARED,
+        "slave" => MsFlags::MS_SLAVE,
+        "unbindable" => MsFlags::MS_UNBINDABLE,
+        _ => return None,
+    };
+    Some(flag | rec)
+}
+
+/// `dest` as a path inside the root: absolute, with `.` and `..` resolved
+/// lexically (a `..` at the top stays at the top), no leading `/`.
+pub(crate) fn inside(dest: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in dest.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// The spec's mounts, in order.
+pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, String> {
+    let mut out = Vec::new();
+    for (i, m) in spec.mounts().iter().flatten().enumerate() {
+        let o = parse_options(m.options().as_deref().unwrap_or_default());
+        let typ = m.typ().as_deref().unwrap_or("");
+        let dest = inside(m.destination());
+        if !m.destination().is_absolute() {
+            return Err(format!(
+                "mounts[{i}].destination: {:?} is not absolute",
+                m.destination()
+            ));
+        }
+        let kind = if o.bind || typ == "bind" {
+            let source = m
+                .source()
+                .clone()
+                .ok_or_else(|| format!("mounts[{i}]: a bind mount without a source"))?;
+            Kind::Bind {
+                source,
+                recursive: o.recursive,
+            }
+        } else if typ == "cgroup" {
+            Kind::Cgroup
+        } else if typ.is_empty() {
+            return Err(format!("mounts[{i}]: no type"));
+        } else {
+            Kind::Fs {
+                fstype: typ.to_string(),
+                source: m
+                    .source()
+                    .as_ref()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| typ.to_string()),
+            }
+        };
+        let mut flags = o.set;
+        // /dev is written to by the init (devices, links): never read-only
+        // while it is being made (libcontainer and runc alike).
+        if dest == Path::new("dev") {
+            flags.remove(MsFlags::MS_RDONLY);
+        }
+        out.push(MountPlan {
+            dest,
+            kind,
+            flags,
+            data: o.data.join(","),
+            propagation: o.propagation,
+        });
+    }
+    Ok(out)
+}
+
+/// Everything about the container's root: its mounts, devices and what is
+/// masked or made read-only.
+#[derive(Debug, Clone)]
+pub(crate) struct RootPlan {
+    pub rootfs: PathBuf,
+    /// For `/` of the new mount namespace before anything is mounted.
+    pub propagation: MsFlags,
+    /// For `/` after pivot_root (`shared` and `unbindable` only).
+    pub after_pivot: Option<MsFlags>,
+    pub mounts: Vec<MountPlan>,
+    pub devices: Vec<DevicePlan>,
+    pub readonly: bool,
+    pub masked: Vec<PathBuf>,
+    pub readonly_paths: Vec<PathBuf>,
+}
+
+/// A device node the init makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DevicePlan {
+    /// Inside the root, no leading `/`.
+    pub dest: PathBuf,
+    pub block: bool,
+    pub major: u64,
+    pub minor: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// runc's default devices, made unless the spec has one at the same path.
+const DEFAULT_DEVICES: [(&str, u64, u64); 6] = [
+    ("dev/null", 1, 3),
+    ("dev/zero", 1, 5),
+    ("dev/full", 1, 7),
+    ("dev/tty", 5, 0),
+    ("dev/urandom", 1, 9),
+    ("dev/random", 1, 8),
+];
+
+pub(crate) fn root(spec: &Spec) -> Result<RootPlan, String> {
+    let root = spec.root().as_ref().ok_or("the spec has no root")?;
+    let linux = spec
+        .linux()
+        .as_ref()
+        .ok_or("the spec has no linux section")?;
+    let (propagation, after_pivot) = match linux.rootfs_propagation().as_deref() {
+        Some("shared") => (MsFlags::MS_SHARED, Some(MsFlags::MS_SHARED)),
+        Some("private") => (MsFlags::MS_PRIVATE, None),
+        Some("slave") | None => (MsFlags::MS_SLAVE, None),
+        Some("unbindable") => (MsFlags::MS_SLAVE, Some(MsFlags::MS_UNBINDABLE)),
+        Some(other) => return Err(format!("linux.rootfsPropagation: unknown {other:?}")),
+    };
+    let mut devices = Vec::new();
+    for (i, d) in linux.devices().iter().flatten().enumerate() {
+        use oci_spec::runtime::LinuxDeviceType as T;
+        let block = match d.typ() {
+            T::B => true,
+            T::C | T::U => false,
+            other => {
+                return Err(format!(
+                    "linux.devices[{i}].type: {other:?} is not supported"
+                ));
+            }
+        };
+        devices.push(DevicePlan {
+            dest: inside(d.path()),
+            block,
+            major: u64::try_from(d.major()).map_err(|_| format!("linux.devices[{i}].major"))?,
+            minor: u64::try_from(d.minor()).map_err(|_| format!("linux.devices[{i}].minor"))?,
+            mode: d.file_mode().unwrap_or(0o666) & 0o7777,
+            uid: d.uid().unwrap_or(0),
+            gid: d.gid().unwrap_or(0),
+        });
+    }
+    for (path, major, minor) in DEFAULT_DEVICES {
+        if !devices.iter().any(|d| d.dest == Path::new(path)) {
+            devices.push(DevicePlan {
+                dest: path.into(),
+                block: false,
+                major,
+                minor,
+                mode: 0o666,
+                uid: 0,
+                gid: 0,
+            });
+        }
+    }
+    let paths = |p: &Option<Vec<String>>| -> Vec<PathBuf> {
+        p.iter()
+            .flatten()
+            .map(|s| PathBuf::from("/").join(inside(Path::new(s))))
+            .collect()
+    };
+    Ok(RootPlan {
+        rootfs: root.path().clone(),
+        propagation,
+        after_pivot,
+        mounts: mounts(spec)?,
+        devices,
+        readonly: root.readonly().unwrap_or(false),
+        masked: paths(linux.masked_paths()),
+        readonly_paths: paths(linux.readonly_paths()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn option_words_become_flags_propagation_and_data() {
+        let o = parse_options(&words(&[
+            "nosuid",
+            "strictatime",
+            "mode=755",
+            "size=65536k",
+        ]));
+        assert_eq!(o.set, MsFlags::MS_NOSUID | MsFlags::MS_STRICTATIME);
+        assert_eq!(o.data, words(&["mode=755", "size=65536k"]));
+        assert!(!o.bind);
+
+        let o = parse_options(&words(&["rbind", "rslave", "ro"]));
+        assert!(o.bind && o.recursive);
+        assert_eq!(o.propagation, Some(MsFlags::MS_SLAVE | MsFlags::MS_REC));
+        assert_eq!(o.set, MsFlags::MS_RDONLY);
+
+        // The later word wins.
+        let o = parse_options(&words(&["ro", "rw", "private"]));
+        assert_eq!(o.set, MsFlags::empty());
+        assert_eq!(o.clear, MsFlags::MS_RDONLY);
+        assert_eq!(o.propagation, Some(MsFlags::MS_PRIVATE));
+        assert!(
+            parse_options(&words(&["runbindable"]))
+                .propagation
+                .is_some()
+        );
+        // Not a propagation: data.
+        assert_eq!(
+            parse_options(&words(&["rsize=1"])).data,
+            words(&["rsize=1"])
+        );
+    }
+
+    #[test]
+    fn destinations_stay_inside_the_root() {
+        assert_eq!(inside(Path::new("/dev/pts")), PathBuf::from("dev/pts"));
+        assert_eq!(inside(Path::new("/../../etc/./x/..")), PathBuf::from("etc"));
+        assert_eq!(inside(Path::new("/")), PathBuf::new());
+    }
+
+    #[test]
+    fn spec_mounts_are_planned_in_order() {
+        let spec: Spec = serde_json::from_value(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "/r"},
+            "mounts": [
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "ro", "mode=755"]},
+                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
+                {"destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rbind", "rshared", "ro"]},
+                {"destination": "/x", "source": "/srv/x", "options": ["bind"]},
+            ],
+        }))
+        .expect("spec");
+        let m = mounts(&spec).expect("plan");
+        assert_eq!(m[0].dest, PathBuf::from("dev"));
+        // /dev is never made read-only.
+        assert_eq!(m[0].flags, MsFlags::MS_NOSUID);
+        assert_eq!(m[0].data, "mode=755");
+        assert_eq!(m[1].kind, Kind::Cgroup);
+        assert_eq!(m[1].flags, MsFlags::MS_RDONLY);
+        assert_eq!(
+            m[2].kind,
+            Kind::Bind {
+                source: "/srv/data".into(),
+                recursive: true
+            }
+        );
+        assert_eq!(m[2].propagation, Some(MsFlags::MS_SHARED | MsFlags::MS_REC));
+        assert_eq!(
+            m[3].kind,
+            Kind::Bind {
+                source: "/srv/x".into(),
+                recursive: false
+            }
+        );
+        let bad: Spec = serde_json::from_value(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "mounts": [{"destination": "/y", "options": ["rw"]}],
+        }))
+        .expect("spec");
+        assert!(mounts(&bad).expect_err("no type").contains("mounts[0]"));
+    }
+}

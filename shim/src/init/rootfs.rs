@@ -1,0 +1,559 @@
+//! The init's side of a create: it turns its new mount namespace into the
+//! container's root, as runc's `prepareRootfs` does, with few syscalls.
+//!
+//! Every path inside the rootfs is resolved by the kernel with
+//! `openat2(RESOLVE_IN_ROOT)` from one descriptor of the rootfs, so a
+//! symlink in the image cannot point a mount or a device outside it
+//! (runc's CVE-2021-30465 class). Mounts go onto `/proc/self/fd/<n>` of
+//! the resolved descriptor, as runc's; a bind's flags are then set on the
+//! new mount with `mount_setattr` (no remount that must repeat the locked
+//! flags).
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2};
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sys::stat::{Mode, SFlag, fstat, makedev, mkdirat, mknodat};
+use nix::unistd::{Gid, Uid, fchownat, symlinkat};
+
+use super::plan::{DevicePlan, Kind, MountPlan, RootPlan};
+use crate::mountinfo::CgroupDir;
+
+const AT_EMPTY_PATH: libc::c_uint = 0x1000;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+const MOUNT_ATTR_ATIME: u64 = 0x70;
+const MOUNT_ATTR_NOATIME: u64 = 0x10;
+const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
+const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+#[derive(Default)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+type Res<T> = Result<T, String>;
+
+fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: `fd` was just returned by the kernel to us and nothing else
+    // owns it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// `rel` (no leading `/`) inside the root, as the kernel resolves it with
+/// the rootfs as `/`.
+fn in_root(root: &OwnedFd, rel: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
+    let rel: &Path = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    openat2(root.as_raw_fd(), rel, how).map(owned)
+}
+
+/// The directory `rel` inside the root, made (mode 0755) with its parents
+/// when missing.
+fn mkdir_all(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
+    match in_root(root, rel, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+        Err(Errno::ENOENT) => {}
+        r => return r.map_err(|e| format!("open /{}: {e}", rel.display())),
+    }
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(format!("open /{}: not found", rel.display()));
+    };
+    let dir = mkdir_all(root, parent)?;
+    match mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(format!("mkdir /{}: {e}", rel.display())),
+    }
+    in_root(root, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(|e| format!("open /{}: {e}", rel.display()))
+}
+
+/// A mount point for a file: `rel` made as an empty file when missing.
+fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(format!(
+            "bind a file onto /{}: not a file path",
+            rel.display()
+        ));
+    };
+    let dir = mkdir_all(root, parent)?;
+    match openat(
+        Some(dir.as_raw_fd()),
+        name,
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_WRONLY,
+        Mode::from_bits_truncate(0o644),
+    ) {
+        Ok(fd) => drop(owned(fd)),
+        Err(Errno::EEXIST) => {}
+        Err(e) => return Err(format!("create /{}: {e}", rel.display())),
+    }
+    in_root(root, rel, OFlag::O_PATH).map_err(|e| format!("open /{}: {e}", rel.display()))
+}
+
+fn setattr(mnt: &OwnedFd, attr: &MountAttr, recursive: bool) -> nix::Result<()> {
+    let mut flags = AT_EMPTY_PATH;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    // SAFETY: mount_setattr reads `size_of::<MountAttr>()` bytes of `attr`,
+    // which lives through the call; the path is the empty C string.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            mnt.as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// The mount_setattr form of `flags`.
+fn attr_of(flags: MsFlags) -> MountAttr {
+    let mut a = MountAttr::default();
+    for (ms, attr) in [
+        (MsFlags::MS_RDONLY, MOUNT_ATTR_RDONLY),
+        (MsFlags::MS_NOSUID, MOUNT_ATTR_NOSUID),
+        (MsFlags::MS_NODEV, MOUNT_ATTR_NODEV),
+        (MsFlags::MS_NOEXEC, MOUNT_ATTR_NOEXEC),
+        (MsFlags::MS_NODIRATIME, MOUNT_ATTR_NODIRATIME),
+    ] {
+        if flags.contains(ms) {
+            a.attr_set |= attr;
+        }
+    }
+    let atime = if flags.contains(MsFlags::MS_NOATIME) {
+        Some(MOUNT_ATTR_NOATIME)
+    } else if flags.contains(MsFlags::MS_STRICTATIME) {
+        Some(MOUNT_ATTR_STRICTATIME)
+    } else if flags.contains(MsFlags::MS_RELATIME) {
+        Some(0)
+    } else {
+        None
+    };
+    if let Some(at) = atime {
+        a.attr_clr |= MOUNT_ATTR_ATIME;
+        a.attr_set |= at;
+    }
+    a
+}
+
+/// Binds the host's `source` onto `onto` with `flags` (on the top mount,
+/// as runc) and `propagation` (recursive for the `r` forms). A bind
+/// made with mount(2) joins the source's peer group, as a shared volume
+/// needs; a clone from open_tree(2) would be a slave of it.
+fn bind(
+    source: &Path,
+    onto: &OwnedFd,
+    recursive: bool,
+    flags: MsFlags,
+    propagation: Option<MsFlags>,
+    again: &dyn Fn() -> nix::Result<OwnedFd>,
+) -> nix::Result<()> {
+    let rec = if recursive {
+        MsFlags::MS_REC
+    } else {
+        MsFlags::empty()
+    };
+    mount(
+        Some(source),
+        fd_path(onto).as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND | rec,
+        None::<&str>,
+    )?;
+    let attr = attr_of(flags);
+    if attr.attr_set == 0 && attr.attr_clr == 0 && propagation.is_none() {
+        return Ok(());
+    }
+    // The new mount, not the directory under it.
+    let top = again()?;
+    if attr.attr_set != 0 || attr.attr_clr != 0 {
+        setattr(&top, &attr, false)?;
+    }
+    if let Some(p) = propagation {
+        mount(
+            None::<&str>,
+            fd_path(&top).as_str(),
+            None::<&str>,
+            p,
+            None::<&str>,
+        )?;
+    }
+    Ok(())
+}
+
+fn new_fs(
+    fstype: &str,
+    source: &str,
+    onto: &OwnedFd,
+    flags: MsFlags,
+    data: &str,
+) -> nix::Result<()> {
+    let data = (!data.is_empty()).then_some(data);
+    mount(
+        Some(source),
+        fd_path(onto).as_str(),
+        Some(fstype),
+        flags,
+        data,
+    )
+}
+
+/// Mounts the spec's mounts, makes the devices and links of /dev, then
+/// pivots into the root and masks and protects what the spec says.
+/// `cgroups` are the init's own cgroup directories.
+pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | plan.propagation,
+        None::<&str>,
+    )
+    .map_err(|e| format!("set the propagation of /: {e}"))?;
+    if plan.propagation.contains(MsFlags::MS_SHARED) {
+        // pivot_root refuses a shared new root or parent.
+        mount(
+            None::<&str>,
+            &plan.rootfs,
+            None::<&str>,
+            MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("make the rootfs mount private: {e}"))?;
+    }
+    mount(
+        Some(&plan.rootfs),
+        &plan.rootfs,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind the rootfs {}: {e}", plan.rootfs.display()))?;
+    let root = nix::fcntl::open(
+        &plan.rootfs,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map(owned)
+    .map_err(|e| format!("open the rootfs {}: {e}", plan.rootfs.display()))?;
+    for m in &plan.mounts {
+        mount_one(&root, m, cgroups).map_err(|e| format!("mount /{}: {e}", m.dest.display()))?;
+    }
+    let dev = mkdir_all(&root, Path::new("dev"))?;
+    links(&dev)?;
+    for d in &plan.devices {
+        device(&root, d).map_err(|e| format!("device /{}: {e}", d.dest.display()))?;
+    }
+    match nix::unistd::unlinkat(
+        Some(dev.as_raw_fd()),
+        "ptmx",
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(format!("remove /dev/ptmx: {e}")),
+    }
+    symlinkat("pts/ptmx", Some(dev.as_raw_fd()), "ptmx")
+        .map_err(|e| format!("link /dev/ptmx: {e}"))?;
+    drop(dev);
+    pivot(&root)?;
+    drop(root);
+    if let Some(p) = plan.after_pivot {
+        mount(None::<&str>, "/", None::<&str>, p, None::<&str>)
+            .map_err(|e| format!("set the propagation of /: {e}"))?;
+    }
+    reopen_dev_null()?;
+    if plan.readonly {
+        let slash =
+            nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map(owned);
+        slash
+            .and_then(|s| setattr(&s, &attr_of(MsFlags::MS_RDONLY), false))
+            .map_err(|e| format!("make / read-only: {e}"))?;
+    }
+    let protect = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    for p in &plan.readonly_paths {
+        match nix::fcntl::open(
+            p,
+            OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+            Mode::empty(),
+        ) {
+            Err(Errno::ENOENT) => continue,
+            r => r
+                .map(owned)
+                .and_then(|fd| bind(p, &fd, true, protect, None, &|| open_path(p)))
+                .map_err(|e| format!("make {} read-only: {e}", p.display()))?,
+        }
+    }
+    for p in &plan.masked {
+        mask(p).map_err(|e| format!("mask {}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
+    match &m.kind {
+        Kind::Bind { source, recursive } => {
+            let is_dir = std::fs::metadata(source)
+                .map_err(|e| format!("source {}: {e}", source.display()))?
+                .is_dir();
+            let onto = if is_dir {
+                mkdir_all(root, &m.dest)?
+            } else {
+                touch(root, &m.dest)?
+            };
+            let again = || in_root(root, &m.dest, OFlag::O_PATH);
+            bind(source, &onto, *recursive, m.flags, m.propagation, &again)
+                .map_err(|e| format!("bind {}: {e}", source.display()))
+        }
+        Kind::Fs { fstype, source } => {
+            let onto = mkdir_all(root, &m.dest)?;
+            if matches!(fstype.as_str(), "proc" | "sysfs") {
+                // Never onto a link (runc's GHSA-fh74-hm69-rqjw): the
+                // resolved directory must be the very path.
+                let here = in_root(
+                    root,
+                    &m.dest,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW,
+                )
+                .map_err(|e| format!("{fstype} must be mounted on a plain directory: {e}"))?;
+                return new_fs(fstype, source, &here, m.flags, &m.data).map_err(|e| e.to_string());
+            }
+            new_fs(fstype, source, &onto, m.flags, &m.data).map_err(|e| e.to_string())
+        }
+        Kind::Cgroup => cgroup(root, m, cgroups),
+    }
+}
+
+/// `/sys/fs/cgroup` as runc makes it without a cgroup namespace: on cgroup
+/// v2 a new cgroup2 mount; on v1 a tmpfs with the init's own cgroup of
+/// each hierarchy bound in (and links for co-mounted controllers such as
+/// `cpu` → `cpu,cpuacct`), read-only when the mount is.
+fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
+    let onto = mkdir_all(root, &m.dest)?;
+    let fixed = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV;
+    if let Some(v2) = cgroups
+        .iter()
+        .find(|c| c.v2 && c.mount_point == Path::new("/sys/fs/cgroup"))
+    {
+        return match new_fs("cgroup2", "cgroup", &onto, m.flags | fixed, "") {
+            Err(Errno::EPERM | Errno::EBUSY) => {
+                let again = || in_root(root, &m.dest, OFlag::O_PATH);
+                bind(&v2.dir, &onto, true, m.flags | fixed, None, &again).map_err(|e| e.to_string())
+            }
+            r => r.map_err(|e| e.to_string()),
+        };
+    }
+    new_fs("tmpfs", "tmpfs", &onto, fixed, "mode=755").map_err(|e| format!("tmpfs: {e}"))?;
+    // The tmpfs just mounted, not the directory under it.
+    let tmpfs =
+        in_root(root, &m.dest, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| e.to_string())?;
+    for c in cgroups.iter().filter(|c| !c.v2) {
+        let Some(name) = c
+            .mount_point
+            .strip_prefix("/sys/fs/cgroup")
+            .ok()
+            .and_then(|n| n.to_str())
+        else {
+            continue;
+        };
+        if name.is_empty() || name.contains('/') {
+            continue;
+        }
+        match mkdirat(
+            Some(tmpfs.as_raw_fd()),
+            name,
+            Mode::from_bits_truncate(0o755),
+        ) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(format!("mkdir {name}: {e}")),
+        }
+        let sub = || {
+            openat(
+                Some(tmpfs.as_raw_fd()),
+                name,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map(owned)
+        };
+        let onto = sub().map_err(|e| format!("open {name}: {e}"))?;
+        bind(&c.dir, &onto, true, m.flags | fixed, None, &sub)
+            .map_err(|e| format!("bind {}: {e}", c.dir.display()))?;
+        if name.contains(',') {
+            for part in name.split(',') {
+                match symlinkat(name, Some(tmpfs.as_raw_fd()), part) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(format!("link {part}: {e}")),
+                }
+            }
+        }
+    }
+    if m.flags.contains(MsFlags::MS_RDONLY) {
+        setattr(&tmpfs, &attr_of(MsFlags::MS_RDONLY), false)
+            .map_err(|e| format!("read-only: {e}"))?;
+    }
+    Ok(())
+}
+
+/// runc's links in /dev (and `core` where the host has /proc/kcore).
+fn links(dev: &OwnedFd) -> Res<()> {
+    let mut links = vec![
+        ("/proc/self/fd", "fd"),
+        ("/proc/self/fd/0", "stdin"),
+        ("/proc/self/fd/1", "stdout"),
+        ("/proc/self/fd/2", "stderr"),
+    ];
+    if Path::new("/proc/kcore").exists() {
+        links.push(("/proc/kcore", "core"));
+    }
+    for (to, name) in links {
+        match symlinkat(to, Some(dev.as_raw_fd()), name) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(format!("link /dev/{name}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
+    let (Some(parent), Some(name)) = (d.dest.parent(), d.dest.file_name()) else {
+        return Err("not a file path".into());
+    };
+    let dir = mkdir_all(root, parent)?;
+    let kind = if d.block {
+        SFlag::S_IFBLK
+    } else {
+        SFlag::S_IFCHR
+    };
+    match mknodat(
+        Some(dir.as_raw_fd()),
+        name,
+        kind,
+        Mode::from_bits_truncate(d.mode),
+        makedev(d.major, d.minor),
+    ) {
+        Ok(()) => {}
+        // Already there (a bind of the host's, say): leave it.
+        Err(Errno::EEXIST) => return Ok(()),
+        Err(e) => return Err(format!("mknod: {e}")),
+    }
+    // mknod's mode went through the umask; the spec's is exact.
+    nix::sys::stat::fchmodat(
+        Some(dir.as_raw_fd()),
+        name,
+        Mode::from_bits_truncate(d.mode),
+        nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+    )
+    .map_err(|e| format!("chmod: {e}"))?;
+    fchownat(
+        Some(dir.as_raw_fd()),
+        name,
+        Some(Uid::from_raw(d.uid)),
+        Some(Gid::from_raw(d.gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| format!("chown: {e}"))
+}
+
+/// pivot_root into the root and drop the old one, as runc: the old root
+/// is made a slave first so its unmount cannot reach the host.
+fn pivot(root: &OwnedFd) -> Res<()> {
+    let old = open_path(Path::new("/")).map_err(|e| format!("open /: {e}"))?;
+    nix::unistd::fchdir(root.as_raw_fd()).map_err(|e| format!("chdir into the rootfs: {e}"))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
+    // "." is the old root only from inside it: from the new root's
+    // directory the rslave below would reach the container's own mounts.
+    nix::unistd::fchdir(old.as_raw_fd()).map_err(|e| format!("chdir into the old root: {e}"))?;
+    drop(old);
+    mount(
+        None::<&str>,
+        ".",
+        None::<&str>,
+        MsFlags::MS_SLAVE | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("make the old root a slave: {e}"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| format!("unmount the old root: {e}"))?;
+    nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))
+}
+
+/// `p` (after the pivot: inside the container) as an O_PATH descriptor,
+/// not following a final link.
+fn open_path(p: &Path) -> nix::Result<OwnedFd> {
+    nix::fcntl::open(
+        p,
+        OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .map(owned)
+}
+
+/// Standard streams that are the host's /dev/null become the container's.
+fn reopen_dev_null() -> Res<()> {
+    let mut null: Option<OwnedFd> = None;
+    for n in 0..3 {
+        let Ok(st) = fstat(n) else { continue };
+        if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != makedev(1, 3) {
+            continue;
+        }
+        if null.is_none() {
+            null = Some(
+                nix::fcntl::open("/dev/null", OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
+                    .map(owned)
+                    .map_err(|e| format!("open /dev/null: {e}"))?,
+            );
+        }
+        if let Some(fd) = &null {
+            nix::unistd::dup2(fd.as_raw_fd(), n).map_err(|e| format!("reopen /dev/null: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// runc's masking: a read-only empty tmpfs over a directory, /dev/null over
+/// anything else; a path the container lacks is left alone.
+fn mask(p: &Path) -> nix::Result<()> {
+    let fd = match nix::fcntl::open(
+        p,
+        OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    ) {
+        Err(Errno::ENOENT) => return Ok(()),
+        r => owned(r?),
+    };
+    if fstat(fd.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        new_fs("tmpfs", "tmpfs", &fd, MsFlags::MS_RDONLY, "size=0k")
+    } else {
+        bind(
+            Path::new("/dev/null"),
+            &fd,
+            false,
+            MsFlags::empty(),
+            None,
+            &|| open_path(p),
+        )
+    }
+}
