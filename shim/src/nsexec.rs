@@ -82,7 +82,7 @@ pub(crate) struct Plan {
     cgroup_procs: Vec<PathBuf>,
     oom_score_adj: Option<i32>,
     cwd: CString,
-    uid: Uid,
+    pub(crate) uid: Uid,
     gid: Gid,
     groups: Vec<Gid>,
     pub(crate) umask: Option<u32>,
@@ -363,7 +363,8 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
         );
         exit_now(127);
     };
-    let e = nix::unistd::execve(&file, &plan.argv, &plan.env).unwrap_err();
+    let env = with_home(&plan.env, plan.uid.as_raw());
+    let e = nix::unistd::execve(&file, &plan.argv, &env).unwrap_err();
     eprintln!("picolet exec: exec {:?}: {e}", file.to_string_lossy());
     exit_now(if e == Errno::ENOENT { 127 } else { 126 })
 }
@@ -406,6 +407,37 @@ fn container_terminal() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The environment with `HOME` set as runc sets it when the spec has none:
+/// the user's directory in the container's /etc/passwd (read from inside
+/// the container), else `/`.
+pub(crate) fn with_home(env: &[CString], uid: u32) -> Vec<CString> {
+    let mut env = env.to_vec();
+    if env
+        .iter()
+        .any(|e| e.as_bytes().starts_with(b"HOME=") && e.as_bytes().len() > 5)
+    {
+        return env;
+    }
+    env.retain(|e| !e.as_bytes().starts_with(b"HOME="));
+    let mut passwd = String::new();
+    if let Ok(f) = File::open("/etc/passwd") {
+        let _ = f.take(1 << 20).read_to_string(&mut passwd);
+    }
+    let home = home_of(&passwd, uid).unwrap_or("/");
+    if let Ok(h) = CString::new(format!("HOME={home}")) {
+        env.push(h);
+    }
+    env
+}
+
+/// The home directory of `uid` in a passwd(5) text.
+fn home_of(passwd: &str, uid: u32) -> Option<&str> {
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 6 && f[2].parse() == Ok(uid) && !f[5].is_empty()).then(|| f[5])
+    })
 }
 
 pub(crate) fn exit_now(code: i32) -> ! {
@@ -665,5 +697,15 @@ mod tests {
         assert_eq!(resolve(&c("data"), &path), None, "not executable");
         assert_eq!(resolve(&c("adir"), &path), None, "a directory");
         assert_eq!(resolve(&c("./x/y"), &path), Some(c("./x/y")), "taken as is");
+    }
+
+    #[test]
+    fn home_comes_from_the_containers_passwd() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/false\nbad line\n";
+        assert_eq!(home_of(passwd, 0), Some("/root"));
+        assert_eq!(home_of(passwd, 65534), Some("/nonexistent"));
+        assert_eq!(home_of(passwd, 1000), None);
+        let set = [CString::new("HOME=/data").expect("c")];
+        assert_eq!(with_home(&set, 0), set.to_vec());
     }
 }

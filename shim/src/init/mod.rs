@@ -37,7 +37,10 @@ use oci_spec::runtime::{LinuxNamespaceType, Spec};
 /// namespace, hooks, rlimits or other namespaces than ours.
 pub(crate) fn handles(spec: &Spec) -> bool {
     let process_ok = spec.process().as_ref().is_some_and(|p| {
-        p.terminal() != Some(true) && p.rlimits().as_ref().is_none_or(|r| r.is_empty())
+        p.terminal() != Some(true)
+            && p.rlimits().as_ref().is_none_or(|r| r.is_empty())
+            && p.apparmor_profile().is_none()
+            && p.selinux_label().is_none()
     });
     let linux_ok = spec.linux().as_ref().is_some_and(|l| {
         l.namespaces().iter().flatten().all(|n| {
@@ -52,7 +55,7 @@ pub(crate) fn handles(spec: &Spec) -> bool {
         }) && l.sysctl().as_ref().is_none_or(|s| s.is_empty())
             && l.uid_mappings().as_ref().is_none_or(|m| m.is_empty())
     });
-    process_ok && linux_ok && spec.hooks().is_none()
+    process_ok && linux_ok && spec.hooks().is_none() && spec.hostname().is_none()
 }
 
 /// The container's standard streams, as the init gets them.
@@ -309,7 +312,8 @@ impl Child<'_> {
             eprintln!("picolet init: {e}");
             crate::nsexec::exit_now(126);
         }
-        let e = nix::unistd::execve(&file, &self.process.argv, &self.process.env).unwrap_err();
+        let env = crate::nsexec::with_home(&self.process.env, self.process.uid.as_raw());
+        let e = nix::unistd::execve(&file, &self.process.argv, &env).unwrap_err();
         eprintln!("picolet init: exec {:?}: {e}", file.to_string_lossy());
         crate::nsexec::exit_now(if e == nix::errno::Errno::ENOENT {
             127
@@ -368,7 +372,19 @@ impl Child<'_> {
             )
         };
         if r < 0 {
-            return Err(format!("close_range: {}", std::io::Error::last_os_error()));
+            // Kernels before 5.11: one descriptor at a time.
+            let fds = std::fs::read_dir("/proc/self/fd")
+                .map_err(|e| format!("list /proc/self/fd: {e}"))?;
+            let fds: Vec<i32> = fds
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd > 2)
+                .collect();
+            for fd in fds {
+                // SAFETY: F_SETFD on a number that may already be closed
+                // (the listing's own descriptor): EBADF, ignored.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
         }
         Ok(file)
     }

@@ -545,7 +545,7 @@ fn mask(p: &Path) -> nix::Result<()> {
         r => owned(r?),
     };
     if fstat(fd.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        new_fs("tmpfs", "tmpfs", &fd, MsFlags::MS_RDONLY, "size=0k")
+        new_fs("tmpfs", "tmpfs", &fd, MsFlags::MS_RDONLY, "")
     } else {
         bind(
             Path::new("/dev/null"),
