@@ -1,7 +1,8 @@
 //! cgroupfs: the machine's hierarchy, parsers of its files, and the one
 //! kernel flag the shim sets (`favor_dynmods`); nothing else is written here.
-//! Container cgroups are written by libcgroups alone (libcontainer at
-//! create, `container/update.rs` for UpdateContainerResources) and removed
+//! Container cgroups are written by libcgroups alone (its manager in
+//! `init` or libcontainer at create, `container/update.rs` for
+//! UpdateContainerResources) and removed
 //! by the shim once nothing runs in them; pod cgroups are the agent's,
 //! through the `cgroup` crate.
 

@@ -1,7 +1,8 @@
 //! `picolet monitor`: one small single-threaded process per container (like
-//! conmon or containerd-shim). It does libcontainer's create — which clones,
-//! and must never run inside the multi-threaded shim — so it is the parent of
-//! the container's init. It then:
+//! conmon or containerd-shim). It makes the container — [`crate::init`], or
+//! libcontainer for one with a terminal — which forks, and must never run
+//! inside the multi-threaded shim, so it is the parent of the container's
+//! init. It then:
 //! - tells the shim the init's pid on stdout (one JSON line) and closes it,
 //! - copies the container's stdout/stderr into the CRI log file (reopened on
 //!   SIGUSR1, for ReopenContainerLog),
