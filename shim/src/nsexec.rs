@@ -371,11 +371,15 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
 
 /// The command's terminal, made as runc makes it: a pty of the
 /// container's own devpts (we are in its mount namespace now), whose
-/// master goes back over stdin — the console socket the shim gave the
-/// helper — and whose slave becomes stdio and the controlling terminal of
-/// a new session.
-fn container_terminal() -> Result<(), String> {
-    use std::os::fd::{AsFd, AsRawFd};
+/// master goes back over `console` — for an exec the socket the shim gave
+/// the helper as stdin — and whose slave becomes stdio and the controlling
+/// terminal of a new session. The container's init (`init`: already a
+/// session leader) also gets the slave bound onto /dev/console.
+pub(crate) fn container_terminal(
+    console: std::os::fd::BorrowedFd<'_>,
+    init: bool,
+) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
         .map_err(|e| format!("open /dev/ptmx: {e}"))?;
@@ -388,12 +392,31 @@ fn container_terminal() -> Result<(), String> {
         .custom_flags(libc::O_NOCTTY)
         .open(&name)
         .map_err(|e| format!("open {name}: {e}"))?;
-    let console = std::io::stdin();
+    if init {
+        drop(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open("/dev/console")
+                .map_err(|e| format!("create /dev/console: {e}"))?,
+        );
+        nix::mount::mount(
+            Some(name.as_str()),
+            "/dev/console",
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| format!("bind {name} onto /dev/console: {e}"))?;
+    }
     // SAFETY: the master's raw fd is open for the duration of the call.
     let master_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(master.as_raw_fd()) };
-    crate::host::send_fd(console.as_fd(), master_fd)?;
+    crate::host::send_fd(console, master_fd)?;
     drop(master);
-    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    if !init {
+        nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    }
     for n in 0..3 {
         nix::unistd::dup2(slave.as_raw_fd(), n).map_err(|e| format!("dup2 the terminal: {e}"))?;
     }
@@ -462,7 +485,7 @@ pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
     nix::unistd::chdir(plan.cwd.as_c_str())
         .map_err(|e| format!("chdir {:?}: {e}", plan.cwd.to_string_lossy()))?;
     if plan.tty {
-        container_terminal()?;
+        container_terminal(std::io::stdin().as_fd(), false)?;
     }
     if let Some(m) = plan.umask {
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(m));

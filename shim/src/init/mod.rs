@@ -33,12 +33,12 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pipe2};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
-/// Whether this path makes a container from `spec`: no terminal, user
-/// namespace, hooks, rlimits or other namespaces than ours.
+/// Whether this path makes a container from `spec`: no user namespace,
+/// hooks, rlimits, sysctls, AppArmor or SELinux labels, hostname or other
+/// namespaces than ours. (libcontainer makes the rest.)
 pub(crate) fn handles(spec: &Spec) -> bool {
     let process_ok = spec.process().as_ref().is_some_and(|p| {
-        p.terminal() != Some(true)
-            && p.rlimits().as_ref().is_none_or(|r| r.is_empty())
+        p.rlimits().as_ref().is_none_or(|r| r.is_empty())
             && p.apparmor_profile().is_none()
             && p.selinux_label().is_none()
     });
@@ -137,6 +137,7 @@ pub(crate) fn create(
     filters: Vec<seccompiler::BpfProgram>,
     state_root: &Path,
     stdio: Stdio,
+    console: Option<&Path>,
 ) -> Result<Created, String> {
     let root = plan::root(spec)?;
     let args = spec
@@ -204,8 +205,20 @@ pub(crate) fn create(
         let _ = std::fs::remove_dir_all(&dir);
         return Err(format!("PID namespace: {e}"));
     }
+    // Not dumpable from birth to exec: nothing in the container (a pod's
+    // shared PID namespace has other processes) may open the child's
+    // /proc/<pid>/exe, the picolet binary (CVE-2019-5736). The monitor is
+    // dumpable again right after the fork.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!("set dumpable: {e}"));
+    }
     // SAFETY: the monitor is single-threaded: the child may run any code.
-    let pid = match unsafe { fork() } {
+    let forked = unsafe { fork() };
+    if matches!(forked, Ok(ForkResult::Parent { .. }) | Err(_)) {
+        let _ = nix::sys::prctl::set_dumpable(true);
+    }
+    let pid = match forked {
         Ok(ForkResult::Child) => {
             drop((go_w, status_r));
             let child = Child {
@@ -214,6 +227,7 @@ pub(crate) fn create(
                 ns: &ns,
                 stdio: &stdio,
                 listener: &listener,
+                console,
             };
             child.run(go_r, status_w)
         }
@@ -265,14 +279,13 @@ struct Child<'a> {
     ns: &'a Namespaces,
     stdio: &'a Stdio,
     listener: &'a UnixListener,
+    /// The monitor's console socket, for a container with a terminal.
+    console: Option<&'a Path>,
 }
 
 impl Child<'_> {
     fn run(&self, go: OwnedFd, status: OwnedFd) -> ! {
         let mut status = File::from(status);
-        // Not dumpable until exec: nothing in the container may open our
-        // /proc/<pid>/exe, the picolet binary (CVE-2019-5736).
-        let _ = nix::sys::prctl::set_dumpable(false);
         let mut byte = [0u8; 1];
         // EOF: the monitor could not place us in the cgroup.
         if !matches!(File::from(go).read(&mut byte), Ok(1)) {
@@ -327,6 +340,16 @@ impl Child<'_> {
         // Device nodes get the spec's modes, not the monitor's umask ones.
         let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
         nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+        // Connected while the host's paths are in reach; the master goes
+        // over it once the pty is made in the container's devpts.
+        let console = match self.console {
+            Some(p) => Some(
+                crate::host::via_dir_fd(p)
+                    .and_then(|(_dir, via)| std::os::unix::net::UnixStream::connect(via))
+                    .map_err(|e| format!("connect to the console socket {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
         for (fd, n) in [
             (&self.stdio.stdin, 0),
             (&self.stdio.stdout, 1),
@@ -344,6 +367,9 @@ impl Child<'_> {
             .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
         let dirs = crate::mountinfo::cgroup_dirs(&cgroup, &mountinfo)?;
         rootfs::prepare(self.root, &dirs)?;
+        if let Some(c) = &console {
+            crate::nsexec::container_terminal(c.as_fd(), true)?;
+        }
         let arg0 = self.process.argv.first().ok_or("no process.args")?;
         let file = crate::nsexec::resolve(arg0, &self.process.search_path)
             .filter(|f| {

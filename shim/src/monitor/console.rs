@@ -1,5 +1,6 @@
-//! A tty container's terminal: libcontainer makes the pty inside the
-//! container (its devpts, mounted as /dev/console) and sends the master
+//! A tty container's terminal: the container's init (ours, or
+//! libcontainer's) makes the pty inside the container (its devpts, bound
+//! onto /dev/console) and sends the master
 //! over the console socket the monitor listens on; the monitor then reads
 //! the container's output from it, writes attach's stdin to it and sets
 //! its size.
@@ -11,10 +12,10 @@ use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-/// How long libcontainer's init has to send the master after the create.
+/// How long the init has to send the master after the create.
 const WAIT: Duration = Duration::from_secs(10);
 
-/// Accepts libcontainer's connection and takes the pty master it sends.
+/// Accepts the init's connection and takes the pty master it sends.
 pub fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
     let mut fds = [PollFd::new(
         std::os::fd::AsFd::as_fd(listener),

@@ -1,8 +1,8 @@
 //! `picolet monitor`: one small single-threaded process per container (like
 //! conmon or containerd-shim). It makes the container — [`crate::init`], or
-//! libcontainer for one with a terminal — which forks, and must never run
-//! inside the multi-threaded shim, so it is the parent of the container's
-//! init. It then:
+//! libcontainer for a spec that path does not take — which forks, and must
+//! never run inside the multi-threaded shim, so it is the parent of the
+//! container's init. It then:
 //! - tells the shim the init's pid on stdout (one JSON line) and closes it,
 //! - copies the container's stdout/stderr into the CRI log file (reopened on
 //!   SIGUSR1, for ReopenContainerLog),
@@ -125,7 +125,7 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    let made = if crate::init::handles(&spec) {
+    let made = if crate::init::handles(&spec) && (console_path.is_some() || !args.tty) {
         crate::init::create(
             &args.id,
             &spec,
@@ -136,6 +136,7 @@ pub fn run(args: MonitorArgs) -> i32 {
                 stdout: out_w,
                 stderr: err_w,
             },
+            console_path.as_deref(),
         )
         .map(Made::Own)
         .map_err(|e| {
@@ -247,8 +248,8 @@ pub fn run(args: MonitorArgs) -> i32 {
     code
 }
 
-/// A container made by libcontainer (one with a terminal) or by our own
-/// create path ([`crate::init`]).
+/// A container made by our own create path ([`crate::init`]) or by
+/// libcontainer (a spec that path does not take).
 enum Made {
     Libcontainer(libcontainer::container::Container),
     Own(crate::init::Created),
