@@ -11,8 +11,8 @@
 //! re-validates its procfs handle ~23 times and resolves each of ~40 mount
 //! operations through pathrs: ~2,700 syscalls and ~9 ms of the 15 ms a
 //! create and start took. This path makes the same container with a few
-//! hundred. libcontainer still makes containers with a terminal (its console
-//! socket protocol) and any spec this path does not take ([`handles`]).
+//! hundred. libcontainer still makes a container from a spec this path does
+//! not take ([`handles`]); the shim's spec builder writes none.
 #![allow(unsafe_code)]
 
 pub(crate) mod plan;
