@@ -125,15 +125,7 @@ fn own_mount(dir: &std::path::Path, propagation: nix::mount::MsFlags) -> Unmount
 }
 
 async fn exec(c: &mut common::cri::Client, id: &str, cmd: &str) -> String {
-    let out = c
-        .exec_sync(cri_proto::v1::ExecSyncRequest {
-            container_id: id.into(),
-            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
-            timeout: 10,
-        })
-        .await
-        .expect("exec")
-        .into_inner();
+    let out = common::rt::sh(c, id, cmd).await;
     assert_eq!(
         out.exit_code,
         0,

@@ -8,18 +8,10 @@ mod common;
 
 use common::cri;
 use common::rt::{new_pod, ready_shim};
-use cri_proto::v1::{ExecSyncRequest, LinuxContainerResources};
+use cri_proto::v1::LinuxContainerResources;
 
 async fn sh(c: &mut common::cri::Client, id: &str, cmd: &str) -> (i32, String) {
-    let out = c
-        .exec_sync(ExecSyncRequest {
-            container_id: id.into(),
-            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
-            timeout: 10,
-        })
-        .await
-        .expect("exec")
-        .into_inner();
+    let out = common::rt::sh(c, id, cmd).await;
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.exit_code, text)

@@ -55,3 +55,15 @@ pub fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {
         .trim()
         .to_string()
 }
+
+/// `sh -c cmd` in container `id` through ExecSync (10 s timeout).
+pub async fn sh(c: &mut Client, id: &str, cmd: &str) -> cri_proto::v1::ExecSyncResponse {
+    c.exec_sync(cri_proto::v1::ExecSyncRequest {
+        container_id: id.into(),
+        cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+        timeout: 10,
+    })
+    .await
+    .expect("ExecSync")
+    .into_inner()
+}
