@@ -82,6 +82,18 @@ impl Created {
     }
 }
 
+/// The container's folder while a create may still fail: removed when
+/// dropped unless the create succeeded (`.0` taken).
+struct Unmade(Option<PathBuf>);
+
+impl Drop for Unmade {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// Namespaces of the spec: joined by path, or made new (`None`).
 struct Namespaces {
     pid: Option<Option<OwnedFd>>,
@@ -162,38 +174,22 @@ pub(crate) fn create(
         .map_err(|e| format!("create {}: {e}", state_root.display()))?;
     let dir = state_root.join(id);
     std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let cgroup = match libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
+    // Removed again on any error below (in the forked child, which never
+    // returns, it is never dropped).
+    let mut unmade = Unmade(Some(dir.clone()));
+    let cgroup = libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
         cgroup_path,
         systemd_cgroup: false,
         container_name: id.to_string(),
-    }) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(format!("cgroup: {e}"));
-        }
-    };
-    let listener = {
-        let sock = dir.join("notify.sock");
-        crate::host::via_dir_fd(&sock)
-            .and_then(|(_dir, via)| UnixListener::bind(via))
-            .map_err(|e| format!("bind {}: {e}", sock.display()))
-    };
-    let listener = match listener {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(e);
-        }
-    };
-    let pipes = pipe2(OFlag::O_CLOEXEC).and_then(|go| Ok((go, pipe2(OFlag::O_CLOEXEC)?)));
-    let ((go_r, go_w), (status_r, status_w)) = match pipes {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(format!("pipe: {e}"));
-        }
-    };
+    })
+    .map_err(|e| format!("cgroup: {e}"))?;
+    let sock = dir.join("notify.sock");
+    let listener = crate::host::via_dir_fd(&sock)
+        .and_then(|(_dir, via)| UnixListener::bind(via))
+        .map_err(|e| format!("bind {}: {e}", sock.display()))?;
+    let ((go_r, go_w), (status_r, status_w)) = pipe2(OFlag::O_CLOEXEC)
+        .and_then(|go| Ok((go, pipe2(OFlag::O_CLOEXEC)?)))
+        .map_err(|e| format!("pipe: {e}"))?;
     // The PID namespace is the one the monitor's next child gets: the
     // monitor forks nothing else.
     let entered = match &ns.pid {
@@ -202,17 +198,13 @@ pub(crate) fn create(
         None => Ok(()),
     };
     if let Err(e) = entered {
-        let _ = std::fs::remove_dir_all(&dir);
         return Err(format!("PID namespace: {e}"));
     }
     // Not dumpable from birth to exec: nothing in the container (a pod's
     // shared PID namespace has other processes) may open the child's
     // /proc/<pid>/exe, the picolet binary (CVE-2019-5736). The monitor is
     // dumpable again right after the fork.
-    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(format!("set dumpable: {e}"));
-    }
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("set dumpable: {e}"))?;
     // SAFETY: the monitor is single-threaded: the child may run any code.
     let forked = unsafe { fork() };
     if matches!(forked, Ok(ForkResult::Parent { .. }) | Err(_)) {
@@ -232,10 +224,7 @@ pub(crate) fn create(
             child.run(go_r, status_w)
         }
         Ok(ForkResult::Parent { child }) => child,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(format!("fork: {e}"));
-        }
+        Err(e) => return Err(format!("fork: {e}")),
     };
     drop((go_r, status_w, stdio, listener));
     let created = Created { pid, cgroup, dir };
@@ -263,6 +252,7 @@ pub(crate) fn create(
     let mut said = Vec::new();
     let _ = File::from(status_r).take(4096).read_to_end(&mut said);
     if said.as_slice() == b"r" {
+        unmade.0 = None;
         return Ok(created);
     }
     created.undo();

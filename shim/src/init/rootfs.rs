@@ -295,14 +295,9 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
     }
     let protect = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     for p in &plan.readonly_paths {
-        match nix::fcntl::open(
-            p,
-            OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
-            Mode::empty(),
-        ) {
+        match open_path(p) {
             Err(Errno::ENOENT) => continue,
             r => r
-                .map(owned)
                 .and_then(|fd| bind(p, &fd, true, protect, None, &|| open_path(p)))
                 .map_err(|e| format!("make {} read-only: {e}", p.display()))?,
         }
@@ -536,13 +531,9 @@ fn reopen_dev_null() -> Res<()> {
 /// runc's masking: a read-only empty tmpfs over a directory, /dev/null over
 /// anything else; a path the container lacks is left alone.
 fn mask(p: &Path) -> nix::Result<()> {
-    let fd = match nix::fcntl::open(
-        p,
-        OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
-        Mode::empty(),
-    ) {
+    let fd = match open_path(p) {
         Err(Errno::ENOENT) => return Ok(()),
-        r => owned(r?),
+        r => r?,
     };
     if fstat(fd.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFDIR {
         new_fs("tmpfs", "tmpfs", &fd, MsFlags::MS_RDONLY, "")
