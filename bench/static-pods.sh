@@ -6,6 +6,8 @@
 # `picolet up` on private paths. Prints a markdown table. Run as root.
 #
 #   sudo bench/static-pods.sh [N] [M]
+#   sudo PICOLET=/path/to/picolet bench/static-pods.sh [N] [M]   (another build, e.g. the last
+#                                                                 commit's, beside this one)
 #
 # picolet only: kubelet is not packaged for Debian, so no same-run baseline.
 # For reference, kubelet watches the static pod folder with inotify too; its
@@ -21,6 +23,7 @@ M="${2:-100}"
 scripts/setup.sh
 cargo build --release --locked -q -p picolet -p xtask -p bench
 T="${CARGO_TARGET_DIR:-target}/release"
+P="${PICOLET:-$T/picolet}"
 W=$(mktemp -d /var/tmp/picolet-pod-bench.XXXXXX)
 LOOP=
 cleanup() {
@@ -71,8 +74,8 @@ for _ in $(seq 100); do
   [ "$(readlink /proc/$HOLDER/ns/net)" != "$(readlink /proc/self/ns/net)" ] && break
   sleep 0.02
 done
-nsenter --net="/proc/$HOLDER/ns/net" "$T/picolet" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!
-for _ in $(seq 200); do "$T/picolet" ctl --socket "$W/run/picolet.sock" images 2>/dev/null | grep -q busybox && break; sleep 0.05; done
+nsenter --net="/proc/$HOLDER/ns/net" "$P" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!
+for _ in $(seq 200); do "$P" ctl --socket "$W/run/picolet.sock" images 2>/dev/null | grep -q busybox && break; sleep 0.05; done
 "$T/static-pod-bench" "$W/manifests" "$W/run/picolet.sock" bench "$N" > "$W/lat.json"
 "$T/static-pod-bench" "$W/manifests" "$W/run/picolet.sock" bench "$M" at-once > "$W/cold.json"
 

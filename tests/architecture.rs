@@ -264,7 +264,7 @@ const SHIM: &[(&str, &[&str])] = &[
         ],
     ),
     ("spawner_client", &["host", "spawner"]),
-    ("spawner", &["pidfd"]),
+    ("spawner", &["cgroupfs", "pidfd"]),
     ("cni", &["host"]),
     ("host_inputs", &["error", "mountinfo", "seccomp", "spec"]),
     ("spec", &["error", "seccomp", "users"]),
@@ -272,14 +272,14 @@ const SHIM: &[(&str, &[&str])] = &[
         "monitor",
         &["cgroupfs", "devices", "host", "init", "seccomp", "state"],
     ),
-    ("init", &["host", "mountinfo", "nsexec"]),
+    ("init", &["cgroupfs", "host", "mountinfo", "nsexec"]),
     ("nsexec", &["host", "mountinfo", "pidfd", "seccomp"]),
     ("pod_init", &[]),
     ("seccomp", &["host"]),
-    ("devices", &["cgroupfs"]),
+    ("devices", &[]),
     ("pidfd", &["host"]),
     ("namespaces", &["error"]),
-    ("cgroupfs", &["error"]),
+    ("cgroupfs", &["devices", "error"]),
     ("state", &["error"]),
     ("users", &[]),
     ("mountinfo", &[]),
@@ -290,7 +290,7 @@ const SHIM: &[(&str, &[&str])] = &[
 
 /// Code that runs in forked children: no tokio.
 const SHIM_NO_TOKIO: &[&str] = &[
-    "host", "init", "monitor", "nsexec", "pod_init", "seccomp", "spawner",
+    "cgroupfs", "devices", "host", "init", "monitor", "nsexec", "pod_init", "seccomp", "spawner",
 ];
 
 const IMPURE_CRATES: &[&str] = &["tokio", "nix", "tonic", "hyper", "hyper_util"];

@@ -1,12 +1,14 @@
 //! Pod and QoS cgroups (`kubepods[/burstable|/besteffort]/pod<uid>`) for
 //! cgroup v1 and v2, with the pod-level limits kubelet sets (cpu shares or
 //! weight, CFS quota, memory limit, pids limit). Container cgroups below
-//! them belong to the runtime (libcontainer): one owner per directory.
+//! them belong to the runtime, which writes them with [`container`]: one
+//! owner per directory.
 //!
 //! Written directly against cgroupfs rather than through cgroups-rs: the
 //! agent needs mkdir, a handful of writes and rmdir, and the parsers of the
 //! mount table and of the files stay pure and unit-tested.
 
+pub mod container;
 pub mod devices;
 pub mod favor;
 pub mod procfs;
@@ -91,9 +93,9 @@ pub fn parse_mountinfo(text: &str) -> Option<Hierarchy> {
 
 /// cpu.shares (2..262144) → cpu.weight (1..10000), as kubelet's
 /// `CpuSharesToCpuWeight` converts for pod cgroups; 0 (unset) stays 0,
-/// other values are clamped into range first. Container cgroups are
-/// libcgroups', which uses runc 1.3's non-linear conversion (512 shares:
-/// weight 59 there, 20 here).
+/// other values are clamped into range first. Container cgroups use runc
+/// 1.3's non-linear conversion ([`container::shares_to_weight`]; 512
+/// shares: weight 59 there, 20 here).
 pub fn shares_to_weight(shares: u64) -> u64 {
     if shares == 0 {
         return 0;

@@ -1,15 +1,86 @@
-//! cgroupfs: the machine's hierarchy, parsers of its files, and the one
-//! kernel flag the shim sets (`favor_dynmods`); nothing else is written here.
-//! Container cgroups are written by libcgroups alone (its manager in
-//! `init` or libcontainer at create, `container/update.rs` for
-//! UpdateContainerResources) and removed
-//! by the shim once nothing runs in them; pod cgroups are the agent's,
-//! through the `cgroup` crate.
+//! cgroupfs: the machine's hierarchy, the OCI resources as the `cgroup`
+//! crate writes them ([`resources`]), parsers of its files, and the one
+//! kernel flag the shim sets (`favor_dynmods`). Container cgroups are made
+//! and limited through `cgroup::container` by the monitor (`init`),
+//! changed by `container/update.rs` and removed by the shim once nothing
+//! runs in them; libcontainer writes its own only for a spec `init` does
+//! not take. Pod cgroups are the agent's.
 
-/// This machine's cgroup mounts, found once.
+/// This machine's cgroup mounts, found once per process; the spawner
+/// finds them before it forks, so a monitor and its init inherit them.
 pub(crate) fn hierarchy() -> Option<&'static cgroup::Hierarchy> {
     static H: std::sync::OnceLock<Option<cgroup::Hierarchy>> = std::sync::OnceLock::new();
     H.get_or_init(|| cgroup::Hierarchy::detect().ok()).as_ref()
+}
+
+/// `linux.resources` as `cgroup::container` writes them: what the shim's
+/// spec builder sets (memory and swap, CPU, cpuset, hugepages, unified,
+/// devices) and pids. Anything else is refused, naming the field; such a
+/// spec goes to libcontainer (`init::handles`).
+pub(crate) fn resources(
+    r: &oci_spec::runtime::LinuxResources,
+) -> Result<cgroup::container::Resources, String> {
+    let mut out = cgroup::container::Resources::default();
+    let refuse = |field: &str| Err(format!("linux.resources.{field}: not written by picolet"));
+    if r.block_io().is_some() {
+        return refuse("blockIO");
+    }
+    if r.network().is_some() {
+        return refuse("network");
+    }
+    if r.rdma().as_ref().is_some_and(|m| !m.is_empty()) {
+        return refuse("rdma");
+    }
+    if let Some(m) = r.memory() {
+        let other = m.reservation().is_some()
+            || m.kernel().is_some()
+            || m.kernel_tcp().is_some()
+            || m.swappiness().is_some()
+            || m.disable_oom_killer() == Some(true)
+            || m.use_hierarchy().is_some()
+            || m.check_before_update().is_some();
+        if other {
+            return refuse("memory (other than limit and swap)");
+        }
+        out.memory = m.limit();
+        out.swap = m.swap();
+    }
+    if let Some(c) = r.cpu() {
+        let other = c.realtime_runtime().is_some()
+            || c.realtime_period().is_some()
+            || c.burst().is_some()
+            || c.idle().is_some();
+        if other {
+            return refuse("cpu (realtime, burst or idle)");
+        }
+        out.cpu_shares = c.shares();
+        out.cpu_quota = c.quota();
+        out.cpu_period = c.period();
+        out.cpus = c.cpus().clone();
+        out.mems = c.mems().clone();
+    }
+    out.pids = r.pids().as_ref().map(|p| p.limit());
+    for h in r.hugepage_limits().iter().flatten() {
+        let size = h.page_size();
+        if size.is_empty() || !size.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(format!(
+                "linux.resources.hugepageLimits: page size {size:?}"
+            ));
+        }
+        out.hugepages.push((size.clone(), h.limit()));
+    }
+    let mut unified: Vec<(String, String)> = r
+        .unified()
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    unified.sort();
+    out.unified = unified;
+    for (i, d) in r.devices().iter().flatten().enumerate() {
+        out.devices.extend(crate::devices::rule(i, d)?);
+    }
+    Ok(out)
 }
 
 /// `picolet.cgroupFavorDynmods`: sets the cgroup2 root's `favordynmods`

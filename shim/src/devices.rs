@@ -11,7 +11,7 @@ use cgroup::devices::{self, Kind, Policy, Rule};
 use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceType, Spec};
 
 /// One OCI rule; `Ok(None)` for a rule with no cgroup meaning (type `p`).
-fn rule(i: usize, d: &LinuxDeviceCgroup) -> Result<Option<Rule>, String> {
+pub(crate) fn rule(i: usize, d: &LinuxDeviceCgroup) -> Result<Option<Rule>, String> {
     let field = |f: &str| format!("linux.resources.devices[{i}].{f}");
     let kind = match d.typ().unwrap_or_default() {
         LinuxDeviceType::A => None,

@@ -130,6 +130,9 @@ pub fn serve(run: fn(Vec<String>) -> i32) -> i32 {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     set_cmdline(&own);
+    // Learned once here, inherited by every child: a monitor writes its
+    // container's cgroup without reading the mount table.
+    let _ = crate::cgroupfs::hierarchy();
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     if let Err(e) = mask.thread_block() {

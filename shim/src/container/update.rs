@@ -50,9 +50,9 @@ impl Runtime {
         Ok(())
     }
 
-    /// Updates the live cgroup and the stored config. libcgroups writes
-    /// the files, as libcontainer's create did: one owner per container
-    /// cgroup directory (the shim only reads them, for stats).
+    /// Updates the live cgroup and the stored config, with the code that
+    /// wrote the cgroup at create (`cgroup::container`; one owner per
+    /// container cgroup directory, the shim only reads them for stats).
     pub fn update_container_resources(
         &self,
         id: &str,
@@ -61,20 +61,17 @@ impl Runtime {
         let mut rec = self.container(id)?;
         let hugetlb = crate::host_inputs::hugetlb_available();
         let resources = crate::spec::linux_resources(&r, hugetlb, id)?;
-        let manager = libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
-            cgroup_path: std::path::PathBuf::from(&rec.cgroup),
-            systemd_cgroup: false,
-            container_name: id.to_string(),
-        })
-        .map_err(|e| Error::Internal(format!("cgroup of container {id}: {e}")))?;
-        let opt = libcgroups::common::ControllerOpt {
-            resources: &resources,
-            freezer_state: None,
-            oom_score_adj: None,
-            disable_oom_killer: false,
-        };
-        libcgroups::common::CgroupManager::apply(&manager, &opt)
-            .map_err(|e| Error::Internal(format!("update the cgroup of container {id}: {e}")))?;
+        let resources = crate::cgroupfs::resources(&resources).map_err(Error::InvalidArgument)?;
+        let h = crate::cgroupfs::hierarchy()
+            .ok_or_else(|| Error::Internal("no cgroup filesystem mounted".into()))?;
+        h.update_container(&rec.cgroup, &resources).map_err(|e| {
+            let msg = format!("update the cgroup of container {id}: {e}");
+            if e.kind() == std::io::ErrorKind::InvalidInput {
+                Error::InvalidArgument(msg)
+            } else {
+                Error::Internal(msg)
+            }
+        })?;
         if let Some(l) = rec.config.linux.as_mut() {
             l.resources = Some(r);
         }

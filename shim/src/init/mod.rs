@@ -25,7 +25,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use libcgroups::common::{CgroupManager, ControllerOpt};
 use nix::fcntl::OFlag;
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::signal::{Signal, kill};
@@ -33,9 +32,12 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pipe2};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
+use crate::mountinfo::CgroupDir;
+
 /// Whether this path makes a container from `spec`: no user namespace,
-/// hooks, rlimits, sysctls, AppArmor or SELinux labels, hostname or other
-/// namespaces than ours. (libcontainer makes the rest.)
+/// hooks, rlimits, sysctls, AppArmor or SELinux labels, hostname, other
+/// namespaces than ours or cgroup limits `cgroup::container` does not
+/// write. (libcontainer makes the rest.)
 pub(crate) fn handles(spec: &Spec) -> bool {
     let process_ok = spec.process().as_ref().is_some_and(|p| {
         p.rlimits().as_ref().is_none_or(|r| r.is_empty())
@@ -54,6 +56,9 @@ pub(crate) fn handles(spec: &Spec) -> bool {
             ) && (n.typ() != LinuxNamespaceType::Mount || n.path().is_none())
         }) && l.sysctl().as_ref().is_none_or(|s| s.is_empty())
             && l.uid_mappings().as_ref().is_none_or(|m| m.is_empty())
+            && l.resources()
+                .as_ref()
+                .is_none_or(|r| crate::cgroupfs::resources(r).is_ok())
     });
     process_ok && linux_ok && spec.hooks().is_none() && spec.hostname().is_none()
 }
@@ -68,29 +73,46 @@ pub(crate) struct Stdio {
 /// A created container: its init, and how to take it back.
 pub(crate) struct Created {
     pub pid: Pid,
-    cgroup: libcgroups::common::AnyCgroupManager,
+    cgroup: String,
     dir: PathBuf,
 }
 
 impl Created {
-    /// Kills the init and removes its cgroup and folder.
-    pub(crate) fn undo(&self) {
+    /// Kills the init (during the create its cgroup and folder go with the
+    /// [`Unmade`]).
+    fn kill(&self) {
         let _ = kill(self.pid, Signal::SIGKILL);
         let _ = waitpid(self.pid, None);
-        let _ = self.cgroup.remove();
+    }
+
+    /// Kills the init and removes its cgroup and folder.
+    pub(crate) fn undo(&self) {
+        self.kill();
+        if let Some(h) = crate::cgroupfs::hierarchy() {
+            let _ = h.remove_pod(&self.cgroup);
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// The container's folder while a create may still fail: removed when
-/// dropped unless the create succeeded (`.0` taken).
-struct Unmade(Option<PathBuf>);
+/// The container's folder and cgroup while a create may still fail:
+/// removed when dropped unless the create succeeded (`made` set). The
+/// forked init never returns, so never drops it.
+struct Unmade<'a> {
+    dir: PathBuf,
+    cgroup: Option<(&'a cgroup::Hierarchy, &'a str)>,
+    made: bool,
+}
 
-impl Drop for Unmade {
+impl Drop for Unmade<'_> {
     fn drop(&mut self) {
-        if let Some(dir) = self.0.take() {
-            let _ = std::fs::remove_dir_all(dir);
+        if self.made {
+            return;
         }
+        if let Some((h, path)) = self.cgroup {
+            let _ = h.remove_pod(path);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -166,23 +188,35 @@ pub(crate) fn create(
         .ok_or("the spec has no linux section")?;
     let cgroup_path = linux
         .cgroups_path()
-        .clone()
+        .as_ref()
+        .and_then(|p| p.to_str())
         .ok_or("the spec has no cgroupsPath")?;
-    let resources = linux.resources().clone().unwrap_or_default();
+    let resources = crate::cgroupfs::resources(&linux.resources().clone().unwrap_or_default())?;
+    let h = crate::cgroupfs::hierarchy().ok_or("no cgroup filesystem mounted")?;
+    let cgroups: Vec<CgroupDir> = h
+        .container_dirs(cgroup_path)
+        .map_err(|e| format!("cgroup: {e}"))?
+        .into_iter()
+        .map(|(mount_point, dir)| CgroupDir {
+            v2: matches!(h, cgroup::Hierarchy::V2(_)),
+            mount_point,
+            dir,
+        })
+        .collect();
 
     std::fs::create_dir_all(state_root)
         .map_err(|e| format!("create {}: {e}", state_root.display()))?;
     let dir = state_root.join(id);
     std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    // Removed again on any error below (in the forked child, which never
-    // returns, it is never dropped).
-    let mut unmade = Unmade(Some(dir.clone()));
-    let cgroup = libcgroups::common::create_cgroup_manager(libcgroups::common::CgroupConfig {
-        cgroup_path,
-        systemd_cgroup: false,
-        container_name: id.to_string(),
-    })
-    .map_err(|e| format!("cgroup: {e}"))?;
+    let mut unmade = Unmade {
+        dir: dir.clone(),
+        cgroup: None,
+        made: false,
+    };
+    // Limits in force before the init joins.
+    unmade.cgroup = Some((h, cgroup_path));
+    h.make_container(cgroup_path, &resources)
+        .map_err(|e| format!("cgroup: {e}"))?;
     let sock = dir.join("notify.sock");
     let listener = crate::host::via_dir_fd(&sock)
         .and_then(|(_dir, via)| UnixListener::bind(via))
@@ -220,6 +254,7 @@ pub(crate) fn create(
                 stdio: &stdio,
                 listener: &listener,
                 console,
+                cgroups: &cgroups,
             };
             child.run(go_r, status_w)
         }
@@ -227,35 +262,30 @@ pub(crate) fn create(
         Err(e) => return Err(format!("fork: {e}")),
     };
     drop((go_r, status_w, stdio, listener));
-    let created = Created { pid, cgroup, dir };
-    let placed = created
-        .cgroup
-        .add_task(pid)
-        .and_then(|()| {
-            created.cgroup.apply(&ControllerOpt {
-                resources: &resources,
-                freezer_state: None,
-                oom_score_adj: None,
-                disable_oom_killer: false,
-            })
-        })
+    let created = Created {
+        pid,
+        cgroup: cgroup_path.to_string(),
+        dir,
+    };
+    let placed = h
+        .join_container(cgroup_path, pid.as_raw())
         .map_err(|e| format!("cgroup: {e}"));
     if let Err(e) = placed.and_then(|()| {
         File::from(go_w)
             .write_all(b"g")
             .map_err(|e| format!("release the init: {e}"))
     }) {
-        created.undo();
+        created.kill();
         return Err(e);
     }
     // One byte for ready; a message when the init failed (then EOF).
     let mut said = Vec::new();
     let _ = File::from(status_r).take(4096).read_to_end(&mut said);
     if said.as_slice() == b"r" {
-        unmade.0 = None;
+        unmade.made = true;
         return Ok(created);
     }
-    created.undo();
+    created.kill();
     if said.is_empty() {
         return Err("the container's init exited before it was ready".into());
     }
@@ -271,6 +301,8 @@ struct Child<'a> {
     listener: &'a UnixListener,
     /// The monitor's console socket, for a container with a terminal.
     console: Option<&'a Path>,
+    /// The container's cgroup in each hierarchy (for `/sys/fs/cgroup`).
+    cgroups: &'a [CgroupDir],
 }
 
 impl Child<'_> {
@@ -351,12 +383,7 @@ impl Child<'_> {
             setns(fd.as_fd(), *flag).map_err(|e| format!("join namespace {flag:?}: {e}"))?;
         }
         unshare(self.ns.new).map_err(|e| format!("new namespaces {:?}: {e}", self.ns.new))?;
-        let cgroup = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
-        let dirs = crate::mountinfo::cgroup_dirs(&cgroup, &mountinfo)?;
-        rootfs::prepare(self.root, &dirs)?;
+        rootfs::prepare(self.root, self.cgroups)?;
         if let Some(c) = &console {
             crate::nsexec::container_terminal(c.as_fd(), true)?;
         }

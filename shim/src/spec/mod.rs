@@ -429,8 +429,8 @@ fn resources_json(res: &LinuxContainerResources, hugetlb: bool, id: &str) -> Val
     resources
 }
 
-/// CRI resources as OCI `LinuxResources` for a live update through
-/// libcgroups, the one owner of container cgroup directories.
+/// CRI resources as OCI `LinuxResources` for a live update (written with
+/// `cgroup::container`, as at create).
 pub fn linux_resources(
     res: &LinuxContainerResources,
     hugetlb: bool,
