@@ -1,7 +1,9 @@
 //! End-to-end: pod networking through CNI with Debian's reference plugins
 //! (`bridge`, `host-local`, `portmap`, `tuning` from
 //! containernetworking-plugins, in /usr/lib/cni) and with picolet's own
-//! (`"type": "picolet"`, the shim's binary as `picolet cni`). Root.
+//! (`"type": "picolet"`: in the shim's process when no plugin folder has a
+//! `picolet`, and exec'd as a plugin binary, as containerd runs it, from a
+//! folder's link to picolet's binary). Root.
 //!
 //! The shim runs in a network namespace the test made (its "host"
 //! network): the bridge, routes and iptables rules the plugins write stay
@@ -33,8 +35,11 @@ const LAN_PEER: &str = "192.168.77.2";
 enum Net {
     /// bridge + host-local + portmap from containernetworking-plugins.
     Debian,
-    /// picolet's built-in plugin.
+    /// picolet's built-in plugin, in the shim's process.
     Builtin,
+    /// The same plugin exec'd: a link named `picolet` to the binary in
+    /// the shim's first plugin folder, as containerd runs it.
+    BuiltinExec,
 }
 
 /// The network's plugins (leases under the test dir), then `extra`
@@ -49,7 +54,7 @@ fn conflist(net: Net, shim: &Shim, extra: &str) -> String {
              "routes": [{{"dst": "0.0.0.0/0"}}]}}}},
   {{"type": "portmap", "capabilities": {{"portMappings": true}}}}"#
         ),
-        Net::Builtin => format!(
+        Net::Builtin | Net::BuiltinExec => format!(
             r#"{{"type": "picolet", "bridge": "picolet0", "subnet": "10.99.0.0/24",
     "dataDir": "{ipam}", "ipMasq": true, "capabilities": {{"portMappings": true}}}}"#
         ),
@@ -62,6 +67,12 @@ fn ipam_dir(shim: &Shim) -> PathBuf {
 }
 
 fn write_conflist(net: Net, shim: &Shim, extra: &str) {
+    if let Net::BuiltinExec = net {
+        let dir = shim.cni_bin_dir();
+        std::fs::create_dir_all(&dir).expect("plugin folder");
+        std::os::unix::fs::symlink(common::picolet(), dir.join("picolet"))
+            .expect("link the plugin");
+    }
     std::fs::write(
         shim.cni_conf_dir().join("10-e2e.conflist"),
         conflist(net, shim, extra),
@@ -284,6 +295,13 @@ async fn with_the_builtin_plugin_pods_reach_each_other_a_host_port_answers_and_m
  {
     require_root!();
     pods_reach_each_other(Net::Builtin).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_builtin_plugin_exec_d_as_a_binary_pods_reach_each_other_and_a_host_port_answers()
+{
+    require_root!();
+    pods_reach_each_other(Net::BuiltinExec).await;
 }
 
 async fn pods_reach_each_other(net: Net) {

@@ -69,16 +69,67 @@ pub struct Call<'a> {
     pub bin_dirs: &'a [PathBuf],
 }
 
-/// The first folder's executable named `plugin` and its arguments; for
-/// type `picolet` that no folder has, this binary itself as `picolet cni`.
-fn find(plugin: &str, dirs: &[PathBuf]) -> Option<(PathBuf, &'static [&'static str])> {
+/// Where a plugin runs.
+enum Found {
+    /// The first folder's executable named by the type.
+    Exec(PathBuf),
+    /// Type `picolet` that no folder has: picolet's own plugin, in this
+    /// process (`builtin::call`); containerd runs it as `picolet cni`.
+    Builtin,
+}
+
+fn find(plugin: &str, dirs: &[PathBuf]) -> Option<Found> {
     if let Some(p) = dirs.iter().map(|d| d.join(plugin)).find(|p| p.is_file()) {
-        return Some((p, &[]));
+        return Some(Found::Exec(p));
     }
-    if plugin == super::builtin::TYPE {
-        return std::env::current_exe().ok().map(|p| (p, &["cni"][..]));
+    (plugin == super::builtin::TYPE).then_some(Found::Builtin)
+}
+
+/// [`run`] for the built-in plugin, on a blocking thread: the same config
+/// on "stdin", the same variables, its result or error object.
+async fn run_builtin(
+    plugin: &str,
+    call: &Call<'_>,
+    stdin: &[u8],
+) -> Result<Option<Value>, PluginError> {
+    let command = call.command;
+    let vars: Vec<(&'static str, String)> = vec![
+        ("CNI_COMMAND", command.to_string()),
+        ("CNI_CONTAINERID", call.container_id.to_string()),
+        ("CNI_NETNS", call.netns.to_string_lossy().into_owned()),
+        ("CNI_IFNAME", call.ifname.to_string()),
+        ("CNI_ARGS", call.args.to_string()),
+    ];
+    let input = stdin.to_vec();
+    let work = tokio::task::spawn_blocking(move || {
+        let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        super::builtin::call(&input, &vars)
+    });
+    let out = tokio::time::timeout(TIMEOUT, work)
+        .await
+        .map_err(|_| PluginError::Timeout {
+            plugin: plugin.into(),
+            command,
+        })?
+        .map_err(|e| PluginError::BadOutput {
+            plugin: plugin.into(),
+            command,
+            why: format!("the built-in plugin panicked: {e}"),
+        })?;
+    match out {
+        Ok(v) if command == "ADD" => v.map(Some).ok_or_else(|| PluginError::BadOutput {
+            plugin: plugin.into(),
+            command,
+            why: "no result".into(),
+        }),
+        Ok(_) => Ok(None),
+        Err((code, msg)) => Err(PluginError::Failed {
+            plugin: plugin.into(),
+            command,
+            code: code.into(),
+            msg,
+        }),
     }
-    None
 }
 
 /// Runs `plugin` with `stdin`; its result for ADD, `None` for DEL.
@@ -89,13 +140,20 @@ pub async fn run(
 ) -> Result<Option<Value>, PluginError> {
     let command = call.command;
     let started = std::time::Instant::now();
-    let (path, args) = find(plugin, call.bin_dirs).ok_or_else(|| PluginError::NotFound {
+    let found = find(plugin, call.bin_dirs).ok_or_else(|| PluginError::NotFound {
         plugin: plugin.into(),
         dirs: call.bin_dirs.to_vec(),
     })?;
+    let path = match found {
+        Found::Exec(path) => path,
+        Found::Builtin => {
+            let out = run_builtin(plugin, call, stdin).await;
+            tracing::debug!(plugin, command, container = call.container_id, elapsed = ?started.elapsed(), ok = out.is_ok(), "built-in CNI plugin ran");
+            return out;
+        }
+    };
     let cni_path = std::env::join_paths(call.bin_dirs).unwrap_or_default();
     let mut child = tokio::process::Command::new(&path)
-        .args(args)
         .env_clear()
         // Plugins run iptables, ip and friends from PATH.
         .env(

@@ -259,8 +259,9 @@ struct Env {
     ifname: String,
 }
 
-fn env() -> Result<Env, Fail> {
-    let get = |k: &str| std::env::var(k).unwrap_or_default();
+/// The call's variables as `get` gives them (the process's environment,
+/// or the shim's call in-process).
+fn env_from(get: impl Fn(&str) -> String) -> Result<Env, Fail> {
     let e = Env {
         command: get("CNI_COMMAND"),
         id: get("CNI_CONTAINERID"),
@@ -477,37 +478,13 @@ pub fn main() -> ExitCode {
                 .map(String::from)
         })
         .unwrap_or_else(|| "1.0.0".into());
-    let outcome = (|| -> Result<Option<Value>, Fail> {
-        read?;
-        if stdin.len() as u64 > MAX_STDIN {
-            return Err(Fail(4, format!("network config over {MAX_STDIN} bytes")));
-        }
-        let e = env()?;
-        if e.command == "VERSION" {
-            return Ok(Some(
-                json!({"cniVersion": version, "supportedVersions": SUPPORTED}),
-            ));
-        }
-        let net = parse_for(&stdin, e.command == "DEL")?;
-        if !SUPPORTED.contains(&net.version.as_str()) {
-            return Err(Fail(
-                1,
-                format!(
-                    "cniVersion {:?} is not supported ({SUPPORTED:?})",
-                    net.version
-                ),
-            ));
-        }
-        match e.command.as_str() {
-            "ADD" => add(&net, &e).map(Some),
-            "DEL" => del(&net, &e).map(|()| None),
-            "CHECK" => check(&net, &e).map(|()| None),
-            // Ready whenever it can run: it needs nothing but the kernel.
-            "STATUS" => Ok(None),
-            "" => Err(Fail(7, "CNI_COMMAND is not set".into())),
-            other => Err(Fail(4, format!("CNI_COMMAND {other:?} is not supported"))),
-        }
-    })();
+    let outcome = read.and_then(|_| {
+        handle(
+            &stdin,
+            env_from(|k| std::env::var(k).unwrap_or_default()),
+            &version,
+        )
+    });
     match outcome {
         Ok(out) => {
             if let Some(v) = out {
@@ -522,6 +499,54 @@ pub fn main() -> ExitCode {
             );
             ExitCode::FAILURE
         }
+    }
+}
+
+/// One call of the plugin as the shim makes it for type `picolet`: in its
+/// own process, on a blocking thread, with the variables it would have set
+/// (`(name, value)`), without the fork and exec of the whole binary and
+/// its page faults (~4 ms of CPU per pod at a cold start of 100 pods).
+/// `Ok` is the result (ADD) or nothing; `Err` the spec's error code and
+/// message, as a plugin prints them.
+pub fn call(stdin: &[u8], vars: &[(&str, &str)]) -> Result<Option<Value>, (u32, String)> {
+    let get = |k: &str| {
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| (*v).to_string())
+            .unwrap_or_default()
+    };
+    handle(stdin, env_from(get), "1.0.0").map_err(|Fail(code, msg)| (code, msg))
+}
+
+/// What `main` does once stdin is read.
+fn handle(stdin: &[u8], e: Result<Env, Fail>, version: &str) -> Result<Option<Value>, Fail> {
+    if stdin.len() as u64 > MAX_STDIN {
+        return Err(Fail(4, format!("network config over {MAX_STDIN} bytes")));
+    }
+    let e = e?;
+    if e.command == "VERSION" {
+        return Ok(Some(
+            json!({"cniVersion": version, "supportedVersions": SUPPORTED}),
+        ));
+    }
+    let net = parse_for(stdin, e.command == "DEL")?;
+    if !SUPPORTED.contains(&net.version.as_str()) {
+        return Err(Fail(
+            1,
+            format!(
+                "cniVersion {:?} is not supported ({SUPPORTED:?})",
+                net.version
+            ),
+        ));
+    }
+    match e.command.as_str() {
+        "ADD" => add(&net, &e).map(Some),
+        "DEL" => del(&net, &e).map(|()| None),
+        "CHECK" => check(&net, &e).map(|()| None),
+        // Ready whenever it can run: it needs nothing but the kernel.
+        "STATUS" => Ok(None),
+        "" => Err(Fail(7, "CNI_COMMAND is not set".into())),
+        other => Err(Fail(4, format!("CNI_COMMAND {other:?} is not supported"))),
     }
 }
 
