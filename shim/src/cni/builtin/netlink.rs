@@ -8,9 +8,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use netlink_packet_core::{
-    NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload,
-};
+use netlink_packet_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NetlinkMessage};
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
@@ -27,22 +25,83 @@ use netlink_sys::protocols::NETLINK_ROUTE;
 pub struct Netlink {
     socket: Socket,
     seq: u32,
+    /// The kernel's answers land here (one allocation per socket).
+    answer: Vec<u8>,
+}
+
+/// What the kernel answered a request with.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// An ACK (or the end of a dump).
+    Ack,
+    /// A link (`RTM_NEWLINK`): its index.
+    Link(u32),
+    /// Another object.
+    Other,
+}
+
+const NLMSG_HDRLEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const RTM_NEWLINK: u16 = 16;
+
+/// The messages of one `recv` in order: (type, sequence number, answer
+/// or error). Only the fixed headers are read: a link's attributes (its
+/// statistics and all) are never decoded, which netlink-packet-route did
+/// for every answer, formatting a context string for each attribute: the
+/// largest user-space cost of a pod's network at a cold start.
+fn answers(buf: &[u8]) -> io::Result<Vec<(u32, io::Result<Answer>)>> {
+    let u16_at = |b: &[u8], at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
+    let u32_at = |b: &[u8], at: usize| u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + NLMSG_HDRLEN <= buf.len() {
+        let msg = &buf[at..];
+        let len = u32_at(msg, 0) as usize;
+        if len < NLMSG_HDRLEN || len > msg.len() {
+            return Err(io::Error::other(format!(
+                "netlink answer: message of {len} bytes in {} left",
+                msg.len()
+            )));
+        }
+        let (kind, seq) = (u16_at(msg, 4), u32_at(msg, 8));
+        let body = &msg[NLMSG_HDRLEN..len];
+        let answer = match kind {
+            NLMSG_ERROR if body.len() >= 4 => {
+                match i32::from_ne_bytes([body[0], body[1], body[2], body[3]]) {
+                    0 => Ok(Answer::Ack),
+                    code => Err(io::Error::from_raw_os_error(code.saturating_neg())),
+                }
+            }
+            NLMSG_DONE => Ok(Answer::Ack),
+            // struct ifinfomsg: family, pad, type (u16), index (i32), ...
+            RTM_NEWLINK if body.len() >= 8 => Ok(Answer::Link(u32_at(body, 4))),
+            NLMSG_ERROR | RTM_NEWLINK => {
+                return Err(io::Error::other("netlink answer: message too short"));
+            }
+            _ => Ok(Answer::Other),
+        };
+        out.push((seq, answer));
+        // Messages are 4-byte aligned.
+        at += len.next_multiple_of(4);
+    }
+    Ok(out)
 }
 
 impl Netlink {
     pub fn open() -> io::Result<Self> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind_auto()?;
-        Ok(Self { socket, seq: 0 })
+        Ok(Self {
+            socket,
+            seq: 0,
+            answer: vec![0; 64 * 1024],
+        })
     }
 
-    /// Sends `msg` and reads the kernel's answer: the first message that is
-    /// not an ACK (for GET), `None` for a plain ACK.
-    fn request(
-        &mut self,
-        msg: RouteNetlinkMessage,
-        flags: u16,
-    ) -> io::Result<Option<RouteNetlinkMessage>> {
+    /// Sends `msg` and reads the kernel's answer to it: for a GET the
+    /// object (before any ACK), else the ACK or the error.
+    fn request(&mut self, msg: RouteNetlinkMessage, flags: u16) -> io::Result<Answer> {
         self.seq = self.seq.wrapping_add(1);
         let mut req = NetlinkMessage::from(msg);
         req.header.flags = flags;
@@ -51,35 +110,12 @@ impl Netlink {
         let mut buf = vec![0; req.header.length as usize];
         req.serialize(&mut buf);
         self.socket.send(&buf, 0)?;
-        let mut answer = vec![0u8; 64 * 1024];
         loop {
-            let n = self.socket.recv(&mut &mut answer[..], 0)?;
-            let mut at = 0;
-            while at < n {
-                let got = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer[at..n])
-                    .map_err(|e| io::Error::other(format!("netlink answer: {e}")))?;
-                let len = got.header.length as usize;
-                if got.header.sequence_number == self.seq {
-                    match got.payload {
-                        NetlinkPayload::Error(e) => {
-                            return match e.code {
-                                None => Ok(None),
-                                Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
-                            };
-                        }
-                        NetlinkPayload::InnerMessage(inner) => {
-                            // A GET answers with the object, then (with ACK) an ACK;
-                            // the object is what the caller wants.
-                            return Ok(Some(inner));
-                        }
-                        NetlinkPayload::Done(_) => return Ok(None),
-                        _ => {}
-                    }
+            let n = self.socket.recv(&mut &mut self.answer[..], 0)?;
+            for (seq, answer) in answers(&self.answer[..n])? {
+                if seq == self.seq {
+                    return answer;
                 }
-                if len == 0 {
-                    break;
-                }
-                at += len;
             }
         }
     }
@@ -99,7 +135,7 @@ impl Netlink {
         // No ACK flag: the answer is the link or an error, nothing after it
         // that a later request could mistake for its own.
         match self.request(RouteNetlinkMessage::GetLink(m), NLM_F_REQUEST) {
-            Ok(Some(RouteNetlinkMessage::NewLink(l))) => Ok(Some(l.header.index)),
+            Ok(Answer::Link(index)) => Ok(Some(index)),
             Ok(_) => Err(io::Error::other(format!("link {name}: unexpected answer"))),
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => Ok(None),
             Err(e) => Err(e),
@@ -191,5 +227,59 @@ impl Netlink {
         m.attributes
             .push(RouteAttribute::Gateway(RouteAddress::Inet(gateway)));
         self.ack(RouteNetlinkMessage::NewRoute(m), true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(NLMSG_HDRLEN + body.len()).expect("small");
+        let mut m = Vec::new();
+        m.extend(len.to_ne_bytes());
+        m.extend(kind.to_ne_bytes());
+        m.extend(0u16.to_ne_bytes());
+        m.extend(seq.to_ne_bytes());
+        m.extend(0u32.to_ne_bytes());
+        m.extend(body);
+        while m.len() % 4 != 0 {
+            m.push(0);
+        }
+        m
+    }
+
+    #[test]
+    fn acks_errors_and_links_are_read_from_the_headers() {
+        let mut buf = msg(NLMSG_ERROR, 1, &0i32.to_ne_bytes());
+        buf.extend(msg(NLMSG_ERROR, 2, &(-libc::EEXIST).to_ne_bytes()));
+        // ifinfomsg: family, pad, type, index 7, flags, change; then an
+        // attribute of 5 bytes (padded to 8 in the buffer).
+        let mut link = vec![0u8, 0, 1, 0];
+        link.extend(7u32.to_ne_bytes());
+        link.extend([0u8; 8]);
+        link.extend([5u8, 0, 3, 0, b'x']);
+        buf.extend(msg(RTM_NEWLINK, 3, &link));
+        buf.extend(msg(NLMSG_DONE, 4, &[]));
+        buf.extend(msg(20, 5, &[0; 12]));
+        let got = answers(&buf).expect("parse");
+        assert_eq!(got.len(), 5);
+        assert!(matches!(got[0], (1, Ok(Answer::Ack))));
+        assert_eq!(
+            got[1].1.as_ref().map_err(io::Error::raw_os_error).err(),
+            Some(Some(libc::EEXIST))
+        );
+        assert!(matches!(got[2], (3, Ok(Answer::Link(7)))));
+        assert!(matches!(got[3], (4, Ok(Answer::Ack))));
+        assert!(matches!(got[4], (5, Ok(Answer::Other))));
+    }
+
+    #[test]
+    fn a_length_past_the_buffer_or_a_short_link_is_an_error() {
+        let mut buf = msg(NLMSG_ERROR, 1, &0i32.to_ne_bytes());
+        buf[0] = 200;
+        assert!(answers(&buf).is_err());
+        assert!(answers(&msg(RTM_NEWLINK, 1, &[0; 4])).is_err());
+        assert!(answers(&[1, 2, 3]).expect("nothing whole").is_empty());
     }
 }
