@@ -349,6 +349,7 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
             .link_index(&veth)
             .and_then(|i| i.ok_or_else(|| std::io::Error::other("gone")))
             .map_err(|err| format!("link {veth}: {err}"))?;
+        no_ipv6(&veth);
         nl.set_master(host, bridge)
             .and_then(|()| nl.set_up(host))
             .map_err(|err| format!("attach {veth} to {}: {err}", net.bridge))?;
@@ -360,6 +361,7 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
             let pod = nl
                 .link_index(&e.ifname)?
                 .ok_or_else(|| std::io::Error::other(format!("{} missing", e.ifname)))?;
+            no_ipv6(&e.ifname);
             nl.add_address(pod, ip, net.subnet.prefix)?;
             nl.set_up(pod)?;
             nl.add_default_route(gw)
@@ -388,6 +390,16 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
         return Err(fail(why));
     }
     Ok(result(net, &e.ifname, &e.netns, &veth, ip))
+}
+
+/// IPv6 off on link `name` of the calling thread's network namespace,
+/// before it is up. The network is IPv4 only (as Docker does for a network
+/// without IPv6); otherwise each pod's two ends got link-local addresses,
+/// duplicate address detection and multicast listener reports flooded to
+/// every port of the bridge: ~1.3 ms of kernel work per pod at a cold start
+/// of 100. Best effort: a kernel without IPv6 has no such file.
+fn no_ipv6(name: &str) {
+    let _ = fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1");
 }
 
 /// The bridge's index, made and addressed on first use.
