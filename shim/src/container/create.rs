@@ -243,8 +243,8 @@ impl Runtime {
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
-        let raw = serde_json::to_vec(&spec)
-            .map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
+        let raw =
+            serde_json::to_vec(&spec).map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
         // Read by the monitor's create and each exec; a reboot ends the
         // container. The seccomp filters go compiled beside it.
         images::fsutil::write_atomic_volatile(&bundle.join("config.json"), &raw)?;
