@@ -100,7 +100,7 @@ impl Created {
 /// forked init never returns, so never drops it.
 struct Unmade<'a> {
     dir: PathBuf,
-    cgroup: Option<(&'a cgroup::Hierarchy, &'a str)>,
+    cgroup: (&'a cgroup::Hierarchy, &'a str),
     made: bool,
 }
 
@@ -109,9 +109,8 @@ impl Drop for Unmade<'_> {
         if self.made {
             return;
         }
-        if let Some((h, path)) = self.cgroup {
-            let _ = h.remove_pod(path);
-        }
+        let (h, path) = self.cgroup;
+        let _ = h.remove_pod(path);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -210,11 +209,10 @@ pub(crate) fn create(
     std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let mut unmade = Unmade {
         dir: dir.clone(),
-        cgroup: None,
+        cgroup: (h, cgroup_path),
         made: false,
     };
     // Limits in force before the init joins.
-    unmade.cgroup = Some((h, cgroup_path));
     h.make_container(cgroup_path, &resources)
         .map_err(|e| format!("cgroup: {e}"))?;
     let sock = dir.join("notify.sock");
