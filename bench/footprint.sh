@@ -56,11 +56,14 @@ mem() {
 # pids → "tid ns" lines: each of their threads' time on a CPU so far
 # (schedstat, nanoseconds; /proc/<pid>/stat counts 10 ms ticks, and 0.1 %
 # of a core over 30 s is three of them).
+# A third field names the thread: its process's role (the second word of
+# the command line: shim, agent, monitor, up) and the thread's name.
 thread_ns() {
-  local pid t
+  local pid t role
   for pid in "$@"; do
+    role=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | awk '{print $2}')
     for t in /proc/"$pid"/task/*; do
-      [ -r "$t/schedstat" ] && echo "${t##*/} $(cut -d' ' -f1 "$t/schedstat" 2>/dev/null)"
+      [ -r "$t/schedstat" ] && echo "${t##*/} $(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) ${role:-?}/$(tr ' ' _ < "$t/comm" 2>/dev/null)"
     done
   done
 }
@@ -74,10 +77,13 @@ running() { "$P" ctl --socket "$1" ps 2>/dev/null | grep -c Running || true; }
 wait_running() { for _ in $(seq 600); do [ "$(running "$1")" -ge "$2" ] && return 0; sleep 0.1; done; echo "bench: $2 pods not running" >&2; exit 1; }
 cpu_pct() { # pids-function → CPU % of one core over IDLE seconds (a thread
   # that ends in between takes its share with it; one that starts counts whole)
+  # per-role/thread-name shares go to $W/idle-$1 (the busiest first)
   local a b
   a=$(thread_ns $($1)); sleep "$IDLE"; b=$(thread_ns $($1))
-  awk -v idle="$IDLE" 'NR == FNR { a[$1] = $2; next } NF == 2 { d += $2 - ($1 in a ? a[$1] : 0) }
-    END { printf "%.3f", d / 1e7 / idle }' <(echo "$a") <(echo "$b")
+  awk -v idle="$IDLE" -v out="$W/idle-$1" 'NR == FNR { a[$1] = $2; next }
+    NF == 3 { x = $2 - ($1 in a ? a[$1] : 0); d += x; by[$3] += x }
+    END { for (k in by) printf "%.4f %s\n", by[k] / 1e7 / idle, k | "sort -rn > " out
+          printf "%.3f", d / 1e7 / idle }' <(echo "$a") <(echo "$b")
 }
 
 mkdir -p "$W/images" "$W/manifests"
@@ -156,3 +162,6 @@ for i, n in enumerate([0, 10, 30]):
 print(f"| idle CPU, 30 pods, {idle} s | {pcpu} % of one core | {ccpu} % of one core |")
 print(f"| static binary (x86_64 musl) | {int(size) / 1048576:.1f} MiB | |")
 PY
+echo
+echo "picolet's idle CPU by process role / thread name (% of one core, the busiest):"
+head -8 "$W/idle-picolet_pids" 2>/dev/null | sed 's/^/    /' 
