@@ -161,6 +161,48 @@ pub fn flat_key(text: &str, key: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn oci(v: serde_json::Value) -> oci_spec::runtime::LinuxResources {
+        serde_json::from_value(v).expect("LinuxResources")
+    }
+
+    #[test]
+    fn what_the_spec_builder_writes_converts_and_other_limits_are_named() {
+        let r = resources(&oci(serde_json::json!({
+            "memory": {"limit": 1024, "swap": 2048},
+            "cpu": {"shares": 512, "quota": 50000, "period": 100000, "cpus": "0-1"},
+            "pids": {"limit": 64},
+            "hugepageLimits": [{"pageSize": "2MB", "limit": 4096}],
+            "unified": {"memory.high": "max"},
+            "devices": [{"allow": false, "access": "rwm"}],
+        })))
+        .expect("converts");
+        assert_eq!((r.memory, r.swap), (Some(1024), Some(2048)));
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.cpu_period),
+            (Some(512), Some(50_000), Some(100_000))
+        );
+        assert_eq!(r.cpus.as_deref(), Some("0-1"));
+        assert_eq!(r.pids, Some(64));
+        assert_eq!(r.hugepages, vec![("2MB".to_string(), 4096)]);
+        assert_eq!(
+            r.unified,
+            vec![("memory.high".to_string(), "max".to_string())]
+        );
+        assert_eq!(r.devices.len(), 1);
+        for (v, field) in [
+            (serde_json::json!({"blockIO": {"weight": 10}}), "blockIO"),
+            (serde_json::json!({"memory": {"reservation": 1}}), "memory"),
+            (serde_json::json!({"cpu": {"realtimeRuntime": 1}}), "cpu"),
+            (
+                serde_json::json!({"hugepageLimits": [{"pageSize": "../x", "limit": 1}]}),
+                "hugepageLimits",
+            ),
+        ] {
+            let e = resources(&oci(v)).expect_err(field);
+            assert!(e.contains(field), "{e}");
+        }
+    }
+
     #[test]
     fn oom_counters_v1_and_v2() {
         let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
