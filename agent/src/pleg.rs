@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use crate::health::Health;
 use crate::metrics::AgentMetrics;
@@ -33,20 +33,32 @@ const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(10);
 /// Runs forever (until the runtime goes away for good).
 pub async fn run(shared: Pleg) {
     let streaming = Arc::new(AtomicBool::new(false));
-    tokio::spawn(event_stream(shared.clone(), streaming.clone()));
+    // The stream's end: relist at once, then every second until it is back.
+    let broke = Arc::new(Notify::new());
+    tokio::spawn(event_stream(
+        shared.clone(),
+        streaming.clone(),
+        broke.clone(),
+    ));
     let mut last: HashMap<String, (String, i32)> = HashMap::new();
     let mut sandboxes: HashMap<String, (String, bool)> = HashMap::new();
-    let mut tick = tokio::time::interval(RELIST_PERIOD);
-    let mut relisted: Option<Instant> = None;
+    let mut first = true;
     loop {
-        tick.tick().await;
-        if streaming.load(Ordering::Relaxed)
-            && relisted.is_some_and(|t| t.elapsed() + RELIST_PERIOD / 2 < EVENTED_RELIST_PERIOD)
-        {
-            continue;
+        // Asleep until the next relist is due: no wakeup a second to find
+        // that the stream is still up.
+        if !first {
+            let period = if streaming.load(Ordering::Relaxed) {
+                EVENTED_RELIST_PERIOD
+            } else {
+                RELIST_PERIOD
+            };
+            tokio::select! {
+                () = tokio::time::sleep(period) => {}
+                () = broke.notified() => {}
+            }
         }
+        first = false;
         let started = Instant::now();
-        relisted = Some(started);
         let (Ok(containers), Ok(pods)) = (
             shared.cri.list_containers().await,
             shared.cri.list_pod_uids().await,
@@ -89,7 +101,7 @@ pub async fn run(shared: Pleg) {
 
 /// Follows GetContainerEvents; a runtime without it (UNIMPLEMENTED, as
 /// containerd 1.6) leaves PLEG to the relist.
-async fn event_stream(shared: Pleg, streaming: Arc<AtomicBool>) {
+async fn event_stream(shared: Pleg, streaming: Arc<AtomicBool>, broke: Arc<Notify>) {
     loop {
         let mut stream = match shared.cri.events().await {
             Ok(s) => {
@@ -112,6 +124,7 @@ async fn event_stream(shared: Pleg, streaming: Arc<AtomicBool>) {
                 // back, so relist every second meanwhile, and once now.
                 _ => {
                     streaming.store(false, Ordering::Relaxed);
+                    broke.notify_one();
                     break;
                 }
             };
