@@ -9,22 +9,8 @@ use cgroup::procfs::{self};
 /// Reads the root cgroup now and, with `pods`, each pod cgroup and each
 /// running container.
 pub(crate) fn collect(shared: &Readers, pods: bool) -> Snapshot {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    };
-    let (physical_cores, sockets) = procfs::parse_cpuinfo(&read("/proc/cpuinfo"));
     let mut snap = Snapshot {
-        machine: Machine {
-            physical_cores,
-            sockets,
-            swap_bytes: procfs::meminfo_bytes(&read("/proc/meminfo"), "SwapTotal"),
-            cores: u64::try_from(shared.node.cpu_milli / 1000).unwrap_or(0),
-            memory_bytes: u64::try_from(shared.node.memory_bytes).unwrap_or(0),
-            boot_id: read("/proc/sys/kernel/random/boot_id"),
-            system_uuid: read("/sys/class/dmi/id/product_uuid"),
-        },
+        machine: shared.machine().clone(),
         entries: Vec::new(),
         timestamp_ms: i64::try_from(crate::clock::now().as_millis()).unwrap_or(0),
         scrape_error: false,
@@ -156,4 +142,25 @@ pub(crate) fn collect(shared: &Readers, pods: bool) -> Snapshot {
         }
     }
     snap
+}
+
+/// What the node is, read once: cores and sockets from /proc/cpuinfo (whose
+/// read makes the kernel ask every CPU its clock), swap, the boot ID, the
+/// machine's UUID.
+pub(crate) fn machine(shared: &Readers) -> Machine {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let (physical_cores, sockets) = procfs::parse_cpuinfo(&read("/proc/cpuinfo"));
+    Machine {
+        physical_cores,
+        sockets,
+        swap_bytes: procfs::meminfo_bytes(&read("/proc/meminfo"), "SwapTotal"),
+        cores: u64::try_from(shared.node.cpu_milli / 1000).unwrap_or(0),
+        memory_bytes: u64::try_from(shared.node.memory_bytes).unwrap_or(0),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+        system_uuid: read("/sys/class/dmi/id/product_uuid"),
+    }
 }

@@ -37,6 +37,8 @@ pub struct Stats {
     pub ooms: oom::Kills,
     /// CPU readings by cgroup id for `usageNanoCores`.
     cpu_samples: Mutex<HashMap<String, CpuSample>>,
+    /// The machine's facts, read at the first scrape.
+    machine: std::sync::OnceLock<cadvisor::Machine>,
 }
 
 /// What a summary reads.
@@ -66,7 +68,12 @@ impl Stats {
             statuses,
             ooms,
             cpu_samples: Mutex::new(HashMap::new()),
+            machine: std::sync::OnceLock::new(),
         }
+    }
+
+    fn machine(&self) -> &cadvisor::Machine {
+        self.machine.get_or_init(|| collect::machine(self))
     }
 
     /// Reads the root cgroup, each pod cgroup and each running container.
@@ -132,17 +139,10 @@ impl Stats {
                 .unwrap_or(0)
         };
         let now_secs = now.as_secs();
-        let processes = std::fs::read_dir("/proc")
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| {
-                        e.file_name()
-                            .to_string_lossy()
-                            .bytes()
-                            .all(|b| b.is_ascii_digit())
-                    })
-                    .count() as u64
-            })
+        // Tasks (threads: each takes a pid), as kubelet's rlimit stats: the
+        // kernel's count, not a walk of /proc.
+        let processes = nix::sys::sysinfo::sysinfo()
+            .map(|i| u64::from(i.process_count()))
             .unwrap_or(0);
         let mut pods = HashMap::new();
         let mut logs = HashMap::new();
