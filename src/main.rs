@@ -570,7 +570,13 @@ fn run_agent(args: AgentArgs) -> ExitCode {
         Err(code) => return code,
     };
     args.apply(&mut config);
-    let rt = match tokio::runtime::Runtime::new() {
+    // One thread: the agent's work is small and mostly waiting (its
+    // blocking reads go to spawn_blocking's pool); a multi-thread runtime
+    // woke a second worker for nearly every timer and reply (docs/architecture.md).
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("picolet agent: cannot start the async runtime: {e}");
