@@ -120,12 +120,17 @@ impl Cni {
             capability_args: capability_args(config)?,
             result: None,
         };
-        save(dir, &att)?;
+        // Durable before ADD: a lease the plugins write to disk is released
+        // after a power cut only if this record survived it.
+        save(dir, &att, true)?;
         match self.add(&att).await {
             Ok(result) => {
                 let ips = config::pod_ips(&result, &att.ifname);
                 att.result = Some(result);
-                save(dir, &att)?;
+                // Not flushed: a power cut may leave the record above, whose
+                // DEL has no prevResult, which plugins must take (CNI spec:
+                // DEL "should" get it, and after a reboot the netns is gone).
+                save(dir, &att, false)?;
                 Ok(ips)
             }
             Err(e) => {
@@ -220,12 +225,18 @@ impl Cni {
     }
 }
 
-fn save(dir: &Path, att: &Attachment) -> Result<(), CniError> {
+/// Writes the attachment record atomically; `durable`: flushed too.
+fn save(dir: &Path, att: &Attachment, durable: bool) -> Result<(), CniError> {
     let bytes = serde_json::to_vec(att).map_err(|e| CniError::BadCache {
         path: dir.join(CACHE),
         why: e.to_string(),
     })?;
-    images::fsutil::write_atomic(&dir.join(CACHE), &bytes)?;
+    let path = dir.join(CACHE);
+    if durable {
+        images::fsutil::write_atomic(&path, &bytes)?;
+    } else {
+        images::fsutil::write_atomic_volatile(&path, &bytes)?;
+    }
     Ok(())
 }
 
