@@ -572,7 +572,8 @@ fn run_agent(args: AgentArgs) -> ExitCode {
     args.apply(&mut config);
     // One thread: the agent's work is small and mostly waiting (its
     // blocking reads go to spawn_blocking's pool); a multi-thread runtime
-    // woke a second worker for nearly every timer and reply (docs/architecture.md).
+    // woke a second worker for nearly every timer and reply (docs/architecture.md,
+    // "Processes").
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
