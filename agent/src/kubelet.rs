@@ -213,11 +213,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             source,
         })?;
     let (changed, mut pleg_rx) = tokio::sync::mpsc::channel(1024);
+    let (running, running_rx) = tokio::sync::watch::channel(Arc::default());
     tokio::spawn(pleg::run(pleg::Pleg {
         cri: cri.clone(),
         metrics: metrics.clone(),
         health: health.clone(),
         changed,
+        running,
     }));
     oom::spawn(oom::Watcher {
         cri: cri.clone(),
@@ -233,6 +235,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(usize::MAX),
         },
         cfg.container_log_monitor_interval,
+        running_rx,
     );
     image_gc::spawn(image_gc::Manager {
         cri: cri.clone(),

@@ -10,12 +10,14 @@
 //! Without this an edge device's disk (often flash) fills with one chatty
 //! container's log.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use tokio::sync::watch;
 
 use crate::runtime::Cri;
 
@@ -141,16 +143,15 @@ fn tidy(log: &Path, policy: Policy) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One pass over the running containers; `known` keeps their log paths
+/// One pass over the `running` containers; `known` keeps their log paths
 /// between passes.
-pub async fn rotate_all(cri: &Cri, policy: Policy, known: &mut HashMap<String, PathBuf>) {
-    let logs = match cri.running_log_paths(known).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::debug!(error = %e, "log rotation: cannot list containers");
-            return;
-        }
-    };
+pub async fn rotate_all(
+    cri: &Cri,
+    policy: Policy,
+    running: &HashSet<String>,
+    known: &mut HashMap<String, PathBuf>,
+) {
+    let logs = cri.running_log_paths(running, known).await;
     // Every log's size in one trip to a blocking thread (one each was a
     // handoff per container every pass: most of an idle agent's wakeups).
     let sized = tokio::task::spawn_blocking(move || {
@@ -236,15 +237,22 @@ async fn rotate(
     Ok(())
 }
 
-/// Runs [`rotate_all`] every `interval` until the agent stops.
-pub fn spawn(cri: Cri, policy: Policy, interval: std::time::Duration) {
+/// Runs [`rotate_all`] every `interval` until the agent stops, over the
+/// containers PLEG's last relist found running.
+pub fn spawn(
+    cri: Cri,
+    policy: Policy,
+    interval: std::time::Duration,
+    running: watch::Receiver<Arc<HashSet<String>>>,
+) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known = HashMap::new();
         loop {
             tick.tick().await;
-            rotate_all(&cri, policy, &mut known).await;
+            let now = running.borrow().clone();
+            rotate_all(&cri, policy, &now, &mut known).await;
         }
     });
 }

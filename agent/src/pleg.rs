@@ -7,12 +7,13 @@
 //! containerd 1.6 has no stream). Each relist makes the runtime look at every
 //! container: at 30 pods the 1 s relist was a third of the shim's idle CPU.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc};
+use cri_proto::v1::ContainerState;
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::health::Health;
 use crate::metrics::AgentMetrics;
@@ -25,6 +26,8 @@ pub struct Pleg {
     pub metrics: Arc<AgentMetrics>,
     pub health: Health,
     pub changed: mpsc::Sender<String>,
+    /// The containers the last relist found running (the log rotation's).
+    pub running: watch::Sender<Arc<HashSet<String>>>,
 }
 
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -67,6 +70,18 @@ pub async fn run(shared: Pleg) {
         };
         shared.metrics.pleg_relist(started.elapsed());
         shared.health.relisted();
+        let running: HashSet<String> = containers
+            .iter()
+            .filter(|(_, _, state)| *state == ContainerState::ContainerRunning as i32)
+            .map(|(id, _, _)| id.clone())
+            .collect();
+        shared.running.send_if_modified(|r| {
+            let changed = **r != running;
+            if changed {
+                *r = Arc::new(running);
+            }
+            changed
+        });
         let mut now: HashMap<String, (String, i32)> = HashMap::new();
         let mut changed: Vec<String> = Vec::new();
         for (id, uid, state) in containers {

@@ -85,6 +85,7 @@ async fn setup_config(
         metrics: Arc::new(metrics::AgentMetrics::default()),
         health: agent::health::Health::default(),
         changed,
+        running: tokio::sync::watch::channel(Arc::default()).0,
     }));
     let w = workers.clone();
     tokio::spawn(async move {
@@ -370,11 +371,13 @@ async fn pleg_reports_the_pod_of_a_container_that_exited() {
 
     let (changed, mut rx) = tokio::sync::mpsc::channel(16);
     let health = agent::health::Health::default();
+    let (running, mut running_rx) = tokio::sync::watch::channel(Arc::default());
     tokio::spawn(pleg::run(pleg::Pleg {
         cri: cri(&fake).await,
         metrics: Arc::new(metrics::AgentMetrics::default()),
         health: health.clone(),
         changed,
+        running,
     }));
     // The first relist sees everything as new.
     let first = tokio::time::timeout(Duration::from_secs(5), rx.recv())
@@ -382,11 +385,23 @@ async fn pleg_reports_the_pod_of_a_container_that_exited() {
         .expect("first relist");
     assert_eq!(first.as_deref(), Some(uid.as_str()));
     let id = fake.containers_named("main")[0].id.clone();
+    // It says which containers run (the log rotation's list), and no more
+    // once one has exited.
+    assert!(running_rx.borrow_and_update().contains(&id));
     fake.exit(&id, 3);
     let next = tokio::time::timeout(Duration::from_secs(5), rx.recv())
         .await
         .expect("a relist after the exit");
     assert_eq!(next.as_deref(), Some(uid.as_str()));
+    // The exit's event came first; the next relist (10 s while the event
+    // stream is up) drops it from the running ones.
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        running_rx.wait_for(|r| !r.contains(&id)),
+    )
+    .await
+    .expect("a relist without it")
+    .expect("PLEG runs");
     assert!(health.check().is_ok());
     // The setup's PLEG woke the worker for the same change: the pod failed
     // (restartPolicy Never).

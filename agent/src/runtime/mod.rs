@@ -350,49 +350,34 @@ impl Cri {
             .collect())
     }
 
-    /// Running containers and their log files. kubelet's log manager asks
-    /// ListContainers, then each one's status, every time; a container's log
-    /// path never changes, so `known` keeps each one after its first status
-    /// (pruned to the running containers): at 30 idle pods that was 30 of
-    /// the 31 calls of every 10 s round.
+    /// The log files of the `running` containers (PLEG's last relist).
+    /// kubelet's log manager asks ListContainers, then each one's status,
+    /// every time; a container's log path never changes, so `known` keeps
+    /// each one after its first status (pruned to the running containers),
+    /// and the running ones come from the relist PLEG made anyway: at 30
+    /// idle pods each 10 s round was 31 calls, then one, now none.
     pub async fn running_log_paths(
         &self,
+        running: &std::collections::HashSet<String>,
         known: &mut HashMap<String, PathBuf>,
-    ) -> Result<Vec<(String, PathBuf)>> {
-        let items = self
-            .rt
-            .clone()
-            .list_containers(self.req(ListContainersRequest {
-                filter: Some(ContainerFilter {
-                    state: Some(cri_proto::v1::ContainerStateValue {
-                        state: cri_proto::v1::ContainerState::ContainerRunning as i32,
-                    }),
-                    ..Default::default()
-                }),
-            }))
-            .await
-            .map_err(e("ListContainers"))?
-            .into_inner()
-            .containers;
-        let running: std::collections::HashSet<&str> =
-            items.iter().map(|c| c.id.as_str()).collect();
-        known.retain(|id, _| running.contains(id.as_str()));
+    ) -> Vec<(String, PathBuf)> {
+        known.retain(|id, _| running.contains(id));
         let mut out = Vec::new();
-        for c in items {
-            if let Some(log) = known.get(&c.id) {
-                out.push((c.id.clone(), log.clone()));
+        for id in running {
+            if let Some(log) = known.get(id) {
+                out.push((id.clone(), log.clone()));
                 continue;
             }
-            // Gone since the listing: nothing to rotate.
-            if let Ok(Some(st)) = self.container_status(&c.id).await
+            // Gone since the relist: nothing to rotate.
+            if let Ok(Some(st)) = self.container_status(id).await
                 && !st.log_path.is_empty()
             {
                 let log = PathBuf::from(st.log_path);
-                known.insert(c.id.clone(), log.clone());
-                out.push((c.id, log));
+                known.insert(id.clone(), log.clone());
+                out.push((id.clone(), log));
             }
         }
-        Ok(out)
+        out
     }
 
     /// The labels the container was created with; None once it is gone.
