@@ -17,7 +17,7 @@
 //! files now.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write as _};
 use std::path::{Component, Path, PathBuf};
 
 use crate::Hierarchy;
@@ -265,7 +265,6 @@ fn rel(path: &str) -> io::Result<&Path> {
 }
 
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
-    use std::io::Write as _;
     fs::OpenOptions::new()
         .write(true)
         .truncate(true)
@@ -341,6 +340,9 @@ impl Hierarchy {
         let read = |c: &'static str, f: &str| fs::read_to_string(self.dir_of(c, rel)?.join(f)).ok();
         let writes = plan(r, v2, create, &read)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // A file written more than once (v1's device list, rule by rule:
+        // each write(2) is one rule) is opened once.
+        let mut open: Vec<(PathBuf, fs::File)> = Vec::new();
         for wr in writes {
             let dir = self.dir_of(wr.controller, rel).ok_or_else(|| {
                 io::Error::new(
@@ -351,26 +353,62 @@ impl Hierarchy {
                     ),
                 )
             })?;
-            write_file(&dir.join(&wr.file), &wr.value)?;
+            let path = dir.join(&wr.file);
+            let at = match open.iter().position(|(p, _)| *p == path) {
+                Some(at) => at,
+                None => {
+                    let f = fs::OpenOptions::new()
+                        .write(true)
+                        .truncate(true)
+                        .open(&path)
+                        .map_err(|e| with_path(&path, &wr.value, e))?;
+                    open.push((path, f));
+                    open.len() - 1
+                }
+            };
+            let (path, f) = &mut open[at];
+            f.write_all(wr.value.as_bytes())
+                .map_err(|e| with_path(path, &wr.value, e))?;
         }
         Ok(())
     }
 }
 
+fn with_path(path: &Path, value: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {value}: {e}", path.display()))
+}
+
 /// v1 cpuset: a cgroup whose `cpuset.cpus` or `cpuset.mems` is empty takes
-/// no process (ENOSPC). Each empty one on the way down gets its parent's.
+/// no process (ENOSPC). Each empty one on the way down gets the value of
+/// the nearest filled one above; only as far up as needed is read (a new
+/// container's pod directory is filled already).
 fn fill_cpuset(mount: &Path, rel: &Path) -> io::Result<()> {
+    let dir = mount.join(rel);
     for file in ["cpuset.cpus", "cpuset.mems"] {
-        let mut dir = mount.to_path_buf();
-        let mut value = fs::read_to_string(dir.join(file))?;
-        for part in rel.components() {
-            dir.push(part);
-            let here = fs::read_to_string(dir.join(file))?;
-            if here.trim().is_empty() {
-                write_file(&dir.join(file), value.trim())?;
-            } else {
-                value = here;
+        let mut empty = Vec::new();
+        let mut value = None;
+        for d in dir.ancestors() {
+            let here = fs::read_to_string(d.join(file))?;
+            if !here.trim().is_empty() {
+                value = Some(here);
+                break;
             }
+            if d == mount {
+                break;
+            }
+            empty.push(d);
+        }
+        let Some(value) = value else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: empty up to the hierarchy's root",
+                    dir.join(file).display()
+                ),
+            ));
+        };
+        for d in empty.iter().rev() {
+            write_file(&d.join(file), value.trim())?;
         }
     }
     Ok(())

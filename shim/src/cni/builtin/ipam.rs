@@ -4,8 +4,13 @@
 //! temporary file into place (a crash never leaves a half-written lease,
 //! and two claims of one address cannot both win). `last_reserved_ip`
 //! makes allocation round-robin, as host-local's, so a freed address is
-//! not handed out again at once. The caller holds [`Leases::lock`] across
-//! a whole ADD or DEL.
+//! not handed out again at once. [`Leases::allocate`] and
+//! [`Leases::release`] take the network's lock for their own reads and
+//! links only, as host-local does: the links, addresses and rules of an
+//! ADD are the pod's own and need no lock (the runtime never runs two
+//! calls for one container at once, CNI spec). Under one lock for a whole
+//! ADD, with a device flush inside, a cold start of 100 pods set up their
+//! networks one at a time.
 
 use std::fs;
 use std::io::Write;
@@ -85,8 +90,12 @@ pub struct Leases {
     subnet: Subnet,
 }
 
-/// Held while it lives: no other ADD or DEL of the network runs.
-pub struct Locked(#[allow(dead_code)] Flock<fs::File>);
+/// Held while it lives: no other allocation or release of the network's
+/// addresses runs.
+struct Locked(#[allow(dead_code)] Flock<fs::File>);
+
+/// Temporary lease names of this process: `.lease-<pid>-<n>`.
+static TEMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Leases {
     pub fn new(data_dir: &Path, network: &str, subnet: Subnet) -> Self {
@@ -96,7 +105,7 @@ impl Leases {
         }
     }
 
-    pub fn lock(&self) -> Result<Locked, String> {
+    fn lock(&self) -> Result<Locked, String> {
         fs::create_dir_all(&self.dir).map_err(|e| format!("create {}: {e}", self.dir.display()))?;
         let path = self.dir.join("lock");
         let file = fs::OpenOptions::new()
@@ -137,8 +146,20 @@ impl Leases {
     }
 
     /// The address of `id`/`ifname`: the one it holds, or the next free one
-    /// after the last handed out.
+    /// after the last handed out. The lease is written and flushed before
+    /// the lock is taken; under it, only the lease files are read and one
+    /// is linked in.
     pub fn allocate(&self, id: &str, ifname: &str) -> Result<Ipv4Addr, String> {
+        fs::create_dir_all(&self.dir).map_err(|e| format!("create {}: {e}", self.dir.display()))?;
+        let n = TEMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.dir.join(format!(".lease-{}-{n}", std::process::id()));
+        write_synced(&tmp, Self::owner(id, ifname).as_bytes())?;
+        let claimed = self.lock().and_then(|_lock| self.claim(id, ifname, &tmp));
+        let _ = fs::remove_file(&tmp);
+        claimed
+    }
+
+    fn claim(&self, id: &str, ifname: &str, tmp: &Path) -> Result<Ipv4Addr, String> {
         if let Some(ip) = self.find(id, ifname) {
             return Ok(ip);
         }
@@ -150,31 +171,20 @@ impl Leases {
             .map(u32::from)
             .filter(|ip| (first..=last).contains(ip))
             .unwrap_or(last);
-        // Under the lock, a temporary lease is one a killed plugin left.
-        for stale in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            if stale.file_name().to_string_lossy().starts_with(".lease-") {
-                let _ = fs::remove_file(stale.path());
-            }
-        }
-        let tmp = self.dir.join(format!(".lease-{}", std::process::id()));
-        write_synced(&tmp, Self::owner(id, ifname).as_bytes())?;
+        remove_stale_temps(&self.dir);
         let size = last - first + 1;
         let mut claimed = None;
         for step in 1..=size {
             let ip = Ipv4Addr::from(first + (after - first + step) % size);
-            match fs::hard_link(&tmp, self.dir.join(ip.to_string())) {
+            match fs::hard_link(tmp, self.dir.join(ip.to_string())) {
                 Ok(()) => {
                     claimed = Some(ip);
                     break;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    let _ = fs::remove_file(&tmp);
-                    return Err(format!("lease {ip} in {}: {e}", self.dir.display()));
-                }
+                Err(e) => return Err(format!("lease {ip} in {}: {e}", self.dir.display())),
             }
         }
-        let _ = fs::remove_file(&tmp);
         let ip = claimed.ok_or_else(|| {
             format!(
                 "no free address left in {} ({size} leased under {})",
@@ -191,6 +201,7 @@ impl Leases {
 
     /// Frees what `id`/`ifname` holds; nothing held is fine.
     pub fn release(&self, id: &str, ifname: &str) -> Result<(), String> {
+        let _lock = self.lock()?;
         let want = Self::owner(id, ifname);
         for (_, path) in self.leases() {
             if fs::read_to_string(&path).is_ok_and(|s| s == want) {
@@ -198,6 +209,25 @@ impl Leases {
             }
         }
         Ok(())
+    }
+}
+
+/// Temporary leases that a killed plugin process left: those of a process
+/// that is gone (this one's may be another thread's, still in flight).
+fn remove_stale_temps(dir: &Path) {
+    let me = std::process::id().to_string();
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".lease-"))
+            .map(|rest| rest.split('-').next().unwrap_or(rest))
+        else {
+            continue;
+        };
+        if pid != me && !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_file(e.path());
+        }
     }
 }
 
@@ -248,7 +278,6 @@ mod tests {
     fn addresses_are_leased_round_robin_kept_per_owner_and_freed() {
         let dir = tempfile::tempdir().expect("tmp");
         let l = leases(dir.path(), "10.9.0.0/29"); // .2 ..= .6
-        let _g = l.lock().expect("lock");
         let a = l.allocate("a", "eth0").expect("a");
         assert_eq!(a, Ipv4Addr::new(10, 9, 0, 2));
         assert_eq!(
@@ -284,5 +313,33 @@ mod tests {
             .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
             .collect();
         assert!(names.is_empty(), "temporary files left: {names:?}");
+    }
+
+    #[test]
+    fn concurrent_allocations_get_distinct_addresses_and_leave_no_temporary_files() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let got: Vec<Ipv4Addr> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..16)
+                .map(|i| {
+                    let d = dir.path();
+                    s.spawn(move || {
+                        leases(d, "10.8.0.0/24")
+                            .allocate(&format!("pod{i}"), "eth0")
+                            .expect("allocate")
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let mut unique = got.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 16, "{got:?}");
+        let temps: Vec<_> = fs::read_dir(dir.path().join("net"))
+            .expect("dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".lease-"))
+            .collect();
+        assert!(temps.is_empty(), "{temps:?}");
     }
 }

@@ -306,7 +306,6 @@ fn in_netns<T: Send>(
 fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
     let fail = |m: String| Fail(100, m);
     let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
-    let _lock = leases.lock().map_err(fail)?;
     let firewall = match iptables::find() {
         Some(bin) => Some(iptables::Iptables::new(bin)),
         None if net.masquerade || !net.ports.is_empty() => {
@@ -453,7 +452,6 @@ fn teardown(e: &Env, leases: &Leases) -> Result<(), String> {
 
 fn del(net: &Network, e: &Env) -> Result<(), Fail> {
     let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
-    let _lock = leases.lock().map_err(|m| Fail(100, m))?;
     teardown(e, &leases).map_err(|m| Fail(100, m))
 }
 
