@@ -23,6 +23,7 @@ use seccompiler::{BpfProgram, TargetArch};
 use serde_json::{Value, json};
 
 mod default_profile;
+mod tree;
 
 pub use default_profile::runtime_default;
 
@@ -86,7 +87,16 @@ fn rule_json(name: &str, args: &[oci_spec::runtime::LinuxSeccompArg]) -> Result<
 
 /// Compiles an OCI seccomp section to the BPF programs to install, in order.
 /// Syscall names this architecture lacks are skipped, as libseccomp does.
+/// The main filter dispatches by a binary search over syscall numbers
+/// (tree.rs says why).
 pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, String> {
+    compile_with(profile, true)
+}
+
+/// Below this many named syscalls the main filter stays seccompiler's row.
+const TREE_FROM: usize = 16;
+
+fn compile_with(profile: &LinuxSeccomp, as_tree: bool) -> Result<Vec<BpfProgram>, String> {
     let default = action_json(profile.default_action(), profile.default_errno_ret())?;
     let mut allow_all_named = Vec::new();
     let mut groups: BTreeMap<String, (Value, Vec<Value>)> = BTreeMap::new();
@@ -125,7 +135,11 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, String> {
     let mut out = Vec::new();
     // Main first; order does not change the outcome (most restrictive wins).
     if let Some(main) = map.remove("main") {
-        out.push(main);
+        if as_tree && allow_all_named.len() >= TREE_FROM {
+            out.push(main_as_tree(&main, &allow_all_named, &default)?);
+        } else {
+            out.push(main);
+        }
     }
     let mut rest: Vec<_> = map.into_iter().collect();
     rest.sort_by(|a, b| a.0.cmp(&b.0));
@@ -136,6 +150,55 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, String> {
         out.push(vec![ALLOW_ALL]);
     }
     Ok(out)
+}
+
+/// The main filter (`compiled` by seccompiler from `rules`, which allow)
+/// as a binary search: each syscall's number, and its own program where
+/// its rules have argument conditions (one unconditional rule allows it
+/// whatever the others say).
+fn main_as_tree(
+    compiled: &BpfProgram,
+    rules: &[Value],
+    default: &Value,
+) -> Result<BpfProgram, String> {
+    let bad = |what: &str| format!("compile seccomp profile: seccompiler's program {what}");
+    let prefix = tree::prefix_of(compiled).ok_or_else(|| bad("loads no syscall number"))?;
+    let mismatch = compiled
+        .last()
+        .filter(|i| i.code == 0x06)
+        .map(|i| i.k)
+        .ok_or_else(|| bad("does not end in a return"))?;
+    let mut by_name: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+    for r in rules {
+        let name = r["syscall"]
+            .as_str()
+            .ok_or_else(|| bad("rule without a name"))?;
+        by_name.entry(name).or_default().push(r);
+    }
+    let mut arms = Vec::with_capacity(by_name.len());
+    for (name, rs) in by_name {
+        let always = rs.iter().any(|r| r.get("args").is_none());
+        let filter = if always {
+            json!([{ "syscall": name }])
+        } else {
+            json!(rs)
+        };
+        let one = json!({"one": {"mismatch_action": default, "filter_action": "allow", "filter": filter}});
+        let alone = seccompiler::compile_from_json(one.to_string().as_bytes(), target_arch())
+            .map_err(|e| format!("compile seccomp rules of {name}: {e}"))?
+            .remove("one")
+            .ok_or_else(|| bad("is missing"))?;
+        let nr = tree::number_of(&alone).ok_or_else(|| bad(&format!("for {name}: no number")))?;
+        let arm = if always {
+            tree::Arm::Ret(libc::SECCOMP_RET_ALLOW)
+        } else {
+            tree::Arm::Rules(
+                tree::rules_of(&alone).ok_or_else(|| bad(&format!("for {name}: no rules")))?,
+            )
+        };
+        arms.push((nr, arm));
+    }
+    tree::dispatch(prefix, arms, mismatch).map_err(|e| format!("compile seccomp profile: {e}"))
 }
 
 /// `ret SECCOMP_RET_ALLOW`: a one-instruction filter.
