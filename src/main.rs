@@ -1,6 +1,8 @@
 //! `picolet`: one binary, subcommands. Parses arguments, sets up logging and
 //! calls into the crates; no logic lives here.
 
+#[cfg(target_env = "musl")]
+mod alloc;
 #[macro_use]
 mod ctl_out;
 mod ctl;
@@ -19,10 +21,10 @@ use edge_config::{Config, ShimPaths};
 
 mod up;
 
-/// Static builds: dlmalloc (Cargo.toml says why).
+/// Static builds: dlmalloc in the shim and the agent (`alloc.rs` says why).
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+static ALLOC: alloc::ByRole = alloc::ByRole;
 
 /// Where the config file is looked for when `--config` is not given.
 const DEFAULT_CONFIG: &str = "/etc/picolet/config.yaml";
@@ -323,15 +325,8 @@ impl AgentArgs {
 }
 
 fn main() -> ExitCode {
-    // The allocator's lock is taken around fork(2) (as musl does for its
-    // own malloc), so a child forked while another thread allocates can
-    // still allocate. Before any thread exists.
     #[cfg(target_env = "musl")]
-    #[allow(unsafe_code)]
-    // SAFETY: called once, first thing, while the process has one thread.
-    unsafe {
-        dlmalloc::enable_alloc_after_fork();
-    }
+    alloc::fork_safe();
     // Installed as a CNI plugin (e.g. /opt/cni/bin/picolet for containerd),
     // picolet is run with CNI_COMMAND set and no arguments.
     if std::env::args_os().len() == 1 && std::env::var_os("CNI_COMMAND").is_some() {
