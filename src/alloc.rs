@@ -28,9 +28,10 @@ static MODE: AtomicU8 = AtomicU8::new(UNDECIDED);
 static DL: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
 /// Whether this process is the shim or the agent: `argv[1]`, read from
-/// `/proc/self/cmdline` into the stack (no allocation in here).
+/// `/proc/self/cmdline` into the stack (no allocation in here). A binary
+/// path longer than the buffer gets mallocng: slower, never wrong.
 fn decide() -> u8 {
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 1024];
     // SAFETY: a NUL-terminated path; `buf` outlives the read, which is
     // bounded by its length; the descriptor is closed once.
     let n = unsafe {

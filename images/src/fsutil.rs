@@ -44,6 +44,15 @@ pub fn write_atomic_volatile(path: &Path, data: &[u8]) -> Result<()> {
     // a rename.
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     match renameat_with(CWD, &tmp, CWD, path, RenameFlags::EXCHANGE) {
+        Ok(()) if tmp.is_dir() => {
+            // A swap also trades a file for a folder, which a rename
+            // refuses: put the folder back and fail as a rename would.
+            let back = renameat_with(CWD, &tmp, CWD, path, RenameFlags::EXCHANGE);
+            let _ = fs::remove_file(&tmp);
+            back.map_err(std::io::Error::from)
+                .and_then(|()| Err(std::io::Error::from_raw_os_error(libc::EISDIR)))
+                .map_err(Error::io("write", path))
+        }
         Ok(()) => {
             let _ = fs::remove_file(&tmp);
             Ok(())
@@ -242,5 +251,14 @@ mod tests {
         let err =
             write_atomic_volatile(&dir.path().join("gone/rec.json"), b"x").expect_err("no folder");
         assert!(err.to_string().contains("gone/rec.json"), "{err}");
+        // A folder where the record goes is refused, as a rename refuses it,
+        // and stays where it was.
+        let folder = dir.path().join("d");
+        fs::create_dir(&folder).expect("mkdir");
+        fs::write(folder.join("x"), b"keep").expect("write");
+        let err = write_atomic_volatile(&folder, b"x").expect_err("a folder");
+        assert!(err.to_string().contains("d"), "{err}");
+        assert_eq!(fs::read(folder.join("x")).expect("kept"), b"keep");
+        assert_eq!(names(dir.path()), ["d", "rec.json"]);
     }
 }
