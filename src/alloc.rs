@@ -67,56 +67,39 @@ fn fast() -> bool {
     }
 }
 
+/// The allocator of this process.
+#[inline]
+fn chosen() -> &'static dyn GlobalAlloc {
+    if fast() { &DL } else { &System }
+}
+
 // SAFETY: every call goes to the allocator chosen before the first
 // allocation and never changed after, so each block is freed, zeroed and
-// grown by the allocator that made it; both uphold GlobalAlloc's contract.
+// grown by the allocator that made it; both uphold GlobalAlloc's contract,
+// and each call passes its caller's contract on.
 unsafe impl GlobalAlloc for ByRole {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            if fast() {
-                DL.alloc(layout)
-            } else {
-                System.alloc(layout)
-            }
-        }
+        // SAFETY: the caller's contract, passed on to the same allocator.
+        unsafe { chosen().alloc(layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above; `ptr` came from the same allocator.
-        unsafe {
-            if fast() {
-                DL.dealloc(ptr, layout)
-            } else {
-                System.dealloc(ptr, layout)
-            }
-        }
+        // SAFETY: the caller's contract, passed on to the same allocator.
+        unsafe { chosen().dealloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as above.
-        unsafe {
-            if fast() {
-                DL.alloc_zeroed(layout)
-            } else {
-                System.alloc_zeroed(layout)
-            }
-        }
+        // SAFETY: the caller's contract, passed on to the same allocator.
+        unsafe { chosen().alloc_zeroed(layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as above; `ptr` came from the same allocator.
-        unsafe {
-            if fast() {
-                DL.realloc(ptr, layout, new_size)
-            } else {
-                System.realloc(ptr, layout, new_size)
-            }
-        }
+        // SAFETY: the caller's contract, passed on to the same allocator.
+        unsafe { chosen().realloc(ptr, layout, new_size) }
     }
 }
 

@@ -44,19 +44,18 @@ pub fn write_atomic_volatile(path: &Path, data: &[u8]) -> Result<()> {
     // a rename.
     use rustix::fs::{CWD, RenameFlags, renameat_with};
     match renameat_with(CWD, &tmp, CWD, path, RenameFlags::EXCHANGE) {
-        Ok(()) if tmp.is_dir() => {
+        Ok(()) => match fs::remove_file(&tmp) {
             // A swap also trades a file for a folder, which a rename
             // refuses: put the folder back and fail as a rename would.
-            let back = renameat_with(CWD, &tmp, CWD, path, RenameFlags::EXCHANGE);
-            let _ = fs::remove_file(&tmp);
-            back.map_err(std::io::Error::from)
-                .and_then(|()| Err(std::io::Error::from_raw_os_error(libc::EISDIR)))
-                .map_err(Error::io("write", path))
-        }
-        Ok(()) => {
-            let _ = fs::remove_file(&tmp);
-            Ok(())
-        }
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                let back = renameat_with(CWD, &tmp, CWD, path, RenameFlags::EXCHANGE);
+                let _ = fs::remove_file(&tmp);
+                back.map_err(std::io::Error::from)
+                    .and(Err(e))
+                    .map_err(Error::io("write", path))
+            }
+            _ => Ok(()),
+        },
         Err(_) => rename_into_place(&tmp, path),
     }
 }

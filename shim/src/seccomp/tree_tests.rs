@@ -119,8 +119,7 @@ fn runtime_default_gives_the_same_answers_in_a_few_steps() {
 
 #[test]
 fn profiles_with_other_actions_and_argument_rules_give_the_same_answers() {
-    let mut names: Vec<String> = Vec::new();
-    for n in [
+    let names = [
         "read",
         "write",
         "openat",
@@ -145,9 +144,7 @@ fn profiles_with_other_actions_and_argument_rules_give_the_same_answers() {
         "futex",
         "execve",
         "wait4",
-    ] {
-        names.push(n.to_string());
-    }
+    ];
     same_answers(&profile(json!({
         "defaultAction": "SCMP_ACT_ERRNO",
         "defaultErrnoRet": 1,

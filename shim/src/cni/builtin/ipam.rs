@@ -94,9 +94,6 @@ pub struct Leases {
 /// addresses runs.
 struct Locked(#[allow(dead_code)] Flock<fs::File>);
 
-/// Temporary lease names of this process: `.lease-<pid>-<n>`.
-static TEMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 impl Leases {
     pub fn new(data_dir: &Path, network: &str, subnet: Subnet) -> Self {
         Self {
@@ -151,8 +148,8 @@ impl Leases {
     /// is linked in.
     pub fn allocate(&self, id: &str, ifname: &str) -> Result<Ipv4Addr, String> {
         fs::create_dir_all(&self.dir).map_err(|e| format!("create {}: {e}", self.dir.display()))?;
-        let n = TEMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".lease-{}-{n}", std::process::id()));
+        // `.lease-<pid>-<random>`: the pid tells a stale one.
+        let tmp = self.dir.join(images::fsutil::unique_name(".lease"));
         write_synced(&tmp, Self::owner(id, ifname).as_bytes())?;
         let claimed = self.lock().and_then(|_lock| self.claim(id, ifname, &tmp));
         let _ = fs::remove_file(&tmp);
