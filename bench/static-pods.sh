@@ -83,7 +83,7 @@ for _ in $(seq 200); do "$P" ctl --socket "$W/run/picolet.sock" images 2>/dev/nu
 "$T/static-pod-bench" "$W/manifests" "$W/run/picolet.sock" bench "$M" at-once > "$W/cold.json" 2> "$W/cold.err"
 TICKS=$(awk '/^busy-ticks/{print $2}' "$W/cold.err")
 
-python3 - "$W/lat.json" "$N" "$W/cold.json" "$M" "${TICKS:-0}" "$(getconf CLK_TCK)" <<'PY'
+python3 - "$W/lat.json" "$N" "$W/cold.json" "$M" "${TICKS:-0}" "$(getconf CLK_TCK)" "$W/cold.err" <<'PY'
 import json, sys, platform, os, datetime
 def row(what, path):
     v = sorted(json.load(open(path)))
@@ -99,4 +99,11 @@ print("| kubelet, event missed by inotify | ≤ fileCheckFrequency (default 20 s
 ticks, hz, m = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[4])
 print(f"\nCPU while the {m} pods started (whole machine, /proc/stat): "
       f"{ticks / hz:.2f} s, {1000 * ticks / hz / m:.1f} ms per pod")
+ph = [json.loads(l.split(" ", 1)[1]) for l in open(sys.argv[7]) if l.startswith("phases ")]
+if ph:
+    q = lambda v, f: v[min(len(v) - 1, int(round(f * (len(v) - 1))))] if v else float("nan")
+    print("Cold start phases, ms after the write (p50 / p99): " + ", ".join(
+        f"{what} {q(ph[0][k], .5):.0f} / {q(ph[0][k], .99):.0f}"
+        for k, what in [("sandbox", "RunPodSandbox called"), ("container", "CreateContainer called"),
+                        ("started", "started")]))
 PY

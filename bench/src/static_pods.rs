@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
     ContainerFilter, ContainerState, ContainerStatusRequest, ListContainersRequest,
+    ListPodSandboxRequest,
 };
 
 fn now_ns() -> i64 {
@@ -78,6 +79,10 @@ async fn started_at(rt: &mut Rt, id: &str) -> Result<i64> {
 }
 
 /// All N written at once, then each pod's write → its container started.
+/// Also says on stderr, as `phases {json}`, where in the pipeline the
+/// pods were (ms after their write, sorted): RunPodSandbox called (the
+/// sandbox's `created_at`), CreateContainer called (the container's), and
+/// started: a cold start whose pods all wait in one phase shows there.
 async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) -> Result<Vec<f64>> {
     let mut written = HashMap::new();
     for i in 0..n {
@@ -86,6 +91,7 @@ async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) ->
     }
     let busy0 = busy_ticks();
     let mut lat = HashMap::new();
+    let mut created = Vec::with_capacity(n);
     let deadline = Instant::now() + Duration::from_secs(300);
     while lat.len() < n {
         let list = rt
@@ -103,6 +109,7 @@ async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) ->
             let Some(w) = written.get(pod) else { continue };
             let started = started_at(rt, &c.id).await?;
             lat.insert(pod.clone(), (started - w) as f64 / 1e6);
+            created.push((c.created_at - w) as f64 / 1e6);
         }
         if Instant::now() > deadline {
             bail!("{} of {n} pods running after 300 s", lat.len());
@@ -115,6 +122,25 @@ async fn all_at_once(dir: &Path, rt: &mut Rt, node: &str, n: usize, tag: u32) ->
     if let (Some(a), Some(b)) = (busy0, busy_ticks()) {
         eprintln!("busy-ticks {}", b.saturating_sub(a));
     }
+    let mut sandbox: Vec<f64> = rt
+        .list_pod_sandbox(ListPodSandboxRequest::default())
+        .await?
+        .into_inner()
+        .items
+        .iter()
+        .filter_map(|s| {
+            let w = written.get(&s.metadata.as_ref()?.name)?;
+            Some((s.created_at - w) as f64 / 1e6)
+        })
+        .collect();
+    let mut started: Vec<f64> = lat.values().copied().collect();
+    for v in [&mut sandbox, &mut created, &mut started] {
+        v.sort_by(f64::total_cmp);
+    }
+    eprintln!(
+        "phases {}",
+        serde_json::json!({"sandbox": sandbox, "container": created, "started": started})
+    );
     Ok(lat.into_values().collect())
 }
 
