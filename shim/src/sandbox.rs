@@ -159,7 +159,7 @@ impl Runtime {
             Ok(()) => {
                 rec.complete = true;
                 rec.ready = true;
-                state::save(&rec.dir, META, &rec)?;
+                state::save_async(&rec.dir, META, &rec).await?;
                 lock(&self.sandboxes).insert(id.clone(), rec);
                 Ok(id)
             }
@@ -341,7 +341,7 @@ impl Runtime {
         self.cni.teardown(&rec.dir).await?;
         if rec.ready {
             rec.ready = false;
-            state::save(&rec.dir, META, &rec)?;
+            state::save_async(&rec.dir, META, &rec).await?;
             lock(&self.sandboxes).insert(id.to_string(), rec);
         }
         Ok(())

@@ -124,6 +124,20 @@ pub fn save<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error
     images::fsutil::write_atomic(&dir.join(name), &raw).map_err(Error::from)
 }
 
+/// [`save`] on tokio's blocking pool. Its two flushes wait for the
+/// journal commit, milliseconds each, and far longer when a hundred pods
+/// are made at once; on an async worker (one per core) that wait stalled
+/// every other RPC of the shim and left the CPU idle (issue 22's cold
+/// start).
+pub async fn save_async<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error> {
+    let raw = encode(name, value)?;
+    let path = dir.join(name);
+    tokio::task::spawn_blocking(move || images::fsutil::write_atomic(&path, &raw))
+        .await
+        .map_err(|e| Error::Internal(format!("write {name}: {e}")))?
+        .map_err(Error::from)
+}
+
 /// Writes a record atomically but not durably (module docs): a power cut
 /// may leave the previous record, none, or an empty file, which [`load`]
 /// reads as none.

@@ -121,8 +121,15 @@ impl Cni {
             result: None,
         };
         // Durable before ADD: a lease the plugins write to disk is released
-        // after a power cut only if this record survived it.
-        save(dir, &att, true)?;
+        // after a power cut only if this record survived it. Its flushes
+        // wait on the blocking pool, not on an async worker.
+        let (path, bytes) = (dir.join(CACHE), encode(dir, &att)?);
+        tokio::task::spawn_blocking(move || images::fsutil::write_atomic(&path, &bytes))
+            .await
+            .map_err(|e| CniError::BadCache {
+                path: dir.join(CACHE),
+                why: e.to_string(),
+            })??;
         match self.add(&att).await {
             Ok(result) => {
                 let ips = config::pod_ips(&result, &att.ifname);
@@ -130,7 +137,7 @@ impl Cni {
                 // Not flushed: a power cut may leave the record above, whose
                 // DEL has no prevResult, which plugins must take (CNI spec:
                 // DEL "should" get it, and after a reboot the netns is gone).
-                save(dir, &att, false)?;
+                save_volatile(dir, &att)?;
                 Ok(ips)
             }
             Err(e) => {
@@ -225,18 +232,16 @@ impl Cni {
     }
 }
 
-/// Writes the attachment record atomically; `durable`: flushed too.
-fn save(dir: &Path, att: &Attachment, durable: bool) -> Result<(), CniError> {
-    let bytes = serde_json::to_vec(att).map_err(|e| CniError::BadCache {
+fn encode(dir: &Path, att: &Attachment) -> Result<Vec<u8>, CniError> {
+    serde_json::to_vec(att).map_err(|e| CniError::BadCache {
         path: dir.join(CACHE),
         why: e.to_string(),
-    })?;
-    let path = dir.join(CACHE);
-    if durable {
-        images::fsutil::write_atomic(&path, &bytes)?;
-    } else {
-        images::fsutil::write_atomic_volatile(&path, &bytes)?;
-    }
+    })
+}
+
+/// Writes the attachment record atomically, not flushed.
+fn save_volatile(dir: &Path, att: &Attachment) -> Result<(), CniError> {
+    images::fsutil::write_atomic_volatile(&dir.join(CACHE), &encode(dir, att)?)?;
     Ok(())
 }
 
