@@ -21,23 +21,37 @@ impl Runtime {
             )));
         }
         let notify = self.libcontainer_root().join(id).join("notify.sock");
-        {
+        let staged = {
             let _order = self.event_order.lock().await;
             // Taken before the start: a quick process may finish before start returns.
             rec.started_at = Some(state::now_nanos());
             // The record's flush runs beside the start; it takes its place
-            // only once the start succeeded (`state` docs).
+            // only once the start succeeded (`state` docs), and, dropped
+            // unplaced on a failed start, its temporary file goes.
             let staged = {
                 let rec = rec.clone();
                 tokio::task::spawn_blocking(move || state::stage(&rec.dir, META, &rec))
             };
-            let started = tokio::task::spawn_blocking(move || release_init(&notify));
-            let (staged, started) = tokio::join!(staged, started);
-            started?.map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
-            staged??.commit()?;
+            tokio::task::spawn_blocking(move || release_init(&notify))
+                .await
+                .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?
+                .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
             self.keep(rec.clone());
             self.emit(id, ContainerEventType::ContainerStartedEvent);
-        }
+            staged
+        };
+        // The flushes wait outside the event lock and off the async
+        // workers: under the lock each StartContainer waited for the
+        // journal commits of the one before it (a 100-pod cold start's
+        // tail). A
+        // crash before the rename leaves the created record, as a crash
+        // between the start and its flush always did.
+        let staged = staged
+            .await
+            .map_err(|e| Error::Internal(format!("record the start of {id}: {e}")))??;
+        tokio::task::spawn_blocking(move || staged.commit())
+            .await
+            .map_err(|e| Error::Internal(format!("record the start of {id}: {e}")))??;
         // Its exit may have been seen (and held back) meanwhile.
         if self.state_of(&rec).0 == ContainerState::ContainerExited {
             self.emit_stopped_once(id).await;
