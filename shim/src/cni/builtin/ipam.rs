@@ -204,7 +204,7 @@ impl Leases {
             .map(u32::from)
             .filter(|ip| (first..=last).contains(ip))
             .unwrap_or(last);
-        remove_stale_temps(&self.dir);
+        remove_stale_temps_once(&self.dir);
         let size = last - first + 1;
         let mut claimed = None;
         for step in 1..=size {
@@ -265,6 +265,21 @@ impl Leases {
             remove(&index)?;
         }
         Ok(())
+    }
+}
+
+/// [`remove_stale_temps`] at a process's first claim in `dir`: a temporary
+/// lease is only left by a process killed mid-claim, which a later one
+/// clears (the shim's next start, or the next exec of the plugin). On
+/// every claim it was a read of the whole folder, two entries per pod.
+fn remove_stale_temps_once(dir: &Path) {
+    static CLEANED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut cleaned = CLEANED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !cleaned.iter().any(|d| d == dir) {
+        remove_stale_temps(dir);
+        cleaned.push(dir.to_path_buf());
     }
 }
 
@@ -358,11 +373,15 @@ mod tests {
         );
         l.release("nobody", "eth0")
             .expect("releasing nothing is fine");
-        // A plugin killed between writing its lease and linking it in.
-        fs::write(dir.path().join("net/.lease-999999"), "x\neth0\n").expect("stale");
-        l.release("c", "eth0").expect("free one");
-        l.allocate("h", "eth0").expect("h");
-        let names: Vec<_> = fs::read_dir(dir.path().join("net"))
+        // A plugin killed between writing its lease and linking it in:
+        // this process's first claim in the folder clears it.
+        let fresh = tempfile::tempdir().expect("tmp");
+        fs::create_dir_all(fresh.path().join("net")).expect("mkdir");
+        fs::write(fresh.path().join("net/.lease-999999-1"), "x\neth0\n").expect("stale");
+        leases(fresh.path(), "10.9.0.0/29")
+            .allocate("h", "eth0")
+            .expect("h");
+        let names: Vec<_> = fs::read_dir(fresh.path().join("net"))
             .expect("dir")
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
