@@ -416,7 +416,7 @@ run_scenario() {
 # the scheduler's set_next_entity as an httpd child exited, 11 s into the
 # first boot) is not a verdict on picolet: the whole scenario runs once
 # more from a fresh disk, and the log shows the oops. A second crash fails.
-KCRASH='Internal error: Oops\|Unable to handle kernel\|BUG: unable to handle\|general protection fault'
+KCRASH='Oops: [0-9a-f]* \[#\|BUG: unable to handle\|BUG: kernel NULL pointer\|general protection fault\|Unable to handle kernel'
 start=$(date +%s)
 crashed=""
 for run in 1 2; do
