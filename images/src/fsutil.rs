@@ -151,7 +151,8 @@ pub fn sync_filesystem(dir: &Path) -> Result<()> {
     nix::unistd::syncfs(d.as_raw_fd()).map_err(|e| Error::io("syncfs", dir)(e.into()))
 }
 
-pub(crate) fn remove_file_if_exists(path: &Path) -> Result<()> {
+/// Removes a file; none there is fine.
+pub fn remove_file_if_exists(path: &Path) -> Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
         _ => Ok(()),

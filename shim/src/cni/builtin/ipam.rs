@@ -241,12 +241,8 @@ impl Leases {
     /// Frees what `id`/`ifname` holds; nothing held is fine.
     pub fn release(&self, id: &str, ifname: &str) -> Result<(), String> {
         let _lock = self.lock()?;
-        let remove = |path: &Path| match fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("remove {}: {e}", path.display()))
-            }
-            _ => Ok(()),
-        };
+        let remove =
+            |path: &Path| images::fsutil::remove_file_if_exists(path).map_err(|e| e.to_string());
         let index = self.index(id, ifname);
         match self.indexed(id, ifname) {
             Some(ip) => remove(&self.dir.join(ip.to_string()))?,
