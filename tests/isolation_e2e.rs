@@ -4,7 +4,7 @@
 
 mod common;
 use common::cri;
-use common::rt::{logs, new_pod, ready_shim, wait_log};
+use common::rt::{logs, new_pod, ready_shim, sh, wait_log};
 use cri_proto::v1::{ExecSyncRequest, ListPodSandboxRequest};
 use tonic::Code;
 
@@ -59,6 +59,81 @@ async fn two_pods_get_their_own_namespaces() {
         cri::teardown(&mut c, pod_id).await;
     }
     shim.assert_host_clean();
+}
+
+/// A pod's IPC and UTS namespaces are pinned in the shim's pin space, not in
+/// the host's mount table (which every container's init copies); they are
+/// kept across a kill -9 of the shim, and a clean stop with no pod left
+/// leaves no mount behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn ipc_and_uts_pins_stay_off_the_host_mount_table_and_outlive_the_shim() {
+    require_root!();
+    let (mut shim, mut c) = ready_shim().await;
+    let (pod, pod_id) = new_pod(&shim, &mut c, "pins").await;
+    let run = shim.dir.path().join("run/sandboxes").join(&pod_id);
+    let host_mounts = || -> Vec<String> {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .expect("mountinfo")
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+            .collect()
+    };
+    let mounted = host_mounts();
+    for (kind, pinned) in [("net", true), ("ipc", false), ("uts", false)] {
+        let p = run.join(kind).to_string_lossy().into_owned();
+        assert_eq!(
+            mounted.contains(&p),
+            pinned,
+            "{kind} pinned in the host's mount table: {mounted:?}"
+        );
+    }
+    let ns = "readlink /proc/self/ns/ipc /proc/self/ns/uts; hostname";
+    let first = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("first", "busybox", &["sleep", "300"]),
+    )
+    .await;
+    cri::start(&mut c, &first).await;
+    let before = String::from_utf8_lossy(&sh(&mut c, &first, ns).await.stdout).into_owned();
+    let host = std::process::Command::new("sh")
+        .args(["-c", ns])
+        .output()
+        .expect("readlink on the host");
+    assert_ne!(
+        before,
+        String::from_utf8_lossy(&host.stdout),
+        "host namespaces"
+    );
+    assert!(before.ends_with("pins\n"), "hostname: {before}");
+
+    shim.kill9();
+    shim.spawn();
+    let mut c = cri::client(&shim.socket()).await;
+    let second = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("second", "busybox", &["sleep", "300"]),
+    )
+    .await;
+    cri::start(&mut c, &second).await;
+    let after = String::from_utf8_lossy(&sh(&mut c, &second, ns).await.stdout).into_owned();
+    assert_eq!(
+        before, after,
+        "a container made after the restart joins the pod's namespaces"
+    );
+
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+    shim.stop();
+    let dir = shim.dir.path().to_string_lossy().into_owned();
+    let left: Vec<String> = host_mounts()
+        .into_iter()
+        .filter(|m| m.starts_with(&dir))
+        .collect();
+    assert!(left.is_empty(), "mounts left after a clean stop: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

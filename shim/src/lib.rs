@@ -133,7 +133,7 @@ pub async fn serve(
     tracing::info!(socket = %paths.socket.display(), "serving CRI");
     tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(RuntimeSvc::new(
-            runtime,
+            runtime.clone(),
             streaming_server,
         )))
         .add_service(ImageServiceServer::new(ImageSvc::new(
@@ -146,5 +146,6 @@ pub async fn serve(
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     let _ = std::fs::remove_file(&paths.socket);
+    runtime.retire_pin_space();
     Ok(())
 }

@@ -3,17 +3,28 @@
 //! sysctls) and bind-mounts `/proc/thread-self/ns/*` onto files, which keeps
 //! the namespaces alive after the thread is gone. Containers join them by path.
 //!
+//! The network namespace is pinned in the host's mount namespace (CNI
+//! plugins are handed its path); the IPC and UTS namespaces in the
+//! [`PinSpace`], a mount namespace of the shim's own, so that the host's
+//! mount table, which every container's init copies and tears down, does
+//! not grow by them.
+//!
 //! Needs root (CAP_SYS_ADMIN). Unsharing these three namespaces only changes
-//! the calling thread and does not clone, so it is safe in the tokio shim.
+//! the calling thread and does not clone, so it is safe in the tokio shim;
+//! so is a thread's joining a mount namespace once it has its own root and
+//! working directory (`unshare(CLONE_FS)`).
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
+use nix::sched::{CloneFlags, setns, unshare};
 
 use crate::error::Error;
+use crate::mutex::lock;
 
 /// Which namespaces a pod gets of its own.
 #[derive(Debug, Clone, Default)]
@@ -33,19 +44,29 @@ pub struct Pinned {
     pub uts: Option<PathBuf>,
 }
 
-/// Creates and pins the requested namespaces under `dir`.
-pub fn create(dir: &Path, want: &PodNamespaces) -> Result<Pinned, Error> {
+/// Creates and pins the requested namespaces under `dir`: the network
+/// namespace in the host's mount namespace, the others in `space` (in the
+/// host's too without one).
+pub fn create(
+    dir: &Path,
+    want: &PodNamespaces,
+    space: Option<Arc<Space>>,
+) -> Result<Pinned, Error> {
     let dir = dir.to_path_buf();
     let want = want.clone();
     std::thread::Builder::new()
         .name("pod-ns".into())
-        .spawn(move || create_on_this_thread(&dir, &want))
+        .spawn(move || create_on_this_thread(&dir, &want, space.as_deref()))
         .map_err(|e| Error::Internal(format!("spawn namespace thread: {e}")))?
         .join()
         .map_err(|_| Error::Internal("namespace thread panicked".into()))?
 }
 
-fn create_on_this_thread(dir: &Path, want: &PodNamespaces) -> Result<Pinned, Error> {
+fn create_on_this_thread(
+    dir: &Path,
+    want: &PodNamespaces,
+    space: Option<&Space>,
+) -> Result<Pinned, Error> {
     let mut flags = CloneFlags::empty();
     if want.net {
         flags |= CloneFlags::CLONE_NEWNET;
@@ -71,6 +92,7 @@ fn create_on_this_thread(dir: &Path, want: &PodNamespaces) -> Result<Pinned, Err
         apply_sysctl(key, value, want)?;
     }
     let mut pinned = Pinned::default();
+    let mut in_space = false;
     for (kind, on, slot) in [
         ("net", want.net, &mut pinned.net),
         ("ipc", want.ipc, &mut pinned.ipc),
@@ -78,6 +100,15 @@ fn create_on_this_thread(dir: &Path, want: &PodNamespaces) -> Result<Pinned, Err
     ] {
         if !on {
             continue;
+        }
+        // The network namespace first (the order below), in the host's
+        // mount namespace; then this thread moves into the pin space.
+        if kind != "net"
+            && !in_space
+            && let Some(space) = space
+        {
+            space.join_on_this_thread()?;
+            in_space = true;
         }
         let target = dir.join(kind);
         fs::File::create(&target).map_err(Error::io("create", &target))?;
@@ -174,4 +205,236 @@ pub fn release(path: &Path) -> Result<(), Error> {
         Err(_) => Ok(()),
     }
     .map_err(Error::io("remove", path))
+}
+
+/// The mount namespace where the pods' IPC and UTS namespaces are pinned,
+/// instead of the host's. Every container's init copies the host's mount
+/// table when it makes its own and tears the copy down after pivot_root,
+/// both O(mounts), under the kernel's one namespace lock; 300 more mounts
+/// there (three pins for each of 100 pods) cost +1.5 ms of CPU per pod at a
+/// cold start of 100 (BENCHMARKS.md, issue 22).
+///
+/// The space is a slave copy of the host's mount namespace (host mounts and
+/// unmounts reach it, so it holds no filesystem the host let go of; its own
+/// mounts never reach the host), made at the first pod that needs it. It is
+/// pinned at `<run>/pins/mnt`, on a private bind mount of `<run>/pins`: a
+/// mount namespace's pin must not propagate (the kernel refuses it), and
+/// the pin keeps the space, and so the pods' namespaces, across restarts of
+/// the shim, like any pin. A pin keeps its path inside the space; from the
+/// host it is reached through a parked thread of the shim that lives in the
+/// space ([`PinSpace::locate`]: `/proc/<shim>/task/<thread>/root/<path>`).
+#[derive(Debug)]
+pub struct PinSpace {
+    /// `<run>/pins`.
+    dir: PathBuf,
+    space: Mutex<Option<Arc<Space>>>,
+}
+
+/// An open pin space and the thread that lives in it.
+#[derive(Debug)]
+pub struct Space {
+    ns: OwnedFd,
+    /// The space's root as seen from the host: its thread's root.
+    root: PathBuf,
+    /// Dropped with the space; the thread then ends.
+    _stop: mpsc::SyncSender<()>,
+}
+
+impl PinSpace {
+    /// The pin space under `run_dir`; nothing is made before it is needed.
+    pub fn new(run_dir: &Path) -> Self {
+        let run_dir = std::path::absolute(run_dir).unwrap_or_else(|_| run_dir.to_path_buf());
+        Self {
+            dir: run_dir.join("pins"),
+            space: Mutex::new(None),
+        }
+    }
+
+    fn pin(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+
+    /// The space: open, opened from its pin, or (with `make`) made and
+    /// pinned. None when there is none and `make` is false.
+    pub fn get(&self, make: bool) -> Result<Option<Arc<Space>>, Error> {
+        let mut slot = lock(&self.space);
+        if let Some(space) = &*slot {
+            return Ok(Some(space.clone()));
+        }
+        let pin = self.pin();
+        let space = if is_pinned(&pin) {
+            let ns = fs::File::open(&pin).map_err(Error::io("open", &pin))?;
+            Space::hold(Some(ns.into()))?
+        } else if make {
+            fs::create_dir_all(&self.dir).map_err(Error::io("create", &self.dir))?;
+            private_mount(&self.dir)?;
+            let (space, tid) = Space::hold(None)?;
+            fs::File::create(&pin).map_err(Error::io("create", &pin))?;
+            let source = format!("/proc/self/task/{tid}/ns/mnt");
+            mount(
+                Some(source.as_str()),
+                &pin,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(Error::sys("pin the pin space at", &pin))?;
+            (space, tid)
+        } else {
+            return Ok(None);
+        }
+        .0;
+        let space = Arc::new(space);
+        *slot = Some(space.clone());
+        Ok(Some(space))
+    }
+
+    /// Where the pin at `path` is reached from the host: `path` itself if it
+    /// is pinned there (as the network namespace, and every namespace of a
+    /// sandbox made before the space), else its place in the space.
+    pub fn locate(&self, path: &Path) -> PathBuf {
+        if is_pinned(path) {
+            return path.to_path_buf();
+        }
+        match self.get(false) {
+            Ok(Some(space)) => space.path(path),
+            Ok(None) => path.to_path_buf(),
+            Err(e) => {
+                tracing::warn!(error = %e, "pin space unavailable");
+                path.to_path_buf()
+            }
+        }
+    }
+
+    /// Unpins `path` wherever it is pinned and removes the file; missing is
+    /// fine.
+    pub fn release(&self, path: &Path) -> Result<(), Error> {
+        if !is_pinned(path)
+            && let Some(space) = self.get(false)?
+        {
+            let target = path.to_path_buf();
+            space.run(move || match umount2(&target, MntFlags::MNT_DETACH) {
+                Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+                Err(e) => Err(Error::sys("unmount", &target)(e)),
+            })?;
+        }
+        release(path)
+    }
+
+    /// Unpins the space itself (a clean stop with no sandbox left): the
+    /// host's mount table is as before the first pod. Its pins, if a crash
+    /// left any, go with it.
+    pub fn retire(&self) -> Result<(), Error> {
+        let pin = self.pin();
+        *lock(&self.space) = None;
+        if is_pinned(&pin) {
+            release(&pin)?;
+        }
+        match umount2(&self.dir, MntFlags::MNT_DETACH) {
+            Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+            Err(e) => Err(Error::sys("unmount", &self.dir)(e)),
+        }
+    }
+}
+
+impl Space {
+    /// Starts the space's thread: it joins the space `ns`, or makes a new
+    /// one (a slave copy of the host's) when None. Returns the space and
+    /// the thread's id.
+    fn hold(ns: Option<OwnedFd>) -> Result<(Self, i32), Error> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop, stopped) = mpsc::sync_channel::<()>(0);
+        std::thread::Builder::new()
+            .name("pin-space".into())
+            .spawn(move || {
+                let entered = match &ns {
+                    Some(ns) => enter(ns),
+                    None => unshare(CloneFlags::CLONE_NEWNS)
+                        .and_then(|()| {
+                            mount(
+                                None::<&str>,
+                                "/",
+                                None::<&str>,
+                                MsFlags::MS_SLAVE | MsFlags::MS_REC,
+                                None::<&str>,
+                            )
+                        })
+                        .map_err(|e| format!("make the pin space: {e}")),
+                };
+                let ok = entered.is_ok();
+                let _ = ready_tx.send(entered.map(|()| nix::unistd::gettid().as_raw()));
+                if ok {
+                    // Parked until the space is dropped (the sender goes).
+                    let _ = stopped.recv();
+                }
+            })
+            .map_err(|e| Error::Internal(format!("spawn the pin space thread: {e}")))?;
+        let tid = ready_rx
+            .recv()
+            .map_err(|_| Error::Internal("the pin space thread died".into()))?
+            .map_err(Error::Internal)?;
+        let ns_path = PathBuf::from(format!("/proc/self/task/{tid}/ns/mnt"));
+        let ns = fs::File::open(&ns_path).map_err(Error::io("open", &ns_path))?;
+        let space = Self {
+            ns: ns.into(),
+            root: PathBuf::from(format!("/proc/{}/task/{tid}/root", std::process::id())),
+            _stop: stop,
+        };
+        Ok((space, tid))
+    }
+
+    /// `path` (absolute) inside the space, as seen from the host.
+    pub fn path(&self, path: &Path) -> PathBuf {
+        self.root.join(path.strip_prefix("/").unwrap_or(path))
+    }
+
+    /// Moves the calling thread into the space for good: only for threads
+    /// that end with the work they were made for.
+    pub fn join_on_this_thread(&self) -> Result<(), Error> {
+        enter(&self.ns).map_err(Error::Internal)
+    }
+
+    /// Runs `work` on a new thread inside the space.
+    fn run<T: Send>(&self, work: impl FnOnce() -> Result<T, Error> + Send) -> Result<T, Error> {
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("pin-space-op".into())
+                .spawn_scoped(s, || {
+                    self.join_on_this_thread()?;
+                    work()
+                })
+                .map_err(|e| Error::Internal(format!("spawn a pin space thread: {e}")))?
+                .join()
+                .map_err(|_| Error::Internal("a pin space thread panicked".into()))?
+        })
+    }
+}
+
+/// Joins the mount namespace `ns` on this thread: first a root and working
+/// directory of its own, which a thread of a process shares until then.
+fn enter(ns: &OwnedFd) -> Result<(), String> {
+    unshare(CloneFlags::CLONE_FS).map_err(|e| format!("unshare fs: {e}"))?;
+    setns(ns.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|e| format!("join the pin space: {e}"))
+}
+
+/// Makes `dir` a private mount: bind-mounted onto itself unless it is a
+/// mount point already.
+fn private_mount(dir: &Path) -> Result<(), Error> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(Error::io("read", Path::new("/proc/self/mountinfo")))?;
+    let real = fs::canonicalize(dir).map_err(Error::io("resolve", dir))?;
+    let is_mount_point =
+        crate::mountinfo::parse(&mountinfo).any(|m| Path::new(&m.mount_point) == real);
+    if !is_mount_point {
+        mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .map_err(Error::sys("bind-mount", dir))?;
+    }
+    mount(
+        None::<&str>,
+        dir,
+        None::<&str>,
+        MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(Error::sys("make private", dir))
 }

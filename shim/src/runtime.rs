@@ -54,6 +54,8 @@ pub struct Runtime {
     pub(crate) monitors: Monitors,
     /// Pod networking.
     pub(crate) cni: crate::cni::Cni,
+    /// Where pods' IPC and UTS namespaces are pinned.
+    pub(crate) pins: crate::namespaces::PinSpace,
 }
 
 /// A sandbox or container name being created, so two creations of one
@@ -165,6 +167,7 @@ impl Runtime {
         let cni = crate::cni::Cni::new(paths.cni_conf_dir.clone(), paths.cni_bin_dirs.clone());
         Ok(Self {
             cni,
+            pins: crate::namespaces::PinSpace::new(&paths.run_dir),
             paths,
             store,
             sandboxes: Mutex::new(HashMap::new()),

@@ -69,12 +69,12 @@ fn write(path: &Path, data: &str) -> Result<(), Error> {
 /// Whether what a ready sandbox stands on is still there: its run dir and
 /// pinned namespaces (on tmpfs: gone after a reboot) and the pod's pid 1
 /// (same start time: not a reused pid).
-fn alive(rec: &SandboxRecord) -> bool {
+fn alive(rec: &SandboxRecord, pins: &namespaces::PinSpace) -> bool {
     rec.run_dir.is_dir()
         && [&rec.netns, &rec.ipcns, &rec.utsns]
             .into_iter()
             .flatten()
-            .all(|p| namespaces::is_pinned(p))
+            .all(|p| namespaces::is_pinned(&pins.locate(p)))
         && rec
             .pod_init
             .is_none_or(|(pid, start)| crate::host::proc_start_time(pid) == Some(start))
@@ -86,7 +86,7 @@ impl Runtime {
     /// reports a sandbox whose task is gone; kubelet stops it (CNI DEL from
     /// the attachment record) and makes another.
     pub(crate) fn recheck_ready(&self, rec: &mut SandboxRecord) -> Result<(), Error> {
-        if rec.ready && !alive(rec) {
+        if rec.ready && !alive(rec, &self.pins) {
             tracing::warn!(sandbox = %rec.id, "namespaces or pod init gone (a reboot?): sandbox not ready");
             rec.ready = false;
             state::save(&rec.dir, META, rec)?;
@@ -196,8 +196,14 @@ impl Runtime {
             sysctls,
         };
         let run_dir = rec.run_dir.clone();
+        let space = if want.ipc || want.uts {
+            self.pins.get(true)?
+        } else {
+            None
+        };
         let pinned =
-            tokio::task::spawn_blocking(move || namespaces::create(&run_dir, &want)).await??;
+            tokio::task::spawn_blocking(move || namespaces::create(&run_dir, &want, space))
+                .await??;
         rec.netns = pinned.net;
         rec.ipcns = pinned.ipc;
         rec.utsns = pinned.uts;
@@ -296,21 +302,32 @@ impl Runtime {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        for p in [&rec.netns, &rec.ipcns, &rec.utsns, &rec.shm]
-            .into_iter()
-            .flatten()
-        {
-            namespaces::release(p)?;
+        for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
+            self.pins.release(p)?;
+        }
+        if let Some(shm) = &rec.shm {
+            namespaces::release(shm)?;
         }
         // Also anything pinned before the record learnt of it.
         for kind in ["net", "ipc", "uts", "shm"] {
             let p = rec.run_dir.join(kind);
             if p.exists() {
-                namespaces::release(&p)?;
+                self.pins.release(&p)?;
             }
         }
         images::fsutil::remove_dir_all_if_exists(&rec.run_dir)?;
         crate::state::remove_record_dir(&rec.dir)
+    }
+
+    /// At a clean stop with no sandbox left: unpins the pin space, so a
+    /// stopped picolet leaves no mount of its own behind.
+    pub(crate) fn retire_pin_space(&self) {
+        if lock(&self.sandboxes).is_empty()
+            && lock(&self.creating_sandboxes).is_empty()
+            && let Err(e) = self.pins.retire()
+        {
+            tracing::warn!(error = %e, "unpin the pin space");
+        }
     }
 
     pub(crate) fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {

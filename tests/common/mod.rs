@@ -305,14 +305,33 @@ impl Shim {
             .into_owned()
     }
 
-    /// Mount points under this shim's directory.
+    /// Mount points under this shim's directory: the host's, and those of
+    /// the shim's pin space (where pods' IPC and UTS namespaces are pinned,
+    /// seen through the shim's threads), less the pin space's own two.
     fn mounts_under_dir(&self) -> Vec<String> {
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        let mut tables = vec![PathBuf::from("/proc/self/mountinfo")];
+        if let Some(c) = &self.child {
+            let tasks = std::fs::read_dir(format!("/proc/{}/task", c.id()));
+            for t in tasks.into_iter().flatten().flatten() {
+                tables.push(t.path().join("mountinfo"));
+            }
+        }
+        let pins = self.dir.path().join("run/pins");
+        let mut mounts: Vec<String> = tables
+            .iter()
+            .flat_map(|t| {
+                std::fs::read_to_string(t)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
             .filter(|m| Path::new(m).starts_with(self.dir.path()))
-            .collect()
+            .filter(|m| Path::new(m) != pins && Path::new(m) != pins.join("mnt"))
+            .collect();
+        mounts.sort();
+        mounts.dedup();
+        mounts
     }
 
     /// A cgroup parent for a test pod, unique to this shim; removed on drop.
@@ -369,6 +388,8 @@ impl Shim {
             }
         }
         let mut mounts = self.mounts_under_dir();
+        let pins = self.dir.path().join("run/pins");
+        mounts.extend([pins.join("mnt"), pins].map(|p| p.to_string_lossy().into_owned()));
         mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
         for m in mounts {
             let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);

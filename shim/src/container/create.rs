@@ -207,8 +207,8 @@ impl Runtime {
         let view = SandboxView {
             hostname: sandbox.config.hostname.clone(),
             netns: sandbox.netns.clone(),
-            ipcns: sandbox.ipcns.clone(),
-            utsns: sandbox.utsns.clone(),
+            ipcns: sandbox.ipcns.as_deref().map(|p| self.pins.locate(p)),
+            utsns: sandbox.utsns.as_deref().map(|p| self.pins.locate(p)),
             pidns: Runtime::pod_pidns(sandbox),
             target_pidns: self.target_pidns(sandbox, &rec.config),
             shm: sandbox
