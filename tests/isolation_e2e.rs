@@ -61,12 +61,12 @@ async fn two_pods_get_their_own_namespaces() {
     shim.assert_host_clean();
 }
 
-/// A pod's IPC and UTS namespaces are pinned in the shim's pin space, not in
+/// A pod's network, IPC and UTS namespaces are pinned in the shim's pin space, not in
 /// the host's mount table (which every container's init copies); they are
 /// kept across a kill -9 of the shim, and a clean stop with no pod left
 /// leaves no mount behind.
 #[tokio::test(flavor = "multi_thread")]
-async fn ipc_and_uts_pins_stay_off_the_host_mount_table_and_outlive_the_shim() {
+async fn namespace_pins_stay_off_the_host_mount_table_and_outlive_the_shim() {
     require_root!();
     let (mut shim, mut c) = ready_shim().await;
     let (pod, pod_id) = new_pod(&shim, &mut c, "pins").await;
@@ -79,7 +79,7 @@ async fn ipc_and_uts_pins_stay_off_the_host_mount_table_and_outlive_the_shim() {
             .collect()
     };
     let mounted = host_mounts();
-    for (kind, pinned) in [("net", true), ("ipc", false), ("uts", false)] {
+    for (kind, pinned) in [("net", false), ("ipc", false), ("uts", false)] {
         let p = run.join(kind).to_string_lossy().into_owned();
         assert_eq!(
             mounted.contains(&p),
@@ -87,7 +87,7 @@ async fn ipc_and_uts_pins_stay_off_the_host_mount_table_and_outlive_the_shim() {
             "{kind} pinned in the host's mount table: {mounted:?}"
         );
     }
-    let ns = "readlink /proc/self/ns/ipc /proc/self/ns/uts; hostname";
+    let ns = "readlink /proc/self/ns/net /proc/self/ns/ipc /proc/self/ns/uts; hostname";
     let first = cri::create(
         &mut c,
         &pod_id,

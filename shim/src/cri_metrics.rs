@@ -197,10 +197,11 @@ impl Runtime {
                 let meta = sb.config.metadata.clone().unwrap_or_default();
                 let parent = crate::stats::cgroup_parent(sb);
                 let running = self.running_in(&containers, &sb.id);
-                let network: Vec<(String, u64, u64)> = crate::stats::pod_network(sb, &running)
-                    .iter()
-                    .map(|n| (n.name.clone(), n.rx_bytes, n.tx_bytes))
-                    .collect();
+                let network: Vec<(String, u64, u64)> =
+                    crate::stats::pod_network(sb, &running, &self.pins)
+                        .iter()
+                        .map(|n| (n.name.clone(), n.rx_bytes, n.tx_bytes))
+                        .collect();
                 let pod_level = if parent.is_empty() {
                     Vec::new()
                 } else {

@@ -3,11 +3,10 @@
 //! sysctls) and bind-mounts `/proc/thread-self/ns/*` onto files, which keeps
 //! the namespaces alive after the thread is gone. Containers join them by path.
 //!
-//! The network namespace is pinned in the host's mount namespace (CNI
-//! plugins are handed its path); the IPC and UTS namespaces in the
-//! [`PinSpace`], a mount namespace of the shim's own, so that the host's
-//! mount table, which every container's init copies and tears down, does
-//! not grow by them.
+//! The pins are made in the [`PinSpace`], a mount namespace of the shim's
+//! own, so that the host's mount table, which every container's init copies
+//! and tears down, does not grow by them; the host (CNI plugins, monitors)
+//! reaches them by a path through a thread of the shim.
 //!
 //! Needs root (CAP_SYS_ADMIN). Unsharing these three namespaces only changes
 //! the calling thread and does not clone, so it is safe in the tokio shim;
@@ -44,9 +43,8 @@ pub struct Pinned {
     pub uts: Option<PathBuf>,
 }
 
-/// Creates and pins the requested namespaces under `dir`: the network
-/// namespace in the host's mount namespace, the others in `space` (in the
-/// host's too without one).
+/// Creates and pins the requested namespaces under `dir`, in `space` (in
+/// the host's mount namespace without one).
 pub fn create(
     dir: &Path,
     want: &PodNamespaces,
@@ -101,12 +99,9 @@ fn create_on_this_thread(
         if !on {
             continue;
         }
-        // The network namespace first (the order below), in the host's
-        // mount namespace; then this thread moves into the pin space.
-        if kind != "net"
-            && !in_space
-            && let Some(space) = space
-        {
+        // Only now does this thread move into the pin space: its setup
+        // above (sysctls) used the host's /proc.
+        if !in_space && let Some(space) = space {
             space.join_on_this_thread()?;
             in_space = true;
         }
@@ -207,12 +202,12 @@ pub fn release(path: &Path) -> Result<(), Error> {
     .map_err(Error::io("remove", path))
 }
 
-/// The mount namespace where the pods' IPC and UTS namespaces are pinned,
-/// instead of the host's. Every container's init copies the host's mount
-/// table when it makes its own and tears the copy down after pivot_root,
-/// both O(mounts), under the kernel's one namespace lock; 300 more mounts
-/// there (three pins for each of 100 pods) cost +1.5 ms of CPU per pod at a
-/// cold start of 100 (BENCHMARKS.md, issue 22).
+/// The mount namespace where the pods' network, IPC and UTS namespaces are
+/// pinned, instead of the host's. Every container's init copies the host's
+/// mount table when it makes its own and tears the copy down after
+/// pivot_root, both O(mounts), under the kernel's one namespace lock; 300
+/// more mounts there (three pins for each of 100 pods) cost +1.5 ms of CPU
+/// per pod at a cold start of 100 (BENCHMARKS.md, issue 22).
 ///
 /// The space is a slave copy of the host's mount namespace (host mounts and
 /// unmounts reach it, so it holds no filesystem the host let go of; its own
@@ -290,8 +285,9 @@ impl PinSpace {
     }
 
     /// Where the pin at `path` is reached from the host: `path` itself if it
-    /// is pinned there (as the network namespace, and every namespace of a
-    /// sandbox made before the space), else its place in the space.
+    /// is pinned there (a sandbox made by a picolet before the pin space),
+    /// else its place in the space. Names a thread of this process: not a
+    /// path to keep.
     pub fn locate(&self, path: &Path) -> PathBuf {
         if is_pinned(path) {
             return path.to_path_buf();

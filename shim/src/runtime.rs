@@ -54,8 +54,8 @@ pub struct Runtime {
     pub(crate) monitors: Monitors,
     /// Pod networking.
     pub(crate) cni: crate::cni::Cni,
-    /// Where pods' IPC and UTS namespaces are pinned.
-    pub(crate) pins: crate::namespaces::PinSpace,
+    /// Where pods' namespaces are pinned.
+    pub(crate) pins: Arc<crate::namespaces::PinSpace>,
 }
 
 /// A sandbox or container name being created, so two creations of one
@@ -164,10 +164,15 @@ impl Runtime {
             edge_config::private_dir(&d).map_err(Error::io("make private", &d))?;
         }
         let (events, _) = broadcast::channel(1024);
-        let cni = crate::cni::Cni::new(paths.cni_conf_dir.clone(), paths.cni_bin_dirs.clone());
+        let pins = Arc::new(crate::namespaces::PinSpace::new(&paths.run_dir));
+        let cni = crate::cni::Cni::new(
+            paths.cni_conf_dir.clone(),
+            paths.cni_bin_dirs.clone(),
+            pins.clone(),
+        );
         Ok(Self {
             cni,
-            pins: crate::namespaces::PinSpace::new(&paths.run_dir),
+            pins,
             paths,
             store,
             sandboxes: Mutex::new(HashMap::new()),

@@ -196,7 +196,7 @@ impl Runtime {
             sysctls,
         };
         let run_dir = rec.run_dir.clone();
-        let space = if want.ipc || want.uts {
+        let space = if want.net || want.ipc || want.uts {
             self.pins.get(true)?
         } else {
             None

@@ -73,14 +73,18 @@ fn cpu_memory(
 /// The pod's network counters (the host's for host-network pods): through
 /// one of its running processes, else (all its containers exited) on a
 /// thread that joined the pod's namespace, as containerd reads them.
-pub(crate) fn pod_network(sb: &SandboxRecord, running: &[&ContainerRecord]) -> Vec<NetIf> {
-    let Some(netns) = &sb.netns else {
+pub(crate) fn pod_network(
+    sb: &SandboxRecord,
+    running: &[&ContainerRecord],
+    pins: &crate::namespaces::PinSpace,
+) -> Vec<NetIf> {
+    let Some(netns) = sb.netns.as_deref().map(|p| pins.locate(p)) else {
         return procfs::net_dev(1);
     };
     if let Some(pid) = running.iter().find_map(|c| c.init_pid) {
         return procfs::net_dev(u32::try_from(pid).unwrap_or(0));
     }
-    let text = crate::host::in_netns(netns, || {
+    let text = crate::host::in_netns(&netns, || {
         // /proc/thread-self/net is this thread's namespace, not the process's.
         std::fs::read_to_string("/proc/thread-self/net/dev").map_err(|e| e.to_string())
     });
@@ -233,7 +237,7 @@ impl Runtime {
             cpu_memory(&format!("sandbox/{}", sb.id), &parent, now, last)
         };
         let running = self.running_in(containers, &sb.id);
-        let network = network_usage(&pod_network(sb, &running), now);
+        let network = network_usage(&pod_network(sb, &running, &self.pins), now);
         // Without a pod cgroup: each container's count.
         let process_count = pod_pids.unwrap_or_else(|| {
             running

@@ -21,10 +21,13 @@ pub mod exec;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cri_proto::v1::PodSandboxConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+
+use crate::namespaces::PinSpace;
 
 pub use config::{ConfigError, NetworkList};
 pub use exec::PluginError;
@@ -56,6 +59,8 @@ pub enum CniError {
 pub struct Attachment {
     pub network: NetworkList,
     pub container_id: String,
+    /// The netns pin's path in the pin space (or, for a sandbox made
+    /// before it, the host); [`PinSpace::locate`] says where plugins find it.
     pub netns: PathBuf,
     pub ifname: String,
     pub args: String,
@@ -69,11 +74,18 @@ pub struct Attachment {
 pub struct Cni {
     conf_dir: PathBuf,
     bin_dirs: Vec<PathBuf>,
+    /// Where the netns pins are: plugins get a pin's path as the host
+    /// reaches it, found anew at each call (it names the shim's thread).
+    pins: Arc<PinSpace>,
 }
 
 impl Cni {
-    pub fn new(conf_dir: PathBuf, bin_dirs: Vec<PathBuf>) -> Self {
-        Self { conf_dir, bin_dirs }
+    pub fn new(conf_dir: PathBuf, bin_dirs: Vec<PathBuf>, pins: Arc<PinSpace>) -> Self {
+        Self {
+            conf_dir,
+            bin_dirs,
+            pins,
+        }
     }
 
     /// The network pods get now; `None`: loopback only.
@@ -150,7 +162,8 @@ impl Cni {
     }
 
     async fn add(&self, att: &Attachment) -> Result<Value, CniError> {
-        let call = self.call("ADD", att);
+        let netns = self.pins.locate(&att.netns);
+        let call = self.call("ADD", att, &netns);
         let mut prev: Option<Value> = None;
         for i in 0..att.network.plugins.len() {
             let stdin = att
@@ -175,15 +188,16 @@ impl Cni {
     /// goes only once all have succeeded, so a failure is retried by the
     /// next StopPodSandbox, RemovePodSandbox or shim start. Idempotent.
     pub async fn teardown(&self, dir: &Path) -> Result<(), CniError> {
-        let Some(mut att) = load(dir)? else {
+        let Some(att) = load(dir)? else {
             return Ok(());
         };
         // After a reboot the pinned netns is gone: the spec's empty
         // CNI_NETNS tells plugins to release what lives outside it.
-        if !att.netns.exists() {
-            att.netns = PathBuf::new();
+        let mut netns = self.pins.locate(&att.netns);
+        if !crate::namespaces::is_pinned(&netns) {
+            netns = PathBuf::new();
         }
-        let call = self.call("DEL", &att);
+        let call = self.call("DEL", &att, &netns);
         let prev = att
             .result
             .as_ref()
@@ -220,11 +234,17 @@ impl Cni {
         Ok(())
     }
 
-    fn call<'a>(&'a self, command: &'static str, att: &'a Attachment) -> exec::Call<'a> {
+    /// A plugin call for `att`, with `netns` as the host reaches its pin.
+    fn call<'a>(
+        &'a self,
+        command: &'static str,
+        att: &'a Attachment,
+        netns: &'a Path,
+    ) -> exec::Call<'a> {
         exec::Call {
             command,
             container_id: &att.container_id,
-            netns: &att.netns,
+            netns,
             ifname: &att.ifname,
             args: &att.args,
             bin_dirs: &self.bin_dirs,

@@ -206,7 +206,7 @@ impl Runtime {
         crate::host_inputs::check_mount_propagation(&rec.config)?;
         let view = SandboxView {
             hostname: sandbox.config.hostname.clone(),
-            netns: sandbox.netns.clone(),
+            netns: sandbox.netns.as_deref().map(|p| self.pins.locate(p)),
             ipcns: sandbox.ipcns.as_deref().map(|p| self.pins.locate(p)),
             utsns: sandbox.utsns.as_deref().map(|p| self.pins.locate(p)),
             pidns: Runtime::pod_pidns(sandbox),

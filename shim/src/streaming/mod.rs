@@ -226,7 +226,7 @@ impl Streaming {
             let mut session = Session::new(io, Role::Server);
             if let Pending::PortForward { sandbox_id } = pending {
                 let netns = match rt.sandbox(&sandbox_id) {
-                    Ok(rec) => rec.netns,
+                    Ok(rec) => rec.netns.as_deref().map(|p| rt.pins.locate(p)),
                     Err(e) => {
                         tracing::debug!(error = %e, "port-forward: sandbox gone");
                         session.close().await;
