@@ -249,7 +249,15 @@ const SHIM: &[(&str, &[&str])] = &[
     ("cri_metrics", &["cgroupfs", "runtime", "state", "stats"]),
     (
         "stats",
-        &["cgroupfs", "error", "host", "mutex", "runtime", "state"],
+        &[
+            "cgroupfs",
+            "error",
+            "host",
+            "mutex",
+            "namespaces",
+            "runtime",
+            "state",
+        ],
     ),
     (
         "runtime",
@@ -257,6 +265,7 @@ const SHIM: &[(&str, &[&str])] = &[
             "cni",
             "error",
             "mutex",
+            "namespaces",
             "pidfd",
             "seccomp",
             "spawner_client",
@@ -278,7 +287,7 @@ const SHIM: &[(&str, &[&str])] = &[
     ("seccomp", &["host"]),
     ("devices", &[]),
     ("pidfd", &["host"]),
-    ("namespaces", &["error"]),
+    ("namespaces", &["error", "mountinfo", "mutex"]),
     ("cgroupfs", &["devices", "error"]),
     ("state", &["error"]),
     ("users", &[]),

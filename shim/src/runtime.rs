@@ -165,10 +165,14 @@ impl Runtime {
         }
         let (events, _) = broadcast::channel(1024);
         let pins = Arc::new(crate::namespaces::PinSpace::new(&paths.run_dir));
+        let located = pins.clone();
         let cni = crate::cni::Cni::new(
             paths.cni_conf_dir.clone(),
             paths.cni_bin_dirs.clone(),
-            pins.clone(),
+            Arc::new(move |pin: &std::path::Path| {
+                let at = located.locate(pin);
+                crate::namespaces::is_pinned(&at).then_some(at)
+            }),
         );
         Ok(Self {
             cni,

@@ -27,7 +27,9 @@ use cri_proto::v1::PodSandboxConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::namespaces::PinSpace;
+/// Where the host reaches a netns pin now (the shim's pin space says:
+/// `namespaces::PinSpace::locate`), or None when nothing is pinned there.
+pub type LocateNetns = dyn Fn(&Path) -> Option<PathBuf> + Send + Sync;
 
 pub use config::{ConfigError, NetworkList};
 pub use exec::PluginError;
@@ -60,7 +62,7 @@ pub struct Attachment {
     pub network: NetworkList,
     pub container_id: String,
     /// The netns pin's path in the pin space (or, for a sandbox made
-    /// before it, the host); [`PinSpace::locate`] says where plugins find it.
+    /// before it, the host); [`LocateNetns`] says where plugins find it.
     pub netns: PathBuf,
     pub ifname: String,
     pub args: String,
@@ -70,21 +72,30 @@ pub struct Attachment {
 }
 
 /// The shim's CNI settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Cni {
     conf_dir: PathBuf,
     bin_dirs: Vec<PathBuf>,
-    /// Where the netns pins are: plugins get a pin's path as the host
-    /// reaches it, found anew at each call (it names the shim's thread).
-    pins: Arc<PinSpace>,
+    /// Plugins get a netns pin's path as the host reaches it, found anew
+    /// at each call (it names a thread of the shim).
+    locate: Arc<LocateNetns>,
+}
+
+impl std::fmt::Debug for Cni {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cni")
+            .field("conf_dir", &self.conf_dir)
+            .field("bin_dirs", &self.bin_dirs)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Cni {
-    pub fn new(conf_dir: PathBuf, bin_dirs: Vec<PathBuf>, pins: Arc<PinSpace>) -> Self {
+    pub fn new(conf_dir: PathBuf, bin_dirs: Vec<PathBuf>, locate: Arc<LocateNetns>) -> Self {
         Self {
             conf_dir,
             bin_dirs,
-            pins,
+            locate,
         }
     }
 
@@ -162,7 +173,7 @@ impl Cni {
     }
 
     async fn add(&self, att: &Attachment) -> Result<Value, CniError> {
-        let netns = self.pins.locate(&att.netns);
+        let netns = (self.locate)(&att.netns).unwrap_or_else(|| att.netns.clone());
         let call = self.call("ADD", att, &netns);
         let mut prev: Option<Value> = None;
         for i in 0..att.network.plugins.len() {
@@ -193,10 +204,7 @@ impl Cni {
         };
         // After a reboot the pinned netns is gone: the spec's empty
         // CNI_NETNS tells plugins to release what lives outside it.
-        let mut netns = self.pins.locate(&att.netns);
-        if !crate::namespaces::is_pinned(&netns) {
-            netns = PathBuf::new();
-        }
+        let netns = (self.locate)(&att.netns).unwrap_or_default();
         let call = self.call("DEL", &att, &netns);
         let prev = att
             .result
