@@ -106,18 +106,7 @@ fn create_on_this_thread(
             in_space = true;
         }
         let target = dir.join(kind);
-        fs::File::create(&target).map_err(Error::io("create", &target))?;
-        let source = format!("/proc/thread-self/ns/{kind}");
-        mount(
-            Some(source.as_str()),
-            &target,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| {
-            Error::Internal(format!("pin {kind} namespace at {}: {e}", target.display()))
-        })?;
+        pin_at(&format!("/proc/thread-self/ns/{kind}"), &target)?;
         *slot = Some(target);
     }
     Ok(pinned)
@@ -178,6 +167,20 @@ fn loopback_up() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Pins the namespace `source` (a `/proc/.../ns/` link) at `target`, made
+/// an empty file for it.
+fn pin_at(source: &str, target: &Path) -> Result<(), Error> {
+    fs::File::create(target).map_err(Error::io("create", target))?;
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| Error::Internal(format!("pin {source} at {}: {e}", target.display())))
 }
 
 /// Whether `path` is a pinned namespace (an nsfs bind mount). Pins live on
@@ -259,26 +262,16 @@ impl PinSpace {
         let pin = self.pin();
         let space = if is_pinned(&pin) {
             let ns = fs::File::open(&pin).map_err(Error::io("open", &pin))?;
-            Space::hold(Some(ns.into()))?
+            Space::hold(Some(ns.into()))?.0
         } else if make {
             fs::create_dir_all(&self.dir).map_err(Error::io("create", &self.dir))?;
             private_mount(&self.dir)?;
             let (space, tid) = Space::hold(None)?;
-            fs::File::create(&pin).map_err(Error::io("create", &pin))?;
-            let source = format!("/proc/self/task/{tid}/ns/mnt");
-            mount(
-                Some(source.as_str()),
-                &pin,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(Error::sys("pin the pin space at", &pin))?;
-            (space, tid)
+            pin_at(&format!("/proc/self/task/{tid}/ns/mnt"), &pin)?;
+            space
         } else {
             return Ok(None);
-        }
-        .0;
+        };
         let space = Arc::new(space);
         *slot = Some(space.clone());
         Ok(Some(space))
