@@ -193,16 +193,22 @@ pub fn is_pinned(path: &Path) -> bool {
 /// Unpins a namespace or unmounts a tmpfs and removes its mount point;
 /// missing is fine.
 pub fn release(path: &Path) -> Result<(), Error> {
-    match umount2(path, MntFlags::MNT_DETACH) {
-        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => return Err(Error::sys("unmount", path)(e)),
-    }
+    detach(path)?;
     match fs::metadata(path) {
         Ok(m) if m.is_dir() => fs::remove_dir(path),
         Ok(_) => fs::remove_file(path),
         Err(_) => Ok(()),
     }
     .map_err(Error::io("remove", path))
+}
+
+/// Unmounts what is mounted at `path` (lazily); nothing mounted or nothing
+/// there is fine.
+fn detach(path: &Path) -> Result<(), Error> {
+    match umount2(path, MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(e) => Err(Error::sys("unmount", path)(e)),
+    }
 }
 
 /// The mount namespace where the pods' network, IPC and UTS namespaces are
@@ -295,19 +301,23 @@ impl PinSpace {
         }
     }
 
-    /// Unpins `path` wherever it is pinned and removes the file; missing is
-    /// fine.
-    pub fn release(&self, path: &Path) -> Result<(), Error> {
-        if !is_pinned(path)
+    /// Where the pin at `path` is reached from the host, if a namespace is
+    /// pinned there at all ([`Self::locate`]).
+    pub fn find(&self, path: &Path) -> Option<PathBuf> {
+        let at = self.locate(path);
+        is_pinned(&at).then_some(at)
+    }
+
+    /// Unpins each of `paths` wherever it is pinned and removes the files;
+    /// missing is fine. One thread joins the space for all of them.
+    pub fn release(&self, paths: &[&Path]) -> Result<(), Error> {
+        let elsewhere: Vec<&Path> = paths.iter().copied().filter(|p| !is_pinned(p)).collect();
+        if !elsewhere.is_empty()
             && let Some(space) = self.get(false)?
         {
-            let target = path.to_path_buf();
-            space.run(move || match umount2(&target, MntFlags::MNT_DETACH) {
-                Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-                Err(e) => Err(Error::sys("unmount", &target)(e)),
-            })?;
+            space.run(|| elsewhere.iter().try_for_each(|p| detach(p)))?;
         }
-        release(path)
+        paths.iter().try_for_each(|p| release(p))
     }
 
     /// Unpins the space itself (a clean stop with no sandbox left): the
@@ -319,10 +329,7 @@ impl PinSpace {
         if is_pinned(&pin) {
             release(&pin)?;
         }
-        match umount2(&self.dir, MntFlags::MNT_DETACH) {
-            Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-            Err(e) => Err(Error::sys("unmount", &self.dir)(e)),
-        }
+        detach(&self.dir)
     }
 }
 

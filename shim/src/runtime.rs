@@ -169,10 +169,7 @@ impl Runtime {
         let cni = crate::cni::Cni::new(
             paths.cni_conf_dir.clone(),
             paths.cni_bin_dirs.clone(),
-            Arc::new(move |pin: &std::path::Path| {
-                let at = located.locate(pin);
-                crate::namespaces::is_pinned(&at).then_some(at)
-            }),
+            Arc::new(move |pin: &std::path::Path| located.find(pin)),
         );
         Ok(Self {
             cni,

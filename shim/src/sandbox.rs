@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cri_proto::v1::{
     LinuxPodSandboxStatus, Namespace, NamespaceMode, NamespaceOption, PodIp, PodSandbox,
@@ -74,7 +74,7 @@ fn alive(rec: &SandboxRecord, pins: &namespaces::PinSpace) -> bool {
         && [&rec.netns, &rec.ipcns, &rec.utsns]
             .into_iter()
             .flatten()
-            .all(|p| namespaces::is_pinned(&pins.locate(p)))
+            .all(|p| pins.find(p).is_some())
         && rec
             .pod_init
             .is_none_or(|(pid, start)| crate::host::proc_start_time(pid) == Some(start))
@@ -302,18 +302,26 @@ impl Runtime {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        for p in [&rec.netns, &rec.ipcns, &rec.utsns].into_iter().flatten() {
-            self.pins.release(p)?;
-        }
+        let recorded: Vec<&Path> = [&rec.netns, &rec.ipcns, &rec.utsns]
+            .into_iter()
+            .flatten()
+            .map(PathBuf::as_path)
+            .collect();
+        self.pins.release(&recorded)?;
         if let Some(shm) = &rec.shm {
             namespaces::release(shm)?;
         }
-        // Also anything pinned before the record learnt of it.
-        for kind in ["net", "ipc", "uts", "shm"] {
-            let p = rec.run_dir.join(kind);
-            if p.exists() {
-                self.pins.release(&p)?;
-            }
+        // Also anything pinned or mounted before the record learnt of it.
+        let late: Vec<PathBuf> = ["net", "ipc", "uts"]
+            .map(|kind| rec.run_dir.join(kind))
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect();
+        self.pins
+            .release(&late.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+        let shm = rec.run_dir.join("shm");
+        if shm.exists() {
+            namespaces::release(&shm)?;
         }
         images::fsutil::remove_dir_all_if_exists(&rec.run_dir)?;
         crate::state::remove_record_dir(&rec.dir)

@@ -78,13 +78,13 @@ pub(crate) fn pod_network(
     running: &[&ContainerRecord],
     pins: &crate::namespaces::PinSpace,
 ) -> Vec<NetIf> {
-    let Some(netns) = sb.netns.as_deref().map(|p| pins.locate(p)) else {
+    let Some(netns) = &sb.netns else {
         return procfs::net_dev(1);
     };
     if let Some(pid) = running.iter().find_map(|c| c.init_pid) {
         return procfs::net_dev(u32::try_from(pid).unwrap_or(0));
     }
-    let text = crate::host::in_netns(&netns, || {
+    let text = crate::host::in_netns(&pins.locate(netns), || {
         // /proc/thread-self/net is this thread's namespace, not the process's.
         std::fs::read_to_string("/proc/thread-self/net/dev").map_err(|e| e.to_string())
     });

@@ -306,25 +306,26 @@ impl Shim {
     }
 
     /// Mount points under this shim's directory: the host's, and those of
-    /// the shim's pin space (where pods' IPC and UTS namespaces are pinned,
-    /// seen through the shim's threads), less the pin space's own two.
+    /// the shim's pin space (where pods' namespaces are pinned, seen
+    /// through the shim's threads), less the pin space's own two.
     fn mounts_under_dir(&self) -> Vec<String> {
-        let mut tables = vec![PathBuf::from("/proc/self/mountinfo")];
+        let mut tables =
+            vec![std::fs::read_to_string("/proc/self/mountinfo").expect("read own mountinfo")];
         if let Some(c) = &self.child {
             let tasks = std::fs::read_dir(format!("/proc/{}/task", c.id()));
             for t in tasks.into_iter().flatten().flatten() {
-                tables.push(t.path().join("mountinfo"));
+                // A thread that ended since the listing has no table.
+                if let Ok(table) = std::fs::read_to_string(t.path().join("mountinfo")) {
+                    tables.push(table);
+                }
             }
         }
         let pins = self.dir.path().join("run/pins");
         let mut mounts: Vec<String> = tables
             .iter()
             .flat_map(|t| {
-                std::fs::read_to_string(t)
-                    .unwrap_or_default()
-                    .lines()
+                t.lines()
                     .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-                    .collect::<Vec<_>>()
             })
             .filter(|m| Path::new(m).starts_with(self.dir.path()))
             .filter(|m| Path::new(m) != pins && Path::new(m) != pins.join("mnt"))
