@@ -11,6 +11,7 @@
 # this script fails when any check failed or a boot did not finish.
 #
 #   sudo tests/vm/run.sh [amd64|arm64]  # needs dist/picolet-<arch> (scripts/dist.sh)
+#   VM_CONSOLE_OUT=<file>: keep the guest's whole console there
 #
 # Kernels (and arm64's busybox) come from the Debian archive (apt-get
 # download), cached in /var/cache/picolet-vm.
@@ -387,14 +388,19 @@ chmod +x "$R/init" "$R/recover"
 # run once more and the log says so; nothing of picolet ran, nor touched
 # the disk. oops=panic: a guest kernel oops ends qemu at once (panic=-1
 # reboots, -no-reboot exits) instead of leaving a half-dead guest to the
-# 420 s timeout.
+# 420 s timeout. A CPU stuck in the kernel (stop 45's CI: both amd64 vCPUs
+# soft-locked 16 s into the first boot, in picolet's and its preload
+# thread, so neither picolet nor the guest's own watchdog ran again) ends
+# it the same way after 40 s (watchdog_thresh=20), with every CPU's stack
+# (loglevel=5 lets warnings and stack dumps through `quiet`).
 boot() {
   local try out
   for try in 1 2; do
     out="$W/console-$try.txt"
     timeout 420 "${QEMU[@]}" -smp 2 -m 1536 -kernel "$KERNEL" -initrd "$W/initrd.gz" \
       -drive "file=$W/disk.img,format=raw,if=none,id=d0" -device virtio-blk-pci,drive=d0 \
-      -append "console=$CONSOLE rdinit=/init panic=-1 oops=panic quiet $1" -nographic -no-reboot > "$out" 2>&1 || true
+      -append "console=$CONSOLE rdinit=/init panic=-1 oops=panic quiet loglevel=5 \
+        watchdog_thresh=20 softlockup_panic=1 softlockup_all_cpu_backtrace=1 $1" -nographic -no-reboot > "$out" 2>&1 || true
     cat "$out" >> "$W/console.txt"
     grep -q 'VMTEST boot' "$out" && return 0
     echo "vm $ARCH: boot ${1:-1} printed nothing from init (try $try); console:" >&2
@@ -414,9 +420,10 @@ run_scenario() {
 }
 # The guest kernel itself crashing (stop 44's CI: arm64 6.1.192 oopsed in
 # the scheduler's set_next_entity as an httpd child exited, 11 s into the
-# first boot) is not a verdict on picolet: the whole scenario runs once
-# more from a fresh disk, and the log shows the oops. A second crash fails.
-KCRASH='Oops: [0-9a-f]* \[#\|BUG: unable to handle\|BUG: kernel NULL pointer\|general protection fault\|Unable to handle kernel'
+# first boot) or locking up (stop 45's, above) is not a verdict on picolet:
+# the whole scenario runs once more from a fresh disk, and the log shows the
+# oops or the stuck CPUs' stacks. A second crash fails.
+KCRASH='Oops: [0-9a-f]* \[#\|BUG: unable to handle\|BUG: kernel NULL pointer\|general protection fault\|Unable to handle kernel\|BUG: soft lockup'
 start=$(date +%s)
 crashed=""
 for run in 1 2; do
@@ -424,10 +431,11 @@ for run in 1 2; do
   crashed=""
   grep -q "$KCRASH" "$W/console.txt" || break
   crashed=yes
-  echo "vm $ARCH: the guest kernel crashed (run $run of 2):" >&2
-  tr -d '\r' < "$W/console.txt" | grep -A 30 -m 1 "$KCRASH" >&2
+  echo "vm $ARCH: the guest kernel crashed or locked up (run $run of 2):" >&2
+  tr -d '\r' < "$W/console.txt" | grep -A 80 -m 1 "$KCRASH" >&2
   [ "$run" = 2 ] || echo "vm $ARCH: running the scenario once more from a fresh disk" >&2
 done
+[ -z "${VM_CONSOLE_OUT:-}" ] || cp "$W/console.txt" "$VM_CONSOLE_OUT"
 tr -d '\r' < "$W/console.txt" | grep -o 'VMTEST .*' || true
 passed=$(grep -c 'VMTEST ok' "$W/console.txt" || true)
 failed=$(grep -c 'VMTEST FAIL' "$W/console.txt" || true)
