@@ -136,6 +136,59 @@ async fn namespace_pins_stay_off_the_host_mount_table_and_outlive_the_shim() {
     assert!(left.is_empty(), "mounts left after a clean stop: {left:?}");
 }
 
+/// The pin space holds no filesystem of the host but `/`, the run dir's
+/// and `/proc`: a tmpfs the host had mounted (privately, as on a host
+/// without systemd) when the space was made, then let go of, is not kept
+/// alive in it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pin_space_keeps_no_host_filesystem_alive() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let held = shim.dir.path().join("held");
+    std::fs::create_dir(&held).expect("mkdir held");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    let at = held.to_str().expect("utf-8 path");
+    run(&["mount", "-t", "tmpfs", "-o", "size=1m", "picolet-held", at]);
+    run(&["mount", "--make-private", at]);
+    let (_pod, pod_id) = new_pod(&shim, &mut c, "space").await;
+    run(&["umount", at]);
+
+    let shim_pid = shim.child.as_ref().expect("shim runs").id();
+    let space = std::fs::read_dir(format!("/proc/{shim_pid}/task"))
+        .expect("shim's tasks")
+        .flatten()
+        .find(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "pin-space")
+        })
+        .expect("the pin space's thread");
+    let table = std::fs::read_to_string(space.path().join("mountinfo")).expect("its mountinfo");
+    let run_dir = std::fs::canonicalize(shim.dir.path().join("run")).expect("run dir");
+    let extra: Vec<&str> = table
+        .lines()
+        .filter(|l| {
+            let at = std::path::Path::new(l.split(' ').nth(4).unwrap_or("?"));
+            let nsfs = l
+                .split(" - ")
+                .nth(1)
+                .is_some_and(|r| r.starts_with("nsfs "));
+            !(at == std::path::Path::new("/proc")
+                || run_dir.starts_with(at)
+                || (nsfs && at.starts_with(&run_dir)))
+        })
+        .collect();
+    assert!(extra.is_empty(), "the pin space holds more: {extra:#?}");
+    assert!(!table.contains("picolet-held"), "{table}");
+
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn seccomp_runtime_default_is_enforced() {
     require_root!();

@@ -218,9 +218,10 @@ fn detach(path: &Path) -> Result<(), Error> {
 /// more mounts there (three pins for each of 100 pods) cost +1.5 ms of CPU
 /// per pod at a cold start of 100 (BENCHMARKS.md, issue 22).
 ///
-/// The space is a slave copy of the host's mount namespace (host mounts and
-/// unmounts reach it, so it holds no filesystem the host let go of; its own
-/// mounts never reach the host), made at the first pod that needs it. It is
+/// The space is a private copy of the host's mount namespace cut down to
+/// `/`, the run dir's mounts and `/proc` ([`make_space`]: it holds no
+/// filesystem the host may let go of, and its mounts never reach the
+/// host), made at the first pod that needs it. It is
 /// pinned at `<run>/pins/mnt`, on a private bind mount of `<run>/pins`: a
 /// mount namespace's pin must not propagate (the kernel refuses it), and
 /// the pin keeps the space, and so the pods' namespaces, across restarts of
@@ -258,6 +259,10 @@ impl PinSpace {
         self.dir.join("mnt")
     }
 
+    fn run_dir(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
     /// The space: open, opened from its pin, or (with `make`) made and
     /// pinned. None when there is none and `make` is false.
     pub fn get(&self, make: bool) -> Result<Option<Arc<Space>>, Error> {
@@ -268,11 +273,11 @@ impl PinSpace {
         let pin = self.pin();
         let space = if is_pinned(&pin) {
             let ns = fs::File::open(&pin).map_err(Error::io("open", &pin))?;
-            Space::hold(Some(ns.into()))?.0
+            Space::hold(Some(ns.into()), self.run_dir())?.0
         } else if make {
             fs::create_dir_all(&self.dir).map_err(Error::io("create", &self.dir))?;
             private_mount(&self.dir)?;
-            let (space, tid) = Space::hold(None)?;
+            let (space, tid) = Space::hold(None, self.run_dir())?;
             pin_at(&format!("/proc/self/task/{tid}/ns/mnt"), &pin)?;
             space
         } else {
@@ -335,9 +340,10 @@ impl PinSpace {
 
 impl Space {
     /// Starts the space's thread: it joins the space `ns`, or makes a new
-    /// one (a slave copy of the host's) when None. Returns the space and
-    /// the thread's id.
-    fn hold(ns: Option<OwnedFd>) -> Result<(Self, i32), Error> {
+    /// one ([`make_space`]) when None. Returns the space and the thread's
+    /// id.
+    fn hold(ns: Option<OwnedFd>, run_dir: &Path) -> Result<(Self, i32), Error> {
+        let run_dir = run_dir.to_path_buf();
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         std::thread::Builder::new()
@@ -345,17 +351,7 @@ impl Space {
             .spawn(move || {
                 let entered = match &ns {
                     Some(ns) => enter(ns),
-                    None => unshare(CloneFlags::CLONE_NEWNS)
-                        .and_then(|()| {
-                            mount(
-                                None::<&str>,
-                                "/",
-                                None::<&str>,
-                                MsFlags::MS_SLAVE | MsFlags::MS_REC,
-                                None::<&str>,
-                            )
-                        })
-                        .map_err(|e| format!("make the pin space: {e}")),
+                    None => make_space(&run_dir),
                 };
                 let ok = entered.is_ok();
                 let _ = ready_tx.send(entered.map(|()| nix::unistd::gettid().as_raw()));
@@ -406,6 +402,61 @@ impl Space {
     }
 }
 
+/// Makes this thread's own mount namespace for the pins: a private copy of
+/// the host's (its mounts and unmounts never reach the host, nor the
+/// host's it), cut down to what pins need: `/`, the mounts the run dir
+/// lies on, and `/proc` (the pins' source, `/proc/thread-self/ns/*`). A
+/// full copy would keep every filesystem mounted at its making alive for
+/// as long as the space lives, after the host let it go: a USB stick, an
+/// old container's rootfs, an older picolet's pins (the host's `/` is
+/// private on hosts without systemd, so no unmount would reach a slave
+/// copy either), and on a shared `/` every later host mount (each
+/// container's rootfs and /dev/shm) would be copied into it.
+fn make_space(run_dir: &Path) -> Result<(), String> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("make the pin space: {e}"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_PRIVATE | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("make the pin space private: {e}"))?;
+    let run_dir =
+        fs::canonicalize(run_dir).map_err(|e| format!("resolve {}: {e}", run_dir.display()))?;
+    // A pass detaches every extra mount it can reach by its path; a mount
+    // hidden under another one is reached in the next pass.
+    let mut left = Vec::new();
+    for _ in 0..4 {
+        let table = fs::read_to_string("/proc/thread-self/mountinfo")
+            .map_err(|e| format!("read the pin space's mountinfo: {e}"))?;
+        let extra: Vec<String> = crate::mountinfo::parse(&table)
+            .map(|m| m.mount_point)
+            .filter(|at| !space_keeps(Path::new(at), &run_dir))
+            .collect();
+        let before = extra.len();
+        // Children come after their parents in mountinfo: last first.
+        left = extra
+            .into_iter()
+            .rev()
+            .filter(|at| umount2(at.as_str(), MntFlags::MNT_DETACH).is_err())
+            .collect();
+        if left.is_empty() || left.len() == before {
+            break;
+        }
+    }
+    if !left.is_empty() {
+        tracing::warn!(mounts = ?left, "mounts the pin space could not let go of");
+    }
+    Ok(())
+}
+
+/// Whether the pin space keeps the mount at `at`: `/` and the others the
+/// run dir (resolved) lies on, and `/proc`.
+fn space_keeps(at: &Path, run_dir: &Path) -> bool {
+    at == Path::new("/proc") || run_dir.starts_with(at)
+}
+
 /// Joins the mount namespace `ns` on this thread: first a root and working
 /// directory of its own, which a thread of a process shares until then.
 fn enter(ns: &OwnedFd) -> Result<(), String> {
@@ -433,4 +484,31 @@ fn private_mount(dir: &Path) -> Result<(), Error> {
         None::<&str>,
     )
     .map_err(Error::sys("make private", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::space_keeps;
+    use std::path::Path;
+
+    #[test]
+    fn the_pin_space_keeps_only_the_run_dirs_mounts_and_proc() {
+        let run = Path::new("/run/picolet");
+        for at in ["/", "/run", "/run/picolet", "/proc"] {
+            assert!(space_keeps(Path::new(at), run), "{at}");
+        }
+        for at in [
+            "/run/picolet/pins",
+            "/run/picolet/sandboxes/a/shm",
+            "/run/user/0",
+            "/ru",
+            "/run/pic",
+            "/proc/sys/fs/binfmt_misc",
+            "/sys",
+            "/media/usb",
+            "/var/lib/picolet/overlay/x/rootfs",
+        ] {
+            assert!(!space_keeps(Path::new(at), run), "{at}");
+        }
+    }
 }
