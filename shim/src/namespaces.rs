@@ -235,6 +235,14 @@ pub struct PinSpace {
     space: Mutex<Option<Arc<Space>>>,
 }
 
+/// Where a space's thread goes: into a space opened from its pin, or into
+/// a new one ([`make_space`]) for the run dir.
+#[derive(Debug)]
+enum Origin {
+    Open(OwnedFd),
+    Make(PathBuf),
+}
+
 /// An open pin space and the thread that lives in it.
 #[derive(Debug)]
 pub struct Space {
@@ -273,11 +281,11 @@ impl PinSpace {
         let pin = self.pin();
         let space = if is_pinned(&pin) {
             let ns = fs::File::open(&pin).map_err(Error::io("open", &pin))?;
-            Space::hold(Some(ns.into()), self.run_dir())?.0
+            Space::hold(Origin::Open(ns.into()))?.0
         } else if make {
             fs::create_dir_all(&self.dir).map_err(Error::io("create", &self.dir))?;
             private_mount(&self.dir)?;
-            let (space, tid) = Space::hold(None, self.run_dir())?;
+            let (space, tid) = Space::hold(Origin::Make(self.run_dir().to_path_buf()))?;
             pin_at(&format!("/proc/self/task/{tid}/ns/mnt"), &pin)?;
             space
         } else {
@@ -339,19 +347,17 @@ impl PinSpace {
 }
 
 impl Space {
-    /// Starts the space's thread: it joins the space `ns`, or makes a new
-    /// one ([`make_space`]) when None. Returns the space and the thread's
-    /// id.
-    fn hold(ns: Option<OwnedFd>, run_dir: &Path) -> Result<(Self, i32), Error> {
-        let run_dir = run_dir.to_path_buf();
+    /// Starts the space's thread, in the space `from` names. Returns the
+    /// space and the thread's id.
+    fn hold(from: Origin) -> Result<(Self, i32), Error> {
         let (ready_tx, ready_rx) = mpsc::channel();
         let (stop, stopped) = mpsc::sync_channel::<()>(0);
         std::thread::Builder::new()
             .name("pin-space".into())
             .spawn(move || {
-                let entered = match &ns {
-                    Some(ns) => enter(ns),
-                    None => make_space(&run_dir),
+                let entered = match &from {
+                    Origin::Open(ns) => enter(ns),
+                    Origin::Make(run_dir) => make_space(run_dir),
                 };
                 let ok = entered.is_ok();
                 let _ = ready_tx.send(entered.map(|()| nix::unistd::gettid().as_raw()));
