@@ -323,14 +323,18 @@ impl PinSpace {
 
     /// Unpins each of `paths` wherever it is pinned and removes the files;
     /// missing is fine. One thread joins the space for all of them.
-    pub fn release(&self, paths: &[&Path]) -> Result<(), Error> {
-        let elsewhere: Vec<&Path> = paths.iter().copied().filter(|p| !is_pinned(p)).collect();
+    pub fn release<P: AsRef<Path>>(&self, paths: &[P]) -> Result<(), Error> {
+        let elsewhere: Vec<&Path> = paths
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|p| !is_pinned(p))
+            .collect();
         if !elsewhere.is_empty()
             && let Some(space) = self.get(false)?
         {
             space.run(|| elsewhere.iter().try_for_each(|p| detach(p)))?;
         }
-        paths.iter().try_for_each(|p| release(p))
+        paths.iter().try_for_each(|p| release(p.as_ref()))
     }
 
     /// Unpins the space itself (a clean stop with no sandbox left): the

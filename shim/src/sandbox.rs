@@ -302,27 +302,26 @@ impl Runtime {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        let recorded: Vec<&Path> = [&rec.netns, &rec.ipcns, &rec.utsns]
+        // What the record names, and anything pinned or mounted before the
+        // record learnt of it.
+        let mut pins: Vec<PathBuf> = [&rec.netns, &rec.ipcns, &rec.utsns]
             .into_iter()
             .flatten()
-            .map(PathBuf::as_path)
+            .cloned()
             .collect();
-        self.pins.release(&recorded)?;
-        if let Some(shm) = &rec.shm {
-            namespaces::release(shm)?;
+        let mut shms: Vec<PathBuf> = rec.shm.iter().cloned().collect();
+        let also = |list: &mut Vec<PathBuf>, kind: &str| {
+            let p = rec.run_dir.join(kind);
+            if !list.contains(&p) && p.exists() {
+                list.push(p);
+            }
+        };
+        for kind in ["net", "ipc", "uts"] {
+            also(&mut pins, kind);
         }
-        // Also anything pinned or mounted before the record learnt of it.
-        let late: Vec<PathBuf> = ["net", "ipc", "uts"]
-            .map(|kind| rec.run_dir.join(kind))
-            .into_iter()
-            .filter(|p| p.exists())
-            .collect();
-        self.pins
-            .release(&late.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
-        let shm = rec.run_dir.join("shm");
-        if shm.exists() {
-            namespaces::release(&shm)?;
-        }
+        also(&mut shms, "shm");
+        self.pins.release(&pins)?;
+        shms.iter().try_for_each(|p| namespaces::release(p))?;
         images::fsutil::remove_dir_all_if_exists(&rec.run_dir)?;
         crate::state::remove_record_dir(&rec.dir)
     }
