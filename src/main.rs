@@ -103,9 +103,19 @@ enum MonitorCommand {
     },
     /// Be pid 1 of a pod's shared pid namespace (pid mode POD).
     PodInit {
-        /// The sandbox's runtime dir: names the process in `ps`.
+        /// The sandbox's runtime dir: names the process in `ps`; the
+        /// init's empty root is mounted over it in its own mount namespace.
         #[arg(long)]
         sandbox: PathBuf,
+        /// The pod's network namespace to join (none: the host's).
+        #[arg(long)]
+        net: Option<PathBuf>,
+        /// The pod's IPC namespace to join.
+        #[arg(long)]
+        ipc: Option<PathBuf>,
+        /// The pod's UTS namespace to join.
+        #[arg(long)]
+        uts: Option<PathBuf>,
     },
     /// Run a command in a running container (ExecSync).
     Exec {
@@ -325,6 +335,13 @@ impl AgentArgs {
 }
 
 fn main() -> ExitCode {
+    // Nothing our parent left open without close-on-exec goes on to our
+    // children, and through them into a container: picolet passes
+    // descriptors on only as 0, 1 and 2 or by SCM_RIGHTS.
+    if let Err(e) = shim::host::cloexec_from(3) {
+        eprintln!("picolet: mark inherited descriptors close-on-exec: {e}");
+        return ExitCode::FAILURE;
+    }
     #[cfg(target_env = "musl")]
     alloc::fork_safe();
     // Installed as a CNI plugin (e.g. /opt/cni/bin/picolet for containerd),
@@ -431,7 +448,12 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
             stdin_once,
             tty,
         }),
-        MonitorCommand::PodInit { sandbox: _ } => shim::pod_init::run(),
+        MonitorCommand::PodInit {
+            sandbox,
+            net,
+            ipc,
+            uts,
+        } => shim::pod_init::run(&sandbox, &shim::pod_init::PodSpaces { net, ipc, uts }),
         MonitorCommand::Exec {
             bundle,
             pid,

@@ -267,11 +267,13 @@ const SHIM: &[(&str, &[&str])] = &[
             "mutex",
             "namespaces",
             "pidfd",
+            "exe",
             "seccomp",
             "spawner_client",
             "state",
         ],
     ),
+    ("exe", &[]),
     ("spawner_client", &["host", "spawner"]),
     ("spawner", &["cgroupfs", "pidfd"]),
     ("cni", &["host"]),
@@ -283,7 +285,7 @@ const SHIM: &[(&str, &[&str])] = &[
     ),
     ("init", &["cgroupfs", "host", "mountinfo", "nsexec"]),
     ("nsexec", &["host", "mountinfo", "pidfd", "seccomp"]),
-    ("pod_init", &[]),
+    ("pod_init", &["seccomp"]),
     ("seccomp", &["host"]),
     ("devices", &[]),
     ("pidfd", &["host"]),
@@ -299,7 +301,8 @@ const SHIM: &[(&str, &[&str])] = &[
 
 /// Code that runs in forked children: no tokio.
 const SHIM_NO_TOKIO: &[&str] = &[
-    "cgroupfs", "devices", "host", "init", "monitor", "nsexec", "pod_init", "seccomp", "spawner",
+    "cgroupfs", "devices", "exe", "host", "init", "monitor", "nsexec", "pod_init", "seccomp",
+    "spawner",
 ];
 
 const IMPURE_CRATES: &[&str] = &["tokio", "nix", "tonic", "hyper", "hyper_util"];

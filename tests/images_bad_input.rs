@@ -311,6 +311,7 @@ async fn preload_folder_imports_at_start_and_on_arrival_and_survives_corrupt_fil
         dir,
         child: None,
         netns_holder: None,
+        leak: None,
     };
     std::fs::create_dir_all(shim.images_dir()).expect("mkdir");
     std::fs::copy(&t.docker_multi, shim.images_dir().join("multi.tar")).expect("copy");

@@ -97,7 +97,8 @@ impl Runtime {
             });
         }
         let mut c = tokio::process::Command::new(&argv[0]);
-        c.args(&argv[1..])
+        c.arg0("picolet")
+            .args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -158,7 +159,7 @@ impl Runtime {
     ) -> Result<tokio::process::Command, Error> {
         let argv = self.exec_argv(id, cmd, timeout, tty)?;
         let mut c = tokio::process::Command::new(&argv[0]);
-        c.args(&argv[1..]);
+        c.arg0("picolet").args(&argv[1..]);
         Ok(c)
     }
 

@@ -209,6 +209,61 @@ pub fn in_netns<T: Send>(
     })
 }
 
+/// Marks every descriptor from `first` up close-on-exec, so an exec
+/// passes on nothing but what was moved below `first` on purpose (runc's
+/// CVE-2024-21626 / GHSA-xr7r-f8xq-vfvv class: a descriptor of the host
+/// reached through `/proc/self/fd` in a container). Every picolet process
+/// calls it first thing, for what its parent leaked to it, and every path
+/// into a container calls it again right before exec. Async-signal-safe
+/// on kernels with close_range(2) (5.11+); older ones list /proc/self/fd.
+#[allow(unsafe_code)]
+pub fn cloexec_from(first: u32) -> std::io::Result<()> {
+    // SAFETY: close_range takes three integers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|fd| u32::try_from(*fd).is_ok_and(|fd| fd >= first))
+        .collect();
+    for fd in fds {
+        // SAFETY: F_SETFD on a number that may already be closed (the
+        // listing's own descriptor): EBADF, ignored.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+/// Fails unless the working directory is inside this process's root: a
+/// `chdir` to `/proc/self/fd/<n>` of a descriptor of the host lands
+/// outside it, and the kernel then reports the path as `(unreachable)…`
+/// (runc's check for CVE-2024-21626).
+#[allow(unsafe_code)]
+pub fn cwd_is_inside_root() -> Result<(), String> {
+    let mut buf = [0u8; 4096];
+    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+    let r = unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) };
+    if r < 0 {
+        return Err(format!(
+            "the working directory: {}",
+            nix::errno::Errno::last()
+        ));
+    }
+    if buf[0] != b'/' {
+        return Err("the working directory is outside the container's root".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

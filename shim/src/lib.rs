@@ -14,6 +14,7 @@ mod container_exec;
 mod cri_metrics;
 mod devices;
 mod error;
+pub mod exe;
 pub mod host;
 mod host_inputs;
 mod image_service;

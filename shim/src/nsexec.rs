@@ -379,19 +379,36 @@ pub(crate) fn container_terminal(
     console: std::os::fd::BorrowedFd<'_>,
     init: bool,
 ) -> Result<(), String> {
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::fs::OpenOptionsExt;
+    // /dev of a container can be a volume another container of the pod
+    // writes: every node here is checked for what it is before use, and
+    // nothing is reached by a name after the check (runc's CVE-2025-52565).
     let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
         .map_err(|e| format!("open /dev/ptmx: {e}"))?;
+    let st = nix::sys::stat::fstat(master.as_raw_fd()).map_err(|e| format!("stat ptmx: {e}"))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != nix::sys::stat::makedev(5, 2) {
+        return Err("/dev/ptmx of the container is not the pty multiplexer (5:2)".into());
+    }
     nix::pty::grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
     nix::pty::unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
-    let name = nix::pty::ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOCTTY)
-        .open(&name)
-        .map_err(|e| format!("open {name}: {e}"))?;
+    // The slave from the master itself, not from /dev/pts by name.
+    // SAFETY: TIOCGPTPEER takes open flags and returns a new descriptor.
+    let peer = unsafe {
+        libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if peer < 0 {
+        return Err(format!(
+            "open the terminal's slave: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: the ioctl just returned this descriptor to us.
+    let slave = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(peer) });
     if init {
         drop(
             std::fs::OpenOptions::new()
@@ -401,14 +418,28 @@ pub(crate) fn container_terminal(
                 .open("/dev/console")
                 .map_err(|e| format!("create /dev/console: {e}"))?,
         );
-        nix::mount::mount(
-            Some(name.as_str()),
+        let console = nix::fcntl::open(
             "/dev/console",
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| format!("open /dev/console: {e}"))?;
+        // SAFETY: open just returned this descriptor to us.
+        let console = unsafe { std::os::fd::OwnedFd::from_raw_fd(console) };
+        let st = nix::sys::stat::fstat(console.as_raw_fd())
+            .map_err(|e| format!("stat /dev/console: {e}"))?;
+        if !matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFCHR) {
+            return Err("/dev/console of the container is neither a file nor a device".into());
+        }
+        let fd_path = |fd: i32| format!("/proc/self/fd/{fd}");
+        nix::mount::mount(
+            Some(fd_path(slave.as_raw_fd()).as_str()),
+            fd_path(console.as_raw_fd()).as_str(),
             None::<&str>,
             nix::mount::MsFlags::MS_BIND,
             None::<&str>,
         )
-        .map_err(|e| format!("bind {name} onto /dev/console: {e}"))?;
+        .map_err(|e| format!("bind the terminal onto /dev/console: {e}"))?;
     }
     // SAFETY: the master's raw fd is open for the duration of the call.
     let master_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(master.as_raw_fd()) };
@@ -484,6 +515,9 @@ pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
     }
     nix::unistd::chdir(plan.cwd.as_c_str())
         .map_err(|e| format!("chdir {:?}: {e}", plan.cwd.to_string_lossy()))?;
+    // A cwd of `/proc/self/fd/<n>` must not reach a descriptor of ours.
+    crate::host::cwd_is_inside_root()
+        .map_err(|e| format!("chdir {:?}: {e}", plan.cwd.to_string_lossy()))?;
     if plan.tty {
         container_terminal(std::io::stdin().as_fd(), false)?;
     }
@@ -516,6 +550,9 @@ pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
     if plan.no_new_privs {
         nix::sys::prctl::set_no_new_privs().map_err(|e| format!("set no_new_privs: {e}"))?;
     }
+    // Whatever the helper or the monitor had open stays out of the
+    // container; before the filters, which may not allow close_range.
+    crate::host::cloexec_from(3).map_err(|e| format!("close-on-exec: {e}"))?;
     crate::seccomp::install(&plan.filters, has_sys_admin)?;
     crate::host::reset_signals()
 }

@@ -34,7 +34,9 @@ pub struct Runtime {
     pub(crate) seccomp: crate::seccomp::Cache,
     pub(crate) events: broadcast::Sender<ContainerEventResponse>,
     /// The `picolet` binary, run as `picolet monitor`.
+    /// The sealed copy of picolet that `monitor_bin` names (kept open).
     pub(crate) monitor_bin: PathBuf,
+    _sealed_exe: crate::exe::SealedExe,
     /// Forks the container monitors (`picolet monitor spawner`).
     pub(crate) spawner: crate::spawner_client::Spawner,
     /// Last CPU sample per container (time, cpu ns), for usage_nano_cores.
@@ -144,8 +146,12 @@ impl Monitors {
 
 impl Runtime {
     pub fn new(paths: ShimPaths, store: Arc<ImageStore>) -> Result<Self, Error> {
-        let monitor_bin = std::env::current_exe()
+        let own = std::env::current_exe()
             .map_err(|e| Error::Internal(format!("own binary path: {e}")))?;
+        // What runs near containers runs from a sealed copy (crate::exe).
+        let exe = crate::exe::SealedExe::copy_of(&own)
+            .map_err(|e| Error::Internal(format!("the sealed copy of picolet: {e}")))?;
+        let monitor_bin = exe.path();
         for d in [
             paths.shim_dir().join("sandboxes"),
             paths.shim_dir().join("containers"),
@@ -185,6 +191,7 @@ impl Runtime {
             spawner: crate::spawner_client::Spawner::new(monitor_bin.clone())
                 .map_err(|e| Error::Internal(format!("start the spawner thread: {e}")))?,
             monitor_bin,
+            _sealed_exe: exe,
             cpu_samples: Mutex::new(HashMap::new()),
             stopped_sent: Mutex::new(std::collections::HashSet::new()),
             rootfs_released: Mutex::new(std::collections::HashSet::new()),

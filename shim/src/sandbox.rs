@@ -239,7 +239,7 @@ impl Runtime {
         write(&rec.dir.join("resolv.conf"), &resolv)?;
 
         if ns.pid == NamespaceMode::Pod as i32 {
-            rec.pod_init = Some(self.start_pod_init(&rec.run_dir).await?);
+            rec.pod_init = Some(self.start_pod_init(rec).await?);
             state::save_volatile(&rec.dir, META, &*rec)?;
         }
 
@@ -259,11 +259,23 @@ impl Runtime {
         Ok(())
     }
 
-    /// Starts `picolet monitor pod-init`; returns its init's pid and start time.
-    async fn start_pod_init(&self, run_dir: &std::path::Path) -> Result<(i32, u64), Error> {
-        let out = tokio::process::Command::new(&self.monitor_bin)
+    /// Starts `picolet monitor pod-init` in the pod's namespaces; returns
+    /// its init's pid and start time.
+    async fn start_pod_init(&self, rec: &SandboxRecord) -> Result<(i32, u64), Error> {
+        let mut cmd = tokio::process::Command::new(&self.monitor_bin);
+        cmd.arg0("picolet")
             .args(["monitor", "pod-init", "--sandbox"])
-            .arg(run_dir)
+            .arg(&rec.run_dir);
+        for (flag, pin) in [
+            ("--net", &rec.netns),
+            ("--ipc", &rec.ipcns),
+            ("--uts", &rec.utsns),
+        ] {
+            if let Some(p) = pin {
+                cmd.arg(flag).arg(self.pins.locate(p));
+            }
+        }
+        let out = cmd
             .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .process_group(0)

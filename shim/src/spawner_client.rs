@@ -145,7 +145,8 @@ impl Proc {
         )
         .map_err(io::Error::from)?;
         let mut cmd = Command::new(bin);
-        cmd.args(["monitor", "spawner", "--room"])
+        cmd.arg0("picolet")
+            .args(["monitor", "spawner", "--room"])
             .arg(".".repeat(spawner::TITLE_ROOM))
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())

@@ -75,7 +75,14 @@ pub struct Shim {
     /// "host" network), for tests whose bridges, routes and iptables rules
     /// must stay off the real host; killed by PID on drop.
     pub netns_holder: Option<Child>,
+    /// A folder the shim is started holding open as [`LEAKED_FD`], without
+    /// close-on-exec: what a careless parent (an init system, a shell)
+    /// hands a runtime. Nothing of it may reach a container.
+    pub leak: Option<PathBuf>,
 }
+
+/// The descriptor number [`Shim::leak`] is handed on as.
+pub const LEAKED_FD: i32 = 9;
 
 impl Shim {
     pub fn start() -> Self {
@@ -113,7 +120,16 @@ impl Shim {
             dir,
             child: None,
             netns_holder: None,
+            leak: None,
         }
+    }
+
+    /// Starts the shim holding `dir` open as [`LEAKED_FD`].
+    pub fn start_leaking(dir: &Path) -> Self {
+        let mut s = Self::prepare();
+        s.leak = Some(dir.to_path_buf());
+        s.spawn();
+        s
     }
 
     /// The shim's network namespace (`/proc/<holder>/ns/net`), when it has its own.
@@ -147,6 +163,7 @@ impl Shim {
     }
 
     /// Starts the shim process and waits for its socket.
+    #[allow(unsafe_code)]
     pub fn spawn(&mut self) {
         let _ = std::fs::remove_file(self.socket());
         let log = std::fs::OpenOptions::new()
@@ -169,6 +186,25 @@ impl Shim {
         } else {
             PathBuf::from("/dev/null")
         };
+        let leaked = self
+            .leak
+            .as_ref()
+            .map(|d| std::fs::File::open(d).expect("open the folder to leak"));
+        if let Some(f) = &leaked {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let raw = f.as_raw_fd();
+            // SAFETY: dup2 is async-signal-safe; the new descriptor has no
+            // close-on-exec flag, as a careless parent's would not.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(raw, LEAKED_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = cmd
             .args(["shim", "--config"])
             .arg(config)

@@ -360,7 +360,8 @@ impl Runtime {
             });
         }
         let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
+        cmd.arg0("picolet")
+            .args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)

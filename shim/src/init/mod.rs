@@ -401,32 +401,6 @@ impl Child<'_> {
             Some(m) => nix::sys::stat::Mode::from_bits_truncate(m),
             None => umask,
         });
-        // Whatever the monitor had open stays out of the container
-        // (runc's GHSA-xr7r-f8xq-vfvv): close-on-exec from 3 up.
-        // SAFETY: close_range takes three integers.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            )
-        };
-        if r < 0 {
-            // Kernels before 5.11: one descriptor at a time.
-            let fds = std::fs::read_dir("/proc/self/fd")
-                .map_err(|e| format!("list /proc/self/fd: {e}"))?;
-            let fds: Vec<i32> = fds
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .filter(|fd| *fd > 2)
-                .collect();
-            for fd in fds {
-                // SAFETY: F_SETFD on a number that may already be closed
-                // (the listing's own descriptor): EBADF, ignored.
-                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            }
-        }
         Ok(file)
     }
 }

@@ -174,6 +174,13 @@ pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, String> {
                     .unwrap_or_else(|| typ.to_string()),
             }
         };
+        if dest.starts_with("proc") && !allowed_in_proc(&dest, &kind) {
+            return Err(format!(
+                "mounts[{i}].destination: {:?} is inside /proc: only a procfs at /proc \
+                 and binds onto the files LXCFS serves may go there",
+                m.destination()
+            ));
+        }
         let mut flags = o.set;
         // /dev is written to by the init (devices, links): never read-only
         // while it is being made (libcontainer and runc alike).
@@ -189,6 +196,33 @@ pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, String> {
         });
     }
     Ok(out)
+}
+
+/// The files under /proc a bind may cover (runc's list, LXCFS's files).
+const PROC_BINDS: [&str; 10] = [
+    "proc/cpuinfo",
+    "proc/diskstats",
+    "proc/meminfo",
+    "proc/stat",
+    "proc/swaps",
+    "proc/uptime",
+    "proc/loadavg",
+    "proc/slabinfo",
+    "proc/net/dev",
+    "proc/sys/kernel/ns_last_pid",
+];
+
+/// Whether a mount at `dest` inside /proc is one runc allows: a procfs at
+/// /proc itself, or a bind onto one of [`PROC_BINDS`]. Anything else there
+/// would cover the procfs files the init and the kernel's checks rely on
+/// (runc's CVE-2019-19921 / CVE-2023-27561: a volume's link turning a
+/// mount into one over /proc, and the init's later writes through it).
+fn allowed_in_proc(dest: &Path, kind: &Kind) -> bool {
+    match kind {
+        Kind::Fs { fstype, .. } => fstype == "proc" && dest == Path::new("proc"),
+        Kind::Bind { .. } => PROC_BINDS.iter().any(|p| dest == Path::new(p)),
+        Kind::Cgroup => false,
+    }
 }
 
 /// Everything about the container's root: its mounts, devices and what is
@@ -386,5 +420,34 @@ mod tests {
         }))
         .expect("spec");
         assert!(mounts(&bad).expect_err("no type").contains("mounts[0]"));
+    }
+
+    #[test]
+    fn nothing_but_procfs_and_lxcfs_binds_goes_inside_proc() {
+        let plan = |dest: &str, typ: &str, options: &[&str]| {
+            let spec: Spec = serde_json::from_value(serde_json::json!({
+                "ociVersion": "1.0.2",
+                "mounts": [{"destination": dest, "type": typ, "source": "/srv/x", "options": options}],
+            }))
+            .expect("spec");
+            mounts(&spec).map(|_| ())
+        };
+        assert_eq!(plan("/proc", "proc", &[]), Ok(()));
+        assert_eq!(plan("/proc/meminfo", "bind", &["rbind"]), Ok(()));
+        assert_eq!(plan("/procfoo", "bind", &["rbind"]), Ok(()));
+        for (dest, typ) in [
+            ("/proc", "bind"),
+            ("/proc/self", "bind"),
+            ("/proc/sys/kernel/core_pattern", "bind"),
+            ("/proc/../proc/self/fd", "bind"),
+            ("/proc/sys", "tmpfs"),
+            ("/proc/1", "proc"),
+        ] {
+            let err = plan(dest, typ, &["rbind"]).expect_err(dest);
+            assert!(
+                err.contains("mounts[0].destination") && err.contains("inside /proc"),
+                "{err}"
+            );
+        }
     }
 }

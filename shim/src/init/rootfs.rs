@@ -285,7 +285,10 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
         mount(None::<&str>, "/", None::<&str>, p, None::<&str>)
             .map_err(|e| format!("set the propagation of /: {e}"))?;
     }
-    reopen_dev_null()?;
+    // Nothing of the container is opened before /proc is known to be the
+    // procfs mounted above (the mounts below go through /proc/self/fd) and
+    // the masks and read-only paths are in place.
+    check_proc()?;
     if plan.readonly {
         let slash =
             nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map(owned);
@@ -302,8 +305,58 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
                 .map_err(|e| format!("make {} read-only: {e}", p.display()))?,
         }
     }
+    let null = dev_null()?;
     for p in &plan.masked {
-        mask(p).map_err(|e| format!("mask {}: {e}", p.display()))?;
+        mask(p, &null).map_err(|e| format!("mask {}: {e}", p.display()))?;
+    }
+    reopen_dev_null(&null)
+}
+
+/// `/proc` of the new root is a procfs, not the image's directory or a
+/// link: the mounts after the pivot name their targets and sources as
+/// `/proc/self/fd/<n>` (runc's CVE-2019-19921 and CVE-2025-52881 classes).
+/// The plan refuses a spec mount inside /proc ([`super::plan`]).
+fn check_proc() -> Res<()> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let fd = openat2(libc::AT_FDCWD, "/proc", how)
+        .map(owned)
+        .map_err(|e| format!("open /proc: {e}"))?;
+    let fs = nix::sys::statfs::fstatfs(&fd).map_err(|e| format!("statfs /proc: {e}"))?;
+    if fs.filesystem_type() != nix::sys::statfs::PROC_SUPER_MAGIC {
+        return Err("/proc of the container is not a procfs mount".into());
+    }
+    Ok(())
+}
+
+/// The container's `/dev/null`, checked to be the null device (1:3)
+/// before anything is opened or mounted through it (runc's
+/// CVE-2025-31133): an O_PATH descriptor, reached without a link.
+fn dev_null() -> Res<OwnedFd> {
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = openat2(libc::AT_FDCWD, "/dev/null", how)
+        .map(owned)
+        .map_err(|e| format!("open /dev/null: {e}"))?;
+    let st = fstat(fd.as_raw_fd()).map_err(|e| format!("stat /dev/null: {e}"))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != makedev(1, 3) {
+        return Err("/dev/null of the container is not the null device (1:3)".into());
+    }
+    Ok(fd)
+}
+
+/// A mount the plan placed outside /proc must land outside it: a link in
+/// a volume (another container of the pod may have left one) can turn
+/// `/data/x` into `/proc/self/...`; the kernel follows it inside the root.
+fn outside_proc(onto: &OwnedFd, m: &MountPlan) -> Res<()> {
+    if m.dest.starts_with("proc") {
+        return Ok(());
+    }
+    let fs = nix::sys::statfs::fstatfs(onto).map_err(|e| format!("statfs: {e}"))?;
+    if fs.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC {
+        return Err("resolves into /proc (through a link)".into());
     }
     Ok(())
 }
@@ -319,12 +372,14 @@ fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             } else {
                 touch(root, &m.dest)?
             };
+            outside_proc(&onto, m)?;
             let again = || in_root(root, &m.dest, OFlag::O_PATH);
             bind(source, &onto, *recursive, m.flags, m.propagation, &again)
                 .map_err(|e| format!("bind {}: {e}", source.display()))
         }
         Kind::Fs { fstype, source } => {
             let onto = mkdir_all(root, &m.dest)?;
+            outside_proc(&onto, m)?;
             if matches!(fstype.as_str(), "proc" | "sysfs") {
                 // Never onto a link (runc's GHSA-fh74-hm69-rqjw): the
                 // resolved directory must be the very path.
@@ -348,6 +403,7 @@ fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
 /// `cpu` → `cpu,cpuacct`), read-only when the mount is.
 fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
     let onto = mkdir_all(root, &m.dest)?;
+    outside_proc(&onto, m)?;
     let fixed = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV;
     if let Some(v2) = cgroups
         .iter()
@@ -443,16 +499,39 @@ fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
     } else {
         SFlag::S_IFCHR
     };
-    match mknodat(
-        Some(dir.as_raw_fd()),
-        name,
-        kind,
-        Mode::from_bits_truncate(d.mode),
-        makedev(d.major, d.minor),
-    ) {
+    let make = || {
+        mknodat(
+            Some(dir.as_raw_fd()),
+            name,
+            kind,
+            Mode::from_bits_truncate(d.mode),
+            makedev(d.major, d.minor),
+        )
+    };
+    match make() {
         Ok(()) => {}
-        // Already there (a bind of the host's, say): leave it.
-        Err(Errno::EEXIST) => return Ok(()),
+        // Already there: kept only when it is the very device (a bind of
+        // the host's, say). A /dev that is a volume can hold anything a
+        // container of the pod left there, a link to /proc/sys/... as
+        // `null` among them (runc's CVE-2025-31133): replaced.
+        Err(Errno::EEXIST) => {
+            let st = nix::sys::stat::fstatat(
+                Some(dir.as_raw_fd()),
+                name,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| format!("stat: {e}"))?;
+            if st.st_mode & libc::S_IFMT == kind.bits() && st.st_rdev == makedev(d.major, d.minor) {
+                return Ok(());
+            }
+            nix::unistd::unlinkat(
+                Some(dir.as_raw_fd()),
+                name,
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            )
+            .map_err(|e| format!("remove what is there instead: {e}"))?;
+            make().map_err(|e| format!("mknod: {e}"))?;
+        }
         Err(e) => return Err(format!("mknod: {e}")),
     }
     // mknod's mode went through the umask; the spec's is exact.
@@ -496,41 +575,45 @@ fn pivot(root: &OwnedFd) -> Res<()> {
 }
 
 /// `p` (after the pivot: inside the container) as an O_PATH descriptor,
-/// not following a final link.
+/// not following a final link, nor any `/proc/<pid>/root`-like link out
+/// of the root on the way.
 fn open_path(p: &Path) -> nix::Result<OwnedFd> {
-    nix::fcntl::open(
-        p,
-        OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
-        Mode::empty(),
-    )
-    .map(owned)
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    openat2(libc::AT_FDCWD, p, how).map(owned)
 }
 
-/// Standard streams that are the host's /dev/null become the container's.
-fn reopen_dev_null() -> Res<()> {
-    let mut null: Option<OwnedFd> = None;
+/// Standard streams that are the host's /dev/null become the container's,
+/// reopened from the checked descriptor `null`, never by name.
+fn reopen_dev_null(null: &OwnedFd) -> Res<()> {
+    let mut opened: Option<OwnedFd> = None;
     for n in 0..3 {
         let Ok(st) = fstat(n) else { continue };
         if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != makedev(1, 3) {
             continue;
         }
-        if null.is_none() {
-            null = Some(
-                nix::fcntl::open("/dev/null", OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty())
-                    .map(owned)
-                    .map_err(|e| format!("open /dev/null: {e}"))?,
+        if opened.is_none() {
+            opened = Some(
+                nix::fcntl::open(
+                    fd_path(null).as_str(),
+                    OFlag::O_RDWR | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .map(owned)
+                .map_err(|e| format!("open /dev/null: {e}"))?,
             );
         }
-        if let Some(fd) = &null {
+        if let Some(fd) = &opened {
             nix::unistd::dup2(fd.as_raw_fd(), n).map_err(|e| format!("reopen /dev/null: {e}"))?;
         }
     }
     Ok(())
 }
 
-/// runc's masking: a read-only empty tmpfs over a directory, /dev/null over
-/// anything else; a path the container lacks is left alone.
-fn mask(p: &Path) -> nix::Result<()> {
+/// runc's masking: a read-only empty tmpfs over a directory, the checked
+/// `null` over anything else; a path the container lacks is left alone.
+fn mask(p: &Path, null: &OwnedFd) -> nix::Result<()> {
     let fd = match open_path(p) {
         Err(Errno::ENOENT) => return Ok(()),
         r => r?,
@@ -539,7 +622,7 @@ fn mask(p: &Path) -> nix::Result<()> {
         new_fs("tmpfs", "tmpfs", &fd, MsFlags::MS_RDONLY, "")
     } else {
         bind(
-            Path::new("/dev/null"),
+            Path::new(&fd_path(null)),
             &fd,
             false,
             MsFlags::empty(),

@@ -227,6 +227,20 @@ fn has_cap_sys_admin() -> bool {
         .is_some_and(|eff| eff & (1 << 21) != 0)
 }
 
+/// A filter that lets through only `syscalls` and fails every other call
+/// with EPERM (for picolet's own processes in a pod, not for containers).
+pub(crate) fn allow_only(syscalls: &[i64]) -> Result<BpfProgram, String> {
+    let rules = syscalls.iter().map(|n| (*n, Vec::new())).collect();
+    let filter = seccompiler::SeccompFilter::new(
+        rules,
+        seccompiler::SeccompAction::Errno(EPERM),
+        seccompiler::SeccompAction::Allow,
+        target_arch(),
+    )
+    .map_err(|e| format!("seccomp filter: {e}"))?;
+    BpfProgram::try_from(filter).map_err(|e| format!("seccomp filter: {e}"))
+}
+
 /// Installs the filters in this thread; without CAP_SYS_ADMIN the kernel
 /// requires no_new_privs first, so it is set.
 pub fn install(filters: &[BpfProgram], has_sys_admin: bool) -> Result<(), String> {
