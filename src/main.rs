@@ -476,13 +476,7 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
 fn init_tracing() {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let filter = tracing_subscriber::EnvFilter::try_from_env("PICOLET_LOG")
-        // libcgroups warns about each cgroup v1 controller the host lacks
-        // every time it opens a container's cgroups (four lines per
-        // teardown here): the host's controllers do not change, so not at
-        // info. PICOLET_LOG replaces all of this.
-        .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new("info,libcgroups::v1::manager=error")
-        });
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         // One event, one line: control characters from outside escaped.

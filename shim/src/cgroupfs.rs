@@ -15,8 +15,8 @@ pub(crate) fn hierarchy() -> Option<&'static cgroup::Hierarchy> {
 
 /// `linux.resources` as `cgroup::container` writes them: what the shim's
 /// spec builder sets (memory and swap, CPU, cpuset, hugepages, unified,
-/// devices) and pids. Anything else is refused, naming the field; such a
-/// spec goes to libcontainer (`init::handles`).
+/// devices) and pids. Anything else is refused, naming the field
+/// (`init::supported`).
 pub(crate) fn resources(
     r: &oci_spec::runtime::LinuxResources,
 ) -> Result<cgroup::container::Resources, String> {

@@ -1,8 +1,8 @@
 //! Device rules on cgroup v2 (see `cgroup::devices`): the spec's
 //! `linux.resources.devices`, then the runtime's defaults — the same list
-//! libcontainer writes to `devices.allow`/`devices.deny` on v1 — folded and
-//! attached as an eBPF program to the container's cgroup. The monitor does
-//! this between libcontainer's create and the start, so the container's
+//! `cgroup::container` writes to `devices.allow`/`devices.deny` on v1 —
+//! folded and attached as an eBPF program to the container's cgroup. The
+//! monitor does this between the create and the start, so the container's
 //! process never runs without it.
 
 use std::path::{Path, PathBuf};

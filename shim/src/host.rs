@@ -53,7 +53,7 @@ const STACK_KEPT: usize = 16 << 10;
 
 /// Gives the kernel back the main thread's stack pages more than
 /// [`STACK_KEPT`] below the caller's frame: the monitor's create is deep
-/// (libcontainer, oci-spec, seccomp) and then the monitor idles in a
+/// (oci-spec, seccomp, the init) and then the monitor idles in a
 /// shallow loop for the container's life; those pages were 184 of its 348
 /// KiB of private memory. A page touched again is a fresh zero page. Only
 /// for a single-threaded process's main thread.
@@ -92,7 +92,7 @@ pub fn release_stack_below() {
 /// and none blocked. exec keeps ignored signals ignored and the mask as it
 /// is; Rust ignores SIGPIPE in the picolet binary, and what started the
 /// shim may have ignored others. Called right before exec, in the
-/// container's init too (`seccomp::SeccompExecutor`).
+/// container's init too (`nsexec::become_the_container`).
 #[allow(unsafe_code)]
 pub(crate) fn reset_signals() -> Result<(), String> {
     // The raw syscall: libc refuses its own reserved signals (32–34), which

@@ -2,8 +2,8 @@
 //!
 //! Serves, on one unix socket (mode 0600): CRI ImageService over the offline
 //! [`images`] store, CRI RuntimeService over [`Runtime`] (sandboxes with
-//! pinned namespaces, containers created by `picolet monitor` with youki's
-//! libcontainer), and picolet's own `picolet.v1.Images` import API. At start
+//! pinned namespaces, containers created by `picolet monitor` with its own
+//! init, [`init`]), and picolet's own `picolet.v1.Images` import API. At start
 //! it opens the store (cleaning what a crash left), recovers every sandbox and
 //! container from its records, and starts the preload-folder watcher.
 

@@ -3,7 +3,8 @@
 //!
 //! Layout: `<root>/shim/{sandboxes,containers}/<id>/meta.json` (persistent),
 //! `<run>/{sandboxes,containers}/<id>/` (namespace pins, rootfs mounts) and
-//! `<run>/libcontainer/<id>/` (libcontainer's own state).
+//! `<run>/libcontainer/<id>/` (the init's `notify.sock`; the name is
+//! libcontainer's, which made containers before).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -14,8 +14,8 @@
 //! power cut before its start may lose it, and kubelet, finding no such
 //! container, creates it again. Each fsync here is a device flush (2–8 ms
 //! on this VM's disk); a pod paid eight of them for records that needed none.
-//! StartContainer flushes its record while libcontainer starts the
-//! container ([`stage`]) and renames it into place once the start succeeded.
+//! StartContainer flushes its record while the init is released to exec
+//! the container ([`stage`]) and renames it into place once the start succeeded.
 
 use std::path::{Path, PathBuf};
 
@@ -85,7 +85,7 @@ pub struct ContainerRecord {
     pub init_start_time: Option<u64>,
     pub dir: PathBuf,
     pub rootfs: PathBuf,
-    /// False until the container exists in libcontainer: a record left false
+    /// False until the container's init is made: a record left false
     /// by a crash marks a half-created container to clean up.
     pub complete: bool,
 }

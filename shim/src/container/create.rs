@@ -1,5 +1,5 @@
 //! CreateContainer: CRI config → OCI spec → a `picolet monitor` that
-//! creates the container with libcontainer and reports its init PID; and
+//! creates the container (`crate::init`) and reports its init PID; and
 //! the cleanup of what a failed or removed container had.
 
 use std::ffi::OsString;

@@ -1,6 +1,6 @@
-//! Containers: CRI config → OCI spec → `picolet monitor` (libcontainer
-//! create) → start on the init's notify socket, stop through
-//! `Container::load` (which never forks), remove by the cgroup and folders.
+//! Containers: CRI config → OCI spec → `picolet monitor` (`crate::init`
+//! create) → start on the init's notify socket, stop by a pidfd of the
+//! init, remove by the cgroup and folders.
 
 use cri_proto::v1::{Container, ContainerFilter, ContainerState, ContainerStatus, ImageSpec};
 use nix::sys::signal::Signal;

@@ -1,18 +1,18 @@
-//! A container's create without libcontainer: the monitor (single-threaded)
+//! A container's create: the monitor (single-threaded)
 //! forks the container's init once, places it in its cgroup, and the init
 //! joins the pod's namespaces, makes its root ([`rootfs`]), says it is ready
 //! and waits for StartContainer on `notify.sock` in the container's folder
-//! under libcontainer's state root (where the shim's start connects for
+//! under the state root (where the shim's start connects for
 //! either kind of create). On the start it takes on the container's user,
 //! capabilities and seccomp filters with the exec path's own code
 //! ([`crate::nsexec::become_the_container`]) and execs.
 //!
-//! libcontainer forks twice (an intermediate process, then the init),
-//! re-validates its procfs handle ~23 times and resolves each of ~40 mount
-//! operations through pathrs: ~2,700 syscalls and ~9 ms of the 15 ms a
-//! create and start took. This path makes the same container with a few
-//! hundred. libcontainer still makes a container from a spec this path does
-//! not take ([`handles`]); the shim's spec builder writes none.
+//! libcontainer, which made containers before, forks twice (an intermediate
+//! process, then the init), re-validates its procfs handle ~23 times and
+//! resolves each of ~40 mount operations through pathrs: ~2,700 syscalls
+//! and ~9 ms of the 15 ms a create and start took. This path makes the same
+//! container with a few hundred, and is the only one: a spec asking for
+//! what it does not make is refused by name ([`supported`]).
 #![allow(unsafe_code)]
 
 pub(crate) mod plan;
@@ -34,33 +34,61 @@ use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
 use crate::mountinfo::CgroupDir;
 
-/// Whether this path makes a container from `spec`: no user namespace,
-/// hooks, rlimits, sysctls, AppArmor or SELinux labels, hostname, other
-/// namespaces than ours or cgroup limits `cgroup::container` does not
-/// write. (libcontainer makes the rest.)
-pub(crate) fn handles(spec: &Spec) -> bool {
-    let process_ok = spec.process().as_ref().is_some_and(|p| {
-        p.rlimits().as_ref().is_none_or(|r| r.is_empty())
-            && p.apparmor_profile().is_none()
-            && p.selinux_label().is_none()
-    });
-    let linux_ok = spec.linux().as_ref().is_some_and(|l| {
-        l.namespaces().iter().flatten().all(|n| {
-            matches!(
-                n.typ(),
-                LinuxNamespaceType::Mount
-                    | LinuxNamespaceType::Pid
-                    | LinuxNamespaceType::Network
-                    | LinuxNamespaceType::Ipc
-                    | LinuxNamespaceType::Uts
-            ) && (n.typ() != LinuxNamespaceType::Mount || n.path().is_none())
-        }) && l.sysctl().as_ref().is_none_or(|s| s.is_empty())
-            && l.uid_mappings().as_ref().is_none_or(|m| m.is_empty())
-            && l.resources()
-                .as_ref()
-                .is_none_or(|r| crate::cgroupfs::resources(r).is_ok())
-    });
-    process_ok && linux_ok && spec.hooks().is_none() && spec.hostname().is_none()
+/// Refuses, naming it, what of a spec this create does not make: a user
+/// namespace, hooks, rlimits, sysctls (pod sysctls go on the pod's
+/// namespaces, `crate::namespaces`), AppArmor or SELinux labels, a
+/// hostname (the pod's UTS namespace has it), namespaces other than ours,
+/// or cgroup limits `cgroup::container` does not write. The shim's spec
+/// builder writes none of them.
+pub(crate) fn supported(spec: &Spec) -> Result<(), String> {
+    let no = |what: &str| {
+        Err(format!(
+            "the spec asks for {what}, which picolet does not make"
+        ))
+    };
+    let process = spec.process().as_ref().ok_or("the spec has no process")?;
+    if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
+        return no("process.rlimits");
+    }
+    if process.apparmor_profile().is_some() {
+        return no("process.apparmorProfile");
+    }
+    if process.selinux_label().is_some() {
+        return no("process.selinuxLabel");
+    }
+    let linux = spec
+        .linux()
+        .as_ref()
+        .ok_or("the spec has no linux section")?;
+    for n in linux.namespaces().iter().flatten() {
+        match n.typ() {
+            LinuxNamespaceType::Mount if n.path().is_some() => {
+                return no("joining an existing mount namespace");
+            }
+            LinuxNamespaceType::Mount
+            | LinuxNamespaceType::Pid
+            | LinuxNamespaceType::Network
+            | LinuxNamespaceType::Ipc
+            | LinuxNamespaceType::Uts => {}
+            other => return no(&format!("a {other:?} namespace")),
+        }
+    }
+    if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
+        return no("linux.sysctl");
+    }
+    if linux.uid_mappings().as_ref().is_some_and(|m| !m.is_empty()) {
+        return no("a user namespace (linux.uidMappings)");
+    }
+    if let Some(r) = linux.resources() {
+        crate::cgroupfs::resources(r)?;
+    }
+    if spec.hooks().is_some() {
+        return no("hooks");
+    }
+    if spec.hostname().is_some() {
+        return no("hostname");
+    }
+    Ok(())
 }
 
 /// The container's standard streams, as the init gets them.
@@ -402,5 +430,61 @@ impl Child<'_> {
             None => umask,
         });
         Ok(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(process: serde_json::Value, linux: serde_json::Value) -> Spec {
+        let mut s = serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "/r"},
+            "process": {"cwd": "/", "args": ["sh"], "user": {"uid": 0, "gid": 0}},
+            "linux": {"namespaces": [{"type": "mount"}, {"type": "pid"}]},
+        });
+        for (k, v) in [("process", process), ("linux", linux)] {
+            if let (Some(to), Some(from)) = (s[k].as_object_mut(), v.as_object()) {
+                to.extend(from.clone());
+            }
+        }
+        serde_json::from_value(s).expect("spec")
+    }
+
+    #[test]
+    fn what_the_init_does_not_make_is_refused_by_name() {
+        let none = serde_json::json!({});
+        assert_eq!(supported(&spec(none.clone(), none.clone())), Ok(()));
+        for (process, linux, named) in [
+            (
+                serde_json::json!({"rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1, "soft": 1}]}),
+                none.clone(),
+                "process.rlimits",
+            ),
+            (
+                none.clone(),
+                serde_json::json!({"uidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}]}),
+                "user namespace",
+            ),
+            (
+                none.clone(),
+                serde_json::json!({"sysctl": {"net.ipv4.ip_forward": "1"}}),
+                "linux.sysctl",
+            ),
+            (
+                none.clone(),
+                serde_json::json!({"namespaces": [{"type": "mount"}, {"type": "cgroup"}]}),
+                "Cgroup namespace",
+            ),
+            (
+                none.clone(),
+                serde_json::json!({"resources": {"blockIO": {"weight": 10}}}),
+                "linux.resources.blockIO",
+            ),
+        ] {
+            let err = supported(&spec(process, linux)).expect_err(named);
+            assert!(err.contains(named), "{err}");
+        }
     }
 }

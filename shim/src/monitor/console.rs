@@ -1,5 +1,4 @@
-//! A tty container's terminal: the container's init (ours, or
-//! libcontainer's) makes the pty inside the container (its devpts, bound
+//! A tty container's terminal: the container's init makes the pty inside the container (its devpts, bound
 //! onto /dev/console) and sends the master
 //! over the console socket the monitor listens on; the monitor then reads
 //! the container's output from it, writes attach's stdin to it and sets

@@ -1,8 +1,7 @@
 //! `picolet monitor`: one small single-threaded process per container (like
-//! conmon or containerd-shim). It makes the container — [`crate::init`], or
-//! libcontainer for a spec that path does not take — which forks, and must
-//! never run inside the multi-threaded shim, so it is the parent of the
-//! container's init. It then:
+//! conmon or containerd-shim). It makes the container ([`crate::init`]),
+//! which forks, and must never run inside the multi-threaded shim, so it is
+//! the parent of the container's init. It then:
 //! - tells the shim the init's pid on stdout (one JSON line) and closes it,
 //! - copies the container's stdout/stderr into the CRI log file (reopened on
 //!   SIGUSR1, for ReopenContainerLog),
@@ -27,12 +26,10 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use cri_proto::log::{LineSplitter, Stream};
-use libcontainer::container::builder::ContainerBuilder;
-use libcontainer::syscall::syscall::SyscallType;
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, pipe2};
@@ -45,7 +42,7 @@ use crate::state::ExitRecord;
 pub struct MonitorArgs {
     pub id: String,
     pub bundle: PathBuf,
-    /// libcontainer's state root.
+    /// The folder of the containers' `notify.sock` folders.
     pub state_root: PathBuf,
     pub log: Option<PathBuf>,
     pub exit_file: PathBuf,
@@ -58,7 +55,7 @@ pub struct MonitorArgs {
     pub stdin: bool,
     pub stdin_once: bool,
     /// The container has a terminal (its spec says `terminal`): take the
-    /// pty master from libcontainer on a console socket beside `attach`.
+    /// pty master from the init on a console socket beside `attach`.
     pub tty: bool,
 }
 
@@ -125,57 +122,38 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    let made = if crate::init::handles(&spec) && (console_path.is_some() || !args.tty) {
-        crate::init::create(
-            &args.id,
-            &spec,
-            filters,
-            &args.state_root,
-            crate::init::Stdio {
-                stdin: stdin_r,
-                stdout: out_w,
-                stderr: err_w,
-            },
-            console_path.as_deref(),
-        )
-        .map(Made::Own)
-        .map_err(|e| {
-            // What the init said before it failed.
-            let said = pending(err_r.as_fd());
-            if said.is_empty() {
-                e
-            } else {
-                format!("{e}: {said}")
-            }
-        })
-    } else {
-        ContainerBuilder::new(args.id.clone(), SyscallType::default())
-            .with_root_path(&args.state_root)
-            .map(|b| {
-                b.with_stdin(stdin_r)
-                    .with_console_socket(console_path.as_deref())
-                    .with_stdout(out_w)
-                    .with_stderr(err_w)
-                    .with_executor(crate::seccomp::SeccompExecutor { filters })
-            })
-            .and_then(|b| b.validate_id())
-            .and_then(|b| {
-                b.as_init(&args.bundle)
-                    .with_systemd(false)
-                    .with_detach(true)
-                    .build()
-            })
-            .map(Made::Libcontainer)
-            // The init process reports its own failure on the container's stderr.
-            .map_err(|e| format!("create container: {e}: {}", pending(err_r.as_fd())))
-    };
-    let mut made = match made {
+    if let Err(e) = crate::init::supported(&spec) {
+        return fail(format!("create container: {e}"));
+    }
+    if args.tty && console_path.is_none() {
+        return fail("create container: a terminal needs an attach socket".into());
+    }
+    let made = crate::init::create(
+        &args.id,
+        &spec,
+        filters,
+        &args.state_root,
+        crate::init::Stdio {
+            stdin: stdin_r,
+            stdout: out_w,
+            stderr: err_w,
+        },
+        console_path.as_deref(),
+    )
+    .map_err(|e| {
+        // What the init said before it failed.
+        let said = pending(err_r.as_fd());
+        if said.is_empty() {
+            e
+        } else {
+            format!("{e}: {said}")
+        }
+    });
+    let made = match made {
         Ok(m) => m,
         Err(e) => return fail(e),
     };
-    let Some(pid) = made.pid() else {
-        return fail("create container: no init pid".into());
-    };
+    let pid = made.pid;
     let master = match console_listener.as_ref().map(console::receive_master) {
         None => None,
         Some(Ok(m)) => Some(m),
@@ -246,36 +224,6 @@ pub fn run(args: MonitorArgs) -> i32 {
         let _ = std::fs::remove_file(p);
     }
     code
-}
-
-/// A container made by our own create path ([`crate::init`]) or by
-/// libcontainer (a spec that path does not take).
-enum Made {
-    Libcontainer(libcontainer::container::Container),
-    Own(crate::init::Created),
-}
-
-impl Made {
-    fn pid(&self) -> Option<Pid> {
-        match self {
-            Made::Libcontainer(c) => c.pid(),
-            Made::Own(c) => Some(c.pid),
-        }
-    }
-
-    /// Kills the init and removes what the create made.
-    fn undo(&mut self) {
-        match self {
-            Made::Libcontainer(c) => {
-                if let Some(pid) = c.pid() {
-                    let _ = kill(pid, Signal::SIGKILL);
-                    let _ = waitpid(pid, None);
-                }
-                let _ = c.delete(true);
-            }
-            Made::Own(c) => c.undo(),
-        }
-    }
 }
 
 /// Up to 4 KiB of what is waiting in a pipe, without blocking.

@@ -1,24 +1,21 @@
 //! Seccomp, enforced without libseccomp: containerd's RuntimeDefault profile
 //! (as OCI `linux.seccomp`), compiled to BPF with the pure-Rust `seccompiler`
-//! in the monitor, and installed by [`SeccompExecutor`] in the container's
-//! init right before it execs the workload. (libcontainer without its
-//! `libseccomp` feature ignores `linux.seccomp`.)
+//! in the monitor, and installed by [`install`] in the container's init (and
+//! the exec helper's child) right before it execs the workload.
 //!
 //! One BPF filter per action: the main one returns the default action for
 //! every syscall no rule names; each other action gets a filter that returns
 //! it for its rules and ALLOW otherwise. The kernel applies the most
 //! restrictive answer of all filters, which is OCI's semantics.
 //!
-//! Difference from runc: the filter goes in after libcontainer dropped the
-//! capabilities, so a container without CAP_SYS_ADMIN gets no_new_privs set
+//! Difference from runc: the filter goes in after the capabilities are
+//! dropped, so a container without CAP_SYS_ADMIN gets no_new_privs set
 //! (the kernel requires one or the other) — as if allowPrivilegeEscalation
 //! were false. Containers without a seccomp profile are unaffected.
 
 use std::collections::BTreeMap;
 
-use libcontainer::workload::default::DefaultExecutor;
-use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
-use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator, Spec};
+use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator};
 use seccompiler::{BpfProgram, TargetArch};
 use serde_json::{Value, json};
 
@@ -209,24 +206,6 @@ const ALLOW_ALL: seccompiler::sock_filter = seccompiler::sock_filter {
     k: 0x7fff_0000, // SECCOMP_RET_ALLOW
 };
 
-/// Runs the workload like libcontainer's default executor, after installing
-/// the compiled seccomp filters.
-#[derive(Clone)]
-pub struct SeccompExecutor {
-    pub filters: Vec<BpfProgram>,
-}
-
-fn has_cap_sys_admin() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_string()))
-        })
-        .and_then(|hex| u64::from_str_radix(&hex, 16).ok())
-        .is_some_and(|eff| eff & (1 << 21) != 0)
-}
-
 /// A filter that lets through only `syscalls` and fails every other call
 /// with EPERM (for picolet's own processes in a pod, not for containers).
 pub(crate) fn allow_only(syscalls: &[i64]) -> Result<BpfProgram, String> {
@@ -254,20 +233,6 @@ pub fn install(filters: &[BpfProgram], has_sys_admin: bool) -> Result<(), String
         seccompiler::apply_filter(f).map_err(|e| format!("install seccomp filter: {e}"))?;
     }
     Ok(())
-}
-
-impl Executor for SeccompExecutor {
-    fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
-        if !self.filters.is_empty() {
-            install(&self.filters, has_cap_sys_admin()).map_err(ExecutorError::Other)?;
-        }
-        crate::host::reset_signals().map_err(ExecutorError::Other)?;
-        DefaultExecutor {}.exec(spec)
-    }
-
-    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
-        DefaultExecutor {}.validate(spec)
-    }
 }
 
 /// The bundle file holding a container's compiled filters ([`encode`]d),

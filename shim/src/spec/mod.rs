@@ -344,7 +344,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
     let spec = json!({
         "ociVersion": "1.0.2",
         "process": {
-            // A tty container gets a pty from libcontainer (in the
+            // A tty container gets a pty from its init (in the
             // container's devpts, its /dev/console), handed to the monitor.
             "terminal": c.tty,
             "user": {"uid": user.uid, "gid": user.gid, "additionalGids": user.additional_gids},
