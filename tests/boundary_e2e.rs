@@ -94,6 +94,23 @@ async fn the_container_root_is_made_as_runc_makes_it() {
     assert_ne!(code, 0, "the container raised its own memory limit: {said}");
     assert!(said.contains("Read-only file system"), "{said}");
 
+    // The spec's read-only paths (those this kernel has) are mounts of
+    // their own, read-only.
+    let (code, got) = sh(
+        &mut c,
+        &id,
+        "for p in /proc/bus /proc/fs /proc/irq /proc/sys /proc/sysrq-trigger; do \
+           [ -e $p ] || continue; \
+           awk -v p=$p '$5==p{print substr($6,1,3)}' /proc/self/mountinfo | grep -q '^ro,' \
+             && echo \"$p ro\" || echo \"$p NOT read-only\"; done",
+    )
+    .await;
+    assert_eq!(code, 0, "{got}");
+    assert!(
+        got.contains("/proc/sys ro") && !got.contains("NOT"),
+        "{got}"
+    );
+
     // HOME from the image's passwd, or / as runc.
     let (_, home) = sh(&mut c, &id, "echo \"$HOME\"").await;
     assert!(home.trim().starts_with('/'), "HOME={home}");

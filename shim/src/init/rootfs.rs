@@ -301,7 +301,14 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
         match open_path(p) {
             Err(Errno::ENOENT) => continue,
             r => r
-                .and_then(|fd| bind(p, &fd, true, protect, None, &|| open_path(p)))
+                // Bound onto itself from the one descriptor: the path is
+                // resolved once, without magic links.
+                .and_then(|fd| {
+                    let itself = fd_path(&fd);
+                    bind(Path::new(&itself), &fd, true, protect, None, &|| {
+                        open_path(p)
+                    })
+                })
                 .map_err(|e| format!("make {} read-only: {e}", p.display()))?,
         }
     }
