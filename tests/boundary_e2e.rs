@@ -5,8 +5,10 @@
 //! neighbour of the pod) would make. Root.
 //!
 //! Classes and where they are tried:
-//! - CVE-2025-31133 (a /dev volume's `null` as a link to /proc/sys):
-//!   `a_dev_volume_cannot_turn_devices_into_host_files`
+//! - CVE-2025-31133, CVE-2025-52565 (a /dev volume's `null` or `console`
+//!   as a link to /proc/sys): `a_dev_volume_cannot_turn_devices_into_host_files`
+//! - CVE-2023-27561, CVE-2026-41579 (an image's /proc or /dev as a link):
+//!   `an_image_cannot_turn_proc_or_dev_into_a_link`
 //! - the pod's PID 1 as a door to the host (containerd's pause is confined):
 //!   `a_shared_pid_pods_init_shows_nothing_of_the_host`
 //! - CVE-2024-21626, CVE-2016-9962 (descriptors of the runtime, a cwd
@@ -128,12 +130,8 @@ async fn the_container_root_is_made_as_runc_makes_it() {
     assert_eq!(code, 0, "{said}");
 
     // A program the image lacks fails the create, saying so.
-    let err = c
-        .create_container(cri_proto::v1::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(cri::container("missing", "busybox", &["no-such-program"])),
-            sandbox_config: Some(pod.clone()),
-        })
+    let missing = cri::container("missing", "busybox", &["no-such-program"]);
+    let err = cri::try_create(&mut c, &pod_id, &pod, missing)
         .await
         .expect_err("no such program");
     assert!(
@@ -168,16 +166,21 @@ fn with_caps(mut cfg: ContainerConfig, caps: &[&str]) -> ContainerConfig {
     cfg
 }
 
-/// `cfg` in the pod's shared PID namespace.
-fn in_pod_pidns(mut cfg: ContainerConfig) -> ContainerConfig {
-    if let Some(o) = cfg
-        .linux
-        .as_mut()
-        .and_then(|l| l.security_context.as_mut())
-        .and_then(|sc| sc.namespace_options.as_mut())
-    {
+/// PID mode POD in these namespace options.
+fn pid_pod(o: Option<&mut cri_proto::v1::NamespaceOption>) {
+    if let Some(o) = o {
         o.pid = NamespaceMode::Pod as i32;
     }
+}
+
+/// `cfg` in the pod's shared PID namespace.
+fn in_pod_pidns(mut cfg: ContainerConfig) -> ContainerConfig {
+    pid_pod(
+        cfg.linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|sc| sc.namespace_options.as_mut()),
+    );
     cfg
 }
 
@@ -194,14 +197,12 @@ async fn shared_pid_pod(
         false,
         &shim.cgroup_parent(name),
     );
-    if let Some(o) = pod
-        .linux
-        .as_mut()
-        .and_then(|l| l.security_context.as_mut())
-        .and_then(|sc| sc.namespace_options.as_mut())
-    {
-        o.pid = NamespaceMode::Pod as i32;
-    }
+    pid_pod(
+        pod.linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|sc| sc.namespace_options.as_mut()),
+    );
     let id = cri::run_pod(c, &pod).await;
     (pod, id)
 }
@@ -263,6 +264,34 @@ async fn a_dev_volume_cannot_turn_devices_into_host_files() {
     // On the host the links were replaced by the devices.
     let null = std::fs::symlink_metadata(vol.join("null")).expect("stat");
     assert!(!null.file_type().is_symlink() && null.rdev() == libc::makedev(1, 3));
+    // A container with a terminal binds its pty onto /dev/console: never
+    // onto the link's target. With /dev a volume, the devpts mounted
+    // before it is hidden, so the terminal cannot be made: refused, naming
+    // the node; else its console must be the pty (major 136, `stat %t` is
+    // hex).
+    let mut tty = with_mount(
+        cri::container("tty", "busybox", &["sleep", "60"]),
+        &vol,
+        "/dev",
+    );
+    tty.tty = true;
+    tty.stdin = true;
+    match cri::try_create(&mut c, &pod_id, &pod, tty).await {
+        Err(e) => assert!(
+            e.message().contains("/dev/ptmx") || e.message().contains("/dev/console"),
+            "{}",
+            e.message()
+        ),
+        Ok(tty_id) => {
+            cri::start(&mut c, &tty_id).await;
+            let (code, got) = sh(&mut c, &tty_id, "stat -c '%F %t' /dev/console").await;
+            assert_eq!(
+                (code, got.trim()),
+                (0, "character special file 88"),
+                "{got}"
+            );
+        }
+    }
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
@@ -374,15 +403,7 @@ async fn nothing_the_shim_inherited_reaches_a_container() {
     // the container must not start in the host's folder.
     let mut cwd = cri::container("cwd", "busybox", &["sh", "-c", "touch escaped; sleep 60"]);
     cwd.working_dir = format!("/proc/self/fd/{fd}");
-    let made = c
-        .create_container(cri_proto::v1::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(cwd),
-            sandbox_config: Some(pod.clone()),
-        })
-        .await;
-    if let Ok(r) = made {
-        let cwd_id = r.into_inner().container_id;
+    if let Ok(cwd_id) = cri::try_create(&mut c, &pod_id, &pod, cwd).await {
         let _ = c
             .start_container(cri_proto::v1::StartContainerRequest {
                 container_id: cwd_id,
@@ -515,15 +536,11 @@ async fn mounts_cannot_be_pointed_into_proc() {
     let file = shim.dir.path().join("innocent");
     std::fs::write(&file, "|/bin/evil\n").expect("file");
     let refused = async |c: &mut common::cri::Client, cfg: ContainerConfig| {
-        c.create_container(cri_proto::v1::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(cfg),
-            sandbox_config: Some(pod.clone()),
-        })
-        .await
-        .expect_err("a mount into /proc")
-        .message()
-        .to_string()
+        cri::try_create(c, &pod_id, &pod, cfg)
+            .await
+            .expect_err("a mount into /proc")
+            .message()
+            .to_string()
     };
     // Straight at a procfs file.
     let err = refused(
@@ -574,6 +591,52 @@ async fn no_capability_is_inheritable() {
             "{p}: {got}"
         );
     }
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_cannot_turn_proc_or_dev_into_a_link() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let busybox = std::env::var("BUSYBOX").unwrap_or_else(|_| "/bin/busybox".into());
+    let base = xtask::busybox_layer(Path::new(&busybox)).expect("busybox layer");
+    // Images whose /proc or /dev is a link: the procfs, or the /dev tmpfs
+    // and the devices made in it, would land where the link points.
+    for (what, target) in [("proc", "/tmp"), ("dev", "/proc/sys/kernel")] {
+        let link = xtask::LayerBuilder::new()
+            .symlink(what, target)
+            .finish(xtask::Compression::Gzip);
+        let image = xtask::ImageDef {
+            name: format!("localhost/picolet-test/{what}-link:v1"),
+            arch: xtask::host_arch().into(),
+            layers: vec![base.clone(), link],
+            cmd: vec!["sh".into()],
+            env: vec!["PATH=/bin".into()],
+            user: None,
+        };
+        let dir = shim.dir.path().join(format!("{what}-link.oci"));
+        xtask::write_oci_layout(&dir, &[image]).expect("layout");
+        shim.import(&dir);
+    }
+    let (pod, pod_id) = new_pod(&shim, &mut c, "imglink").await;
+    let refused = async |c: &mut common::cri::Client, image: &str| {
+        let cfg = cri::container("linked", image, &["sleep", "60"]);
+        cri::try_create(c, &pod_id, &pod, cfg)
+            .await
+            .expect_err(image)
+            .message()
+            .to_string()
+    };
+    // runc's CVE-2023-27561, youki's GHSA-j26p-6wx7-f3pw.
+    let err = refused(&mut c, "localhost/picolet-test/proc-link:v1").await;
+    assert!(
+        err.contains("proc must be mounted on a plain directory"),
+        "{err}"
+    );
+    // runc's CVE-2026-41579.
+    let err = refused(&mut c, "localhost/picolet-test/dev-link:v1").await;
+    assert!(err.contains("resolves into /proc"), "{err}");
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }

@@ -7,7 +7,7 @@
 //! reaches it (the seals are checked by the kernel for every opener, root
 //! included), and the binary on disk is never exposed to a container.
 //!
-//! Cost: one copy of the binary in memory (10.9 MiB for the static x86_64
+//! Cost: one copy of the binary in memory (10.3 MiB for the static x86_64
 //! build), made at the shim's start with copy_file_range; the processes
 //! started from it share its pages as they shared the file's.
 #![allow(unsafe_code)]

@@ -99,15 +99,25 @@ pub async fn create(
     pod: &PodSandboxConfig,
     config: ContainerConfig,
 ) -> String {
+    try_create(c, pod_id, pod, config)
+        .await
+        .expect("CreateContainer")
+}
+
+/// CreateContainer, its error kept: the container's ID or the status.
+pub async fn try_create(
+    c: &mut Client,
+    pod_id: &str,
+    pod: &PodSandboxConfig,
+    config: ContainerConfig,
+) -> Result<String, tonic::Status> {
     c.create_container(CreateContainerRequest {
         pod_sandbox_id: pod_id.into(),
         config: Some(config),
         sandbox_config: Some(pod.clone()),
     })
     .await
-    .expect("CreateContainer")
-    .into_inner()
-    .container_id
+    .map(|r| r.into_inner().container_id)
 }
 
 pub async fn start(c: &mut Client, id: &str) {
