@@ -25,6 +25,40 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork};
 
+/// Why pod-init could not confine itself (printed on stderr for the shim).
+#[derive(Debug, thiserror::Error)]
+pub enum PodInitError {
+    #[error("open {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Sys {
+        what: &'static str,
+        #[source]
+        source: nix::errno::Errno,
+    },
+    #[error("join {path}: {source}")]
+    Join {
+        path: PathBuf,
+        #[source]
+        source: nix::errno::Errno,
+    },
+}
+
+/// Opening `path` failed, for `map_err`.
+fn open(path: &Path) -> impl FnOnce(std::io::Error) -> PodInitError {
+    let path = path.to_path_buf();
+    move |source| PodInitError::Open { path, source }
+}
+
+/// `what` failed with `source`, for `map_err`.
+fn sys(what: &'static str) -> impl FnOnce(nix::errno::Errno) -> PodInitError {
+    move |source| PodInitError::Sys { what, source }
+}
+
 /// The user and group pod-init runs as (the pause image's).
 pub const POD_INIT_ID: u32 = 65535;
 
@@ -74,24 +108,27 @@ pub fn run(root: &Path, spaces: &PodSpaces) -> i32 {
 /// Everything but the fork: the pod's namespaces, the empty root, the new
 /// PID namespace for the next child, then no privilege left. Returns the
 /// host's `/dev/null`, opened while it is in reach.
-fn confine(root: &Path, spaces: &PodSpaces) -> Result<OwnedFd, String> {
+fn confine(root: &Path, spaces: &PodSpaces) -> Result<OwnedFd, PodInitError> {
     let null = File::options()
         .read(true)
         .write(true)
         .open("/dev/null")
-        .map_err(|e| format!("open /dev/null: {e}"))?;
+        .map_err(open(Path::new("/dev/null")))?;
     for (path, flag) in [
         (&spaces.net, CloneFlags::CLONE_NEWNET),
         (&spaces.ipc, CloneFlags::CLONE_NEWIPC),
         (&spaces.uts, CloneFlags::CLONE_NEWUTS),
     ] {
         if let Some(p) = path {
-            let ns = File::open(p).map_err(|e| format!("open {}: {e}", p.display()))?;
-            setns(ns.as_fd(), flag).map_err(|e| format!("join {}: {e}", p.display()))?;
+            let ns = File::open(p).map_err(open(p))?;
+            setns(ns.as_fd(), flag).map_err(|source| PodInitError::Join {
+                path: p.clone(),
+                source,
+            })?;
         }
     }
     empty_root(root)?;
-    unshare(CloneFlags::CLONE_NEWPID).map_err(|e| format!("unshare pid namespace: {e}"))?;
+    unshare(CloneFlags::CLONE_NEWPID).map_err(sys("unshare the pid namespace"))?;
     drop_privileges()?;
     Ok(null.into())
 }
@@ -99,8 +136,8 @@ fn confine(root: &Path, spaces: &PodSpaces) -> Result<OwnedFd, String> {
 /// A mount namespace of our own whose `/` is an empty, read-only tmpfs:
 /// the host's mounts are copied by the unshare and dropped by the pivot,
 /// with nothing propagated back (everything made private first).
-fn empty_root(at: &Path) -> Result<(), String> {
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare mount namespace: {e}"))?;
+fn empty_root(at: &Path) -> Result<(), PodInitError> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(sys("unshare the mount namespace"))?;
     mount(
         None::<&str>,
         "/",
@@ -108,7 +145,7 @@ fn empty_root(at: &Path) -> Result<(), String> {
         MsFlags::MS_REC | MsFlags::MS_PRIVATE,
         None::<&str>,
     )
-    .map_err(|e| format!("make / private: {e}"))?;
+    .map_err(sys("make / private"))?;
     let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(
         Some("pod-init"),
@@ -117,19 +154,19 @@ fn empty_root(at: &Path) -> Result<(), String> {
         ro,
         Some("size=4k,nr_inodes=1,mode=0555"),
     )
-    .map_err(|e| format!("mount the empty root on {}: {e}", at.display()))?;
-    nix::unistd::chdir(at).map_err(|e| format!("chdir {}: {e}", at.display()))?;
-    nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
+    .map_err(sys("mount the empty root"))?;
+    nix::unistd::chdir(at).map_err(sys("chdir into the empty root"))?;
+    nix::unistd::pivot_root(".", ".").map_err(sys("pivot_root"))?;
     // The old root is stacked under the new one at ".": let it go.
-    umount2(".", MntFlags::MNT_DETACH).map_err(|e| format!("unmount the old root: {e}"))?;
-    nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))
+    umount2(".", MntFlags::MNT_DETACH).map_err(sys("unmount the old root"))?;
+    nix::unistd::chdir("/").map_err(sys("chdir /"))
 }
 
 /// uid/gid 65535, no supplementary groups, every capability gone from
 /// every set (the bounding set first, while CAP_SETPCAP is held), and
 /// no_new_privs.
 #[allow(unsafe_code)]
-fn drop_privileges() -> Result<(), String> {
+fn drop_privileges() -> Result<(), PodInitError> {
     for cap in 0..64u64 {
         // SAFETY: PR_CAPBSET_DROP takes one integer; EINVAL past the last.
         if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } < 0 {
@@ -147,13 +184,13 @@ fn drop_privileges() -> Result<(), String> {
         )
     };
     let (uid, gid) = (Uid::from_raw(POD_INIT_ID), Gid::from_raw(POD_INIT_ID));
-    nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("setgid: {e}"))?;
+    nix::unistd::setgroups(&[]).map_err(sys("setgroups"))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(sys("setresgid"))?;
     // From uid 0 to another uid in all three: the kernel clears the
     // permitted and effective sets (no keepcaps), and exec could not
     // give any back with an empty bounding set.
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("setuid: {e}"))?;
-    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))
+    nix::unistd::setresuid(uid, uid, uid).map_err(sys("setresuid"))?;
+    nix::sys::prctl::set_no_new_privs().map_err(sys("no_new_privs"))
 }
 
 /// The calls pid 1 makes: wait for signals, reap, exit; the allocator's
