@@ -632,7 +632,13 @@ async fn malformed_requests_get_the_right_codes() {
         .await
         .expect_err("empty id");
     assert_eq!(err.code(), Code::InvalidArgument);
-    // Removing what does not exist succeeds (CRI idempotence).
+    // Stopping and removing what does not exist succeed (CRI idempotence).
+    c.stop_container(StopContainerRequest {
+        container_id: "nope".into(),
+        timeout: 0,
+    })
+    .await
+    .expect("stop unknown");
     c.remove_container(RemoveContainerRequest {
         container_id: "nope".into(),
     })
