@@ -27,6 +27,10 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
         &["sh", "-c", "echo out-line; echo err-line >&2; exit 3"],
     );
     let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    // The log file is there once CreateContainer returns (critest opens
+    // it as soon as StartContainer does).
+    let log = logs(&shim, "demo").join("app/0.log");
+    assert!(log.exists(), "{} after CreateContainer", log.display());
     assert_eq!(
         cri::status(&mut c, &id).await.state,
         ContainerState::ContainerCreated as i32

@@ -181,6 +181,9 @@ pub fn run(args: MonitorArgs) -> i32 {
         made.undo();
         return fail(format!("clear the parent-death signal: {e}"));
     }
+    // The CRI log exists once CreateContainer returns (critest reads it
+    // as soon as StartContainer does: opened in the loop, it raced).
+    let log = open_log(args.log.as_deref());
     say(&Handshake {
         pid: Some(pid.as_raw()),
         start_time: crate::host::proc_start_time(pid.as_raw()),
@@ -207,7 +210,7 @@ pub fn run(args: MonitorArgs) -> i32 {
     let mut attach = attach::Attach::new(listener, stdin_w, args.stdin_once, console);
     // The deep part is over; the loop below runs for the container's life.
     crate::host::release_stack_below();
-    let exit = pump(&args, pid, out_r, err_r, &mut attach);
+    let exit = pump(&args, pid, log, out_r, err_r, &mut attach);
     let code = match images::fsutil::write_atomic(
         &args.exit_file,
         &serde_json::to_vec(&exit).unwrap_or_default(),
@@ -264,6 +267,7 @@ fn fail(msg: String) -> i32 {
 fn pump(
     args: &MonitorArgs,
     pid: Pid,
+    mut log: Option<File>,
     out_r: OwnedFd,
     err_r: Option<OwnedFd>,
     attach: &mut attach::Attach,
@@ -279,7 +283,6 @@ fn pump(
     for fd in std::iter::once(&out_r).chain(err_r.as_ref()) {
         let _ = fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
     }
-    let mut log = open_log(args.log.as_deref());
     let mut pipes = [
         Some((File::from(out_r), LineSplitter::new(Stream::Stdout))),
         err_r.map(|e| (File::from(e), LineSplitter::new(Stream::Stderr))),
