@@ -40,6 +40,8 @@ pub enum PodInitError {
         #[source]
         source: nix::errno::Errno,
     },
+    #[error("the init's seccomp filter: {0}")]
+    Filter(String),
     #[error("join {path}: {source}")]
     Join {
         path: PathBuf,
@@ -78,8 +80,8 @@ pub struct PodSpaces {
 /// namespace. Returns the exit code.
 #[allow(unsafe_code)]
 pub fn run(root: &Path, spaces: &PodSpaces) -> i32 {
-    let null = match confine(root, spaces) {
-        Ok(null) => null,
+    let (null, filter) = match confine(root, spaces) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("pod-init: {e}");
             return 1;
@@ -95,7 +97,7 @@ pub fn run(root: &Path, spaces: &PodSpaces) -> i32 {
             0
         }
         Ok(ForkResult::Child) => {
-            serve_as_init(null);
+            serve_as_init(null, &filter);
             0
         }
         Err(e) => {
@@ -107,8 +109,14 @@ pub fn run(root: &Path, spaces: &PodSpaces) -> i32 {
 
 /// Everything but the fork: the pod's namespaces, the empty root, the new
 /// PID namespace for the next child, then no privilege left. Returns the
-/// host's `/dev/null`, opened while it is in reach.
-fn confine(root: &Path, spaces: &PodSpaces) -> Result<OwnedFd, PodInitError> {
+/// host's `/dev/null`, opened while it is in reach, and the init's seccomp
+/// filter, compiled here so that a failure is reported, not a silent exit
+/// of the pod's PID 1.
+fn confine(
+    root: &Path,
+    spaces: &PodSpaces,
+) -> Result<(OwnedFd, seccompiler::BpfProgram), PodInitError> {
+    let filter = crate::seccomp::allow_only(INIT_CALLS).map_err(PodInitError::Filter)?;
     let null = File::options()
         .read(true)
         .write(true)
@@ -130,7 +138,7 @@ fn confine(root: &Path, spaces: &PodSpaces) -> Result<OwnedFd, PodInitError> {
     empty_root(root)?;
     unshare(CloneFlags::CLONE_NEWPID).map_err(sys("unshare the pid namespace"))?;
     drop_privileges()?;
-    Ok(null.into())
+    Ok((null.into(), filter))
 }
 
 /// A mount namespace of our own whose `/` is an empty, read-only tmpfs:
@@ -216,7 +224,7 @@ const INIT_CALLS: &[i64] = &[
 ];
 
 /// Pid 1 of the pod: reap children, exit on SIGTERM or SIGINT.
-fn serve_as_init(null: OwnedFd) {
+fn serve_as_init(null: OwnedFd, filter: &seccompiler::BpfProgram) {
     // Let go of the caller's pipes: it waits for their EOF.
     for fd in 0..=2 {
         let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
@@ -235,13 +243,8 @@ fn serve_as_init(null: OwnedFd) {
     if mask.thread_block().is_err() {
         return;
     }
-    match crate::seccomp::allow_only(INIT_CALLS) {
-        Ok(filter) => {
-            if seccompiler::apply_filter(&filter).is_err() {
-                return;
-            }
-        }
-        Err(_) => return,
+    if seccompiler::apply_filter(filter).is_err() {
+        return;
     }
     loop {
         match mask.wait() {
