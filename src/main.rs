@@ -511,7 +511,7 @@ fn check(args: CheckArgs) -> ExitCode {
                 continue;
             }
         };
-        match agent::manifest::parse(m, &text, &node, "1970-01-01T00:00:00Z") {
+        match agent::config::manifest::parse(m, &text, &node, "1970-01-01T00:00:00Z") {
             Ok(pods) => {
                 for p in pods {
                     println!(

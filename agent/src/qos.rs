@@ -162,7 +162,7 @@ pub fn oom_score_adj(qos: Qos, c: &Container, node_memory: u128) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::test_pod as pod;
+    use crate::config::manifest::test_pod as pod;
 
     #[test]
     fn qos_classes() {

@@ -1,5 +1,9 @@
 //! The reasons a container waits, as kubelet names them (shown in
-//! `state.waiting.reason`; clients such as kubectl match on them).
+//! `state.waiting.reason`; clients such as kubectl match on them), and
+//! those of a pod's status.
+
+/// The reason of a pod the eviction manager ended (`status.reason`).
+pub const EVICTED: &str = "Evicted";
 
 pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
 pub const CONTAINER_CREATING: &str = "ContainerCreating";

@@ -2,7 +2,7 @@
 //! without root: `Auth` over the real API client (TLS, a bearer token)
 //! against a local HTTPS server that answers TokenReviews and
 //! SubjectAccessReviews with what the real kube-apiserver 1.26 answered
-//! (`agent/src/server/testdata`), checking what is asked, the answers and
+//! (`agent/testdata`), checking what is asked, the answers and
 //! the caches.
 
 use std::sync::Arc;
@@ -18,10 +18,10 @@ use hyper_util::rt::TokioIo;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use serde_json::Value;
 
-const TOKEN_OK: &str = include_str!("../src/server/testdata/tokenreview-ok.json");
-const TOKEN_BAD: &str = include_str!("../src/server/testdata/tokenreview-bad.json");
-const SAR_ALLOWED: &str = include_str!("../src/server/testdata/sar-allowed.json");
-const SAR_DENIED: &str = include_str!("../src/server/testdata/sar-denied.json");
+const TOKEN_OK: &str = include_str!("../testdata/tokenreview-ok.json");
+const TOKEN_BAD: &str = include_str!("../testdata/tokenreview-bad.json");
+const SAR_ALLOWED: &str = include_str!("../testdata/sar-allowed.json");
+const SAR_DENIED: &str = include_str!("../testdata/sar-denied.json");
 
 /// Requests the fake API server got, by path.
 #[derive(Default)]
@@ -83,7 +83,7 @@ async fn fake_api_server(seen: Arc<Seen>) -> (u16, Vec<u8>) {
     let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
         .expect("key");
     let now = 1_700_000_000;
-    let der = agent::x509::self_signed(
+    let der = agent::certificate::x509::self_signed(
         "fake-apiserver",
         &[],
         &["127.0.0.1".parse().expect("ip")],
@@ -92,8 +92,8 @@ async fn fake_api_server(seen: Arc<Seen>) -> (u16, Vec<u8>) {
         now + 100 * 365 * 86_400,
     )
     .expect("cert");
-    let cert = agent::x509::pem("CERTIFICATE", &der).into_bytes();
-    let key_pem = agent::x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
+    let cert = agent::certificate::x509::pem("CERTIFICATE", &der).into_bytes();
+    let key_pem = agent::certificate::x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
     let current = agent::server::tls::current(&cert, &key_pem).expect("current");
     let tls = agent::server::tls::server_config(current, None).expect("tls");
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);

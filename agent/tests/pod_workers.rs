@@ -36,13 +36,16 @@ async fn setup(fake: &FakeCri) -> Setup {
     setup_with(fake, None).await
 }
 
-async fn setup_with(fake: &FakeCri, objects: Option<Arc<dyn agent::objects::ApiObjects>>) -> Setup {
+async fn setup_with(
+    fake: &FakeCri,
+    objects: Option<Arc<dyn agent::volumes::objects::ApiObjects>>,
+) -> Setup {
     setup_config(fake, objects, |_| {}).await
 }
 
 async fn setup_config(
     fake: &FakeCri,
-    objects: Option<Arc<dyn agent::objects::ApiObjects>>,
+    objects: Option<Arc<dyn agent::volumes::objects::ApiObjects>>,
     adjust: impl FnOnce(&mut edge_config::Config),
 ) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -107,7 +110,7 @@ fn pod(name: &str, restart: &str, command: &str) -> Pod {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart}\n  \
          containers:\n  - {{name: main, image: busybox, command: [{command}]}}\n"
     );
-    let mut pods = agent::manifest::parse(
+    let mut pods = agent::config::manifest::parse(
         Path::new(&format!("/pods/{name}.yaml")),
         &text,
         "node",
@@ -415,32 +418,32 @@ struct FakeObjects {
     secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
 }
 
-impl agent::objects::ApiObjects for FakeObjects {
+impl agent::volumes::objects::ApiObjects for FakeObjects {
     fn config_map<'a>(
         &'a self,
         _ns: &'a str,
         name: &'a str,
-    ) -> agent::objects::BoxFut<'a, Result<agent::objects::Data, String>> {
+    ) -> agent::volumes::objects::BoxFut<'a, Result<agent::volumes::objects::Data, String>> {
         Box::pin(async move { Ok(self.config_maps.get(name).cloned()) })
     }
     fn secret<'a>(
         &'a self,
         _ns: &'a str,
         name: &'a str,
-    ) -> agent::objects::BoxFut<'a, Result<agent::objects::Data, String>> {
+    ) -> agent::volumes::objects::BoxFut<'a, Result<agent::volumes::objects::Data, String>> {
         Box::pin(async move { Ok(self.secrets.get(name).cloned()) })
     }
     fn token<'a>(
         &'a self,
-        r: agent::objects::TokenRequest<'a>,
-    ) -> agent::objects::BoxFut<'a, Result<String, String>> {
+        r: agent::volumes::objects::TokenRequest<'a>,
+    ) -> agent::volumes::objects::BoxFut<'a, Result<String, String>> {
         Box::pin(async move { Ok(format!("token-for-{}", r.pod_name)) })
     }
 }
 
 /// An API server's pod (as the source decodes it).
 fn api_pod(name: &str, spec: serde_json::Value) -> Pod {
-    agent::manifest::api_pod(serde_json::json!({
+    agent::config::manifest::api_pod(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "labels": {"app": "web"}},
         "spec": spec,

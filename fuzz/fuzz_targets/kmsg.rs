@@ -4,9 +4,9 @@
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let mut parser = agent::kmsg::OomParser::default();
+    let mut parser = agent::oom::kmsg::OomParser::default();
     for raw in text.split('\0') {
-        if let Some(rec) = agent::kmsg::parse_record(raw) {
+        if let Some(rec) = agent::oom::kmsg::parse_record(raw) {
             let _ = parser.feed(rec.usec, rec.message);
         }
     }

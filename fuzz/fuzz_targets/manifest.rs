@@ -4,7 +4,7 @@
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = agent::manifest::parse(
+        let _ = agent::config::manifest::parse(
             std::path::Path::new("/etc/picolet/manifests/f.yaml"),
             text,
             "node",

@@ -59,7 +59,7 @@ pub struct ContainerEnv<'a> {
     pub qos: Qos,
     /// What the container's env takes from configMaps and secrets
     /// (resolved by the agent; empty for a static pod).
-    pub objects: &'a crate::projection::ObjectEnv,
+    pub objects: &'a crate::volumes::projection::ObjectEnv,
     /// `seccompDefault`: no profile means RuntimeDefault, not Unconfined.
     pub seccomp_default: bool,
 }
@@ -399,13 +399,13 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::manifest::test_pod as pod;
     use crate::cri_config::tests::node;
-    use crate::manifest::test_pod as pod;
 
     #[test]
     fn env_from_config_maps_and_secrets_comes_first_and_env_wins() {
         // An API server's pod (static pods may not refer to configMaps).
-        let p = crate::manifest::api_pod(serde_json::json!({
+        let p = crate::config::manifest::api_pod(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u"},
             "spec": {"containers": [{
                 "name": "c", "image": "busybox:1", "args": ["$(GREETING) $(PASSWORD)"],
@@ -418,7 +418,7 @@ mod tests {
             }]},
         }))
         .expect("valid");
-        let objects = crate::projection::ObjectEnv {
+        let objects = crate::volumes::projection::ObjectEnv {
             from: BTreeMap::from([
                 ("GREETING".to_string(), "from the configmap".to_string()),
                 ("LEVEL".to_string(), "debug".to_string()),

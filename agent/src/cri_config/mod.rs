@@ -262,7 +262,7 @@ pub(super) fn seccomp(p: Option<&SeccompProfile>, default: bool) -> Option<Secur
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::manifest::test_pod as pod;
+    use crate::config::manifest::test_pod as pod;
 
     #[test]
     fn seccomp_profile_container_then_pod_then_seccomp_default() {

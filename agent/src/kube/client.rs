@@ -17,7 +17,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::sync::Mutex;
 
-use super::config::KubeConfig;
+use crate::kube::config::KubeConfig;
 
 /// Deadline of one request, connection included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -449,8 +449,12 @@ mod tests {
             &rng,
         )
         .expect("key");
-        let key_pem = super::super::bootstrap::pem("PRIVATE KEY", key.as_ref());
-        let cert = include_bytes!("testdata/bootstrapped-client.pem").to_vec();
+        let key_pem = crate::certificate::bootstrap::pem("PRIVATE KEY", key.as_ref());
+        let cert = include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/bootstrapped-client.pem"
+        ))
+        .to_vec();
         let cfg = KubeConfig {
             host: "127.0.0.1".into(),
             port: 6443,

@@ -109,9 +109,18 @@ mod tests {
     /// version while a pod was created there, ran (the agent's status
     /// patch), and was deleted (the agent's final DELETE), with a bookmark;
     /// then a watch from an old version (410 Gone).
-    const LIST: &str = include_str!("testdata/pods-list.json");
-    const WATCH: &str = include_str!("testdata/pods-watch.jsonl");
-    const GONE: &str = include_str!("testdata/pods-watch-gone.jsonl");
+    const LIST: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/pods-list.json"
+    ));
+    const WATCH: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/pods-watch.jsonl"
+    ));
+    const GONE: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/pods-watch-gone.jsonl"
+    ));
 
     #[test]
     fn a_list_then_the_watch_of_a_pods_life() {

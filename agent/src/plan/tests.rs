@@ -20,7 +20,7 @@ fn pod(restart: &str, inits: &[&str], apps: &[&str]) -> Pod {
     for n in apps {
         spec.push_str(&format!("  - {{name: {n}, image: 'i:1'}}\n"));
     }
-    crate::manifest::test_pod(&spec)
+    crate::config::manifest::test_pod(&spec)
 }
 
 fn hash_of(p: &Pod, name: &str) -> String {

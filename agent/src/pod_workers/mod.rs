@@ -53,7 +53,7 @@ pub struct Ctx {
     /// When this agent started (probe start-up spread).
     pub started: Instant,
     /// configMaps, secrets and tokens (cluster mode); None: static pods only.
-    pub objects: Option<Arc<dyn crate::objects::ApiObjects>>,
+    pub objects: Option<Arc<dyn crate::volumes::objects::ApiObjects>>,
 }
 
 /// The workers and the state they share: restart and image back-off, and

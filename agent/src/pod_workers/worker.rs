@@ -346,7 +346,7 @@ impl Worker {
         let mut p = self.with_status(pod, &observed);
         let st = p.status.get_or_insert_with(Default::default);
         st.phase = Some("Failed".into());
-        st.reason = Some(crate::eviction::REASON.into());
+        st.reason = Some(crate::reason::EVICTED.into());
         st.message = Some(e.message.clone());
         st.conditions
             .get_or_insert_with(Vec::new)

@@ -123,7 +123,7 @@ impl Cri {
     pub async fn pull_image(
         &self,
         image: &str,
-        auth: Option<&crate::keyring::Cred>,
+        auth: Option<&crate::credentialprovider::Cred>,
         sandbox: PodSandboxConfig,
     ) -> Result<String> {
         let auth = auth.map(|c| cri_proto::v1::AuthConfig {

@@ -423,14 +423,20 @@ mod tests {
     /// [`token_review`] for a service account token, and for a garbage one.
     #[test]
     fn token_reviews_read_as_the_api_server_answers_them() {
-        let ok: Value =
-            serde_json::from_str(include_str!("testdata/tokenreview-ok.json")).expect("json");
+        let ok: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/tokenreview-ok.json"
+        )))
+        .expect("json");
         let id = reviewed_identity(&ok).expect("authenticated");
         assert_eq!(id.user, "system:serviceaccount:default:reader");
         assert!(id.groups.contains(&"system:serviceaccounts".to_string()));
         assert!(!id.uid.is_empty());
-        let bad: Value =
-            serde_json::from_str(include_str!("testdata/tokenreview-bad.json")).expect("json");
+        let bad: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/tokenreview-bad.json"
+        )))
+        .expect("json");
         assert!(reviewed_identity(&bad).is_err());
         assert_eq!(
             token_review("t")["spec"]["token"],
@@ -446,11 +452,17 @@ mod tests {
         let body = access_review(&who, &what);
         assert_eq!(body["spec"]["resourceAttributes"]["subresource"], "stats");
         assert_eq!(body["spec"]["groups"][1], "system:authenticated");
-        let allowed: Value =
-            serde_json::from_str(include_str!("testdata/sar-allowed.json")).expect("json");
+        let allowed: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/sar-allowed.json"
+        )))
+        .expect("json");
         assert_eq!(reviewed_access(&allowed), Ok(()));
-        let denied: Value =
-            serde_json::from_str(include_str!("testdata/sar-denied.json")).expect("json");
+        let denied: Value = serde_json::from_str(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/sar-denied.json"
+        )))
+        .expect("json");
         assert!(reviewed_access(&denied).is_err());
         assert_eq!(
             forbidden_message(&who, &what),

@@ -9,7 +9,8 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::{MAX_STREAMS, Server, Shared, logs, stream};
+use super::{MAX_STREAMS, Server, Shared, stream};
+use crate::logs::reader as logs;
 
 /// The pod `namespace/name` (of `uid`, when given) as the status manager
 /// has it.

@@ -16,7 +16,6 @@
 
 pub mod auth;
 mod endpoints;
-pub mod logs;
 pub mod stream;
 pub mod tls;
 
@@ -36,11 +35,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
+use crate::config::file::ManifestErrors;
 use crate::events::Recorder;
 use crate::health::Health;
 use crate::metrics::{self, AgentMetrics};
 use crate::runtime::Cri;
-use crate::source::ManifestErrors;
 use crate::stats::Stats;
 use crate::{prober, status};
 
@@ -82,9 +81,9 @@ struct Peer(Option<auth::Identity>);
 /// last shown (for their transition times).
 #[derive(Debug)]
 pub struct LocalNode {
-    pub facts: crate::kube::node::Facts,
-    pub meta: crate::kube::SharedMeta,
-    pub pressure: crate::evict::Pressure,
+    pub facts: crate::nodestatus::setters::Facts,
+    pub meta: crate::nodestatus::SharedMeta,
+    pub pressure: crate::eviction::Pressure,
     pub shown: std::sync::Mutex<Vec<serde_json::Value>>,
 }
 
@@ -210,7 +209,7 @@ fn spawn(
                             .1
                             .peer_certificates()
                             .and_then(|c| c.first())
-                            .and_then(|c| crate::x509::subject(c.as_ref()))
+                            .and_then(|c| crate::certificate::x509::subject(c.as_ref()))
                             .map(|(cn, orgs)| auth::Identity::from_certificate(cn, orgs));
                         serve_conn(Box::new(stream), router, Peer(who)).await;
                     }
@@ -412,7 +411,7 @@ async fn pods(State(s): Shared) -> Response {
 async fn local_node(State(s): Shared) -> Response {
     let n = &s.node;
     let previous = crate::mutex::lock(&n.shown).clone();
-    let status = crate::kube::node_status(&s.cri, &n.facts, &n.pressure, &previous).await;
+    let status = crate::nodestatus::node_status(&s.cri, &n.facts, &n.pressure, &previous).await;
     if let Some(c) = status["conditions"].as_array() {
         crate::mutex::lock(&n.shown).clone_from(c);
     }

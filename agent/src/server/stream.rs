@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
 
-use super::logs::url_pairs;
+use crate::logs::reader::url_pairs;
 
 /// How long the runtime's streaming server has to answer the upgrade.
 const UPGRADE_TIMEOUT: Duration = Duration::from_secs(30);

@@ -14,8 +14,8 @@ use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
+use crate::certificate::x509;
 use crate::kube::client::{CurrentCert, certified_key};
-use crate::x509;
 
 /// A self-signed certificate's life (kubelet: one year).
 const SELF_SIGNED_LIFE: i64 = 365 * 86_400;

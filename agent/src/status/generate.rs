@@ -304,7 +304,7 @@ mod tests {
     use crate::plan::ObservedSandbox;
 
     fn pod(restart: &str) -> Pod {
-        crate::manifest::test_pod(&format!(
+        crate::config::manifest::test_pod(&format!(
             "  restartPolicy: {restart}\n  containers:\n  - {{name: a, image: 'i:1'}}\n"
         ))
     }
@@ -464,7 +464,7 @@ mod tests {
     #[test]
     fn sidecars_count_for_initialized_and_ready_not_for_phase() {
         use k8s_openapi::api::core::v1::Probe;
-        let mut p = crate::manifest::test_pod(
+        let mut p = crate::config::manifest::test_pod(
             "  restartPolicy: Never\n  initContainers:\n  - {name: side, image: 'i:1', restartPolicy: Always}\n  containers:\n  - {name: a, image: 'i:1'}\n",
         );
         let named = |name: &str, state, exit, created| ObservedContainer {

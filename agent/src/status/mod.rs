@@ -3,6 +3,7 @@
 //! keeps the latest one of every pod, written by the pod's worker and read
 //! by the HTTP endpoints, stats and the OOM watcher.
 
+pub mod apiserver;
 pub mod generate;
 
 use std::collections::BTreeMap;

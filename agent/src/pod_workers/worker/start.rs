@@ -4,16 +4,17 @@
 
 use super::{MIN_GRACE, Worker};
 use crate::clock::now;
+use crate::credentialprovider::{Cred, Keyring};
 use crate::cri_config::{self, ContainerEnv};
 use crate::events::EventType;
-use crate::keyring::{Cred, Keyring};
+use crate::lifecycle::handlers;
 use crate::mutex::lock;
 use crate::plan::{Observed, State};
 use crate::pod_workers::SyncError;
 use crate::qos;
 use crate::reason;
 use crate::status::Waiting;
-use crate::{hooks, projection, volumes};
+use crate::volumes::{self, projection};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::path::PathBuf;
 
@@ -250,7 +251,7 @@ impl Worker {
             .unwrap_or("default");
         for key in &needs.tokens {
             let token = api
-                .token(crate::objects::TokenRequest {
+                .token(crate::volumes::objects::TokenRequest {
                     namespace: ns,
                     service_account: sa,
                     pod_name: pod.metadata.name.as_deref().unwrap_or(""),
@@ -474,7 +475,7 @@ impl Worker {
         );
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let timeout = self.grace().max(MIN_GRACE);
-            if let Err(e) = hooks::run(&cri, h, c, &id, pod_ip, timeout).await {
+            if let Err(e) = handlers::run(&cri, h, c, &id, pod_ip, timeout).await {
                 self.event(
                     Some(&c.name),
                     EventType::Warning,

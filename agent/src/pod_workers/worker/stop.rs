@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{MIN_GRACE, Worker};
 use crate::events::EventType;
-use crate::hooks;
+use crate::lifecycle::handlers;
 use crate::plan::{self, ObservedContainer, State};
 
 /// Containers of one pod stopped at once (preStop hook and StopContainer).
@@ -88,7 +88,7 @@ impl Worker {
                 if running
                     && let Some(sc) = &spec_c
                     && let Some(h) = sc.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
-                    && let Err(e) = hooks::run(&cri, h, sc, &id, &pod_ip, grace).await
+                    && let Err(e) = handlers::run(&cri, h, sc, &id, &pod_ip, grace).await
                 {
                     let mut o = obj.clone();
                     o.field_path = format!("spec.containers{{{}}}", sc.name);

@@ -615,7 +615,7 @@ mod tests {
 
     fn err(spec_yaml: &str) -> String {
         let text = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n{spec_yaml}");
-        crate::manifest::parse(Path::new("f.yaml"), &text, "n", "t")
+        crate::config::manifest::parse(Path::new("f.yaml"), &text, "n", "t")
             .expect_err(spec_yaml)
             .to_string()
     }
@@ -634,7 +634,7 @@ mod tests {
         let ok = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  initContainers:\n  - name: s\n    image: i:1\n    restartPolicy: Always\n    readinessProbe: {{exec: {{command: ['true']}}}}\n{C}"
         );
-        crate::manifest::parse(Path::new("f.yaml"), &ok, "n", "t")
+        crate::config::manifest::parse(Path::new("f.yaml"), &ok, "n", "t")
             .expect("a sidecar with a probe is valid");
     }
 
@@ -722,7 +722,7 @@ mod tests {
         assert!(e.starts_with("f.yaml: ") && !e.contains('\n'), "{e}");
         // A list: each item's errors, with its index.
         let list = "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Pod, metadata: {name: a}, spec: {containers: [{name: c, image: 'i:1', tty: true, ttty: true}]}}\n- {apiVersion: v1, kind: Pod, metadata: {name: B}, spec: {containers: [{name: c, image: 'i:1'}]}}\n";
-        let e = crate::manifest::parse(Path::new("l.yaml"), list, "n", "t")
+        let e = crate::config::manifest::parse(Path::new("l.yaml"), list, "n", "t")
             .expect_err("two bad items")
             .to_string();
         assert!(
@@ -737,7 +737,7 @@ mod tests {
         let ok = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {{a: b}}\n  creationTimestamp: null\nspec:\n  securityContext: {{}}\n  volumes:\n  - {{name: e, emptyDir: {{}}}}\n{C}    resources: {{}}\n    env: [{{name: X, value: ''}}]\nstatus: {{}}\n"
         );
-        crate::manifest::parse(Path::new("f.yaml"), &ok, "n", "t").expect("known fields");
+        crate::config::manifest::parse(Path::new("f.yaml"), &ok, "n", "t").expect("known fields");
     }
 
     #[test]

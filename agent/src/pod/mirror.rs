@@ -12,15 +12,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::manifest::CONFIG_HASH;
-
-/// The annotation that makes a pod a mirror.
-pub const CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
-
-/// Whether an API pod is a mirror pod.
-pub fn is_mirror(pod: &Value) -> bool {
-    pod["metadata"]["annotations"][CONFIG_MIRROR].is_string()
-}
+pub use crate::config::manifest::is_mirror;
+use crate::config::manifest::{CONFIG_HASH, CONFIG_MIRROR};
 
 /// What to do: mirrors to create (the pod objects), and mirrors to delete
 /// as (namespace, name, uid).
@@ -109,7 +102,7 @@ mod tests {
         let text = format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c, image: busybox}}]\n"
         );
-        let mut pods = crate::manifest::parse(
+        let mut pods = crate::config::manifest::parse(
             std::path::Path::new("/etc/picolet/manifests/x.yaml"),
             &text,
             "pk-edge",

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
-use crate::admit::{SYSTEM_CRITICAL_PRIORITY, is_critical, under_pressure};
+use crate::lifecycle::predicate::{SYSTEM_CRITICAL_PRIORITY, is_critical, under_pressure};
 
 fn pod(name: &str, requests_memory: Option<&str>, priority: Option<i32>) -> Pod {
     let resources = requests_memory.map(|m| json!({"requests": {"memory": m}}));
@@ -285,7 +285,7 @@ fn admission_under_pressure_is_kubelets_and_critical_pods_are_spared() {
     // Static and system-critical pods: always admitted, never evicted.
     let mut stat = best.clone();
     stat.metadata.annotations = Some(BTreeMap::from([(
-        crate::manifest::CONFIG_SOURCE.to_string(),
+        crate::config::manifest::CONFIG_SOURCE.to_string(),
         "file".to_string(),
     )]));
     assert!(is_critical(&stat));

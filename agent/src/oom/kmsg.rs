@@ -157,7 +157,10 @@ mod tests {
     // task table), as /dev/kmsg returned them.
     #[test]
     fn recorded_kernel_6_18_memcg_kill() {
-        let text = include_str!("../testdata/kmsg-6.18-memcg-oom.txt");
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/kmsg-6.18-memcg-oom.txt"
+        ));
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines.len() > 80);
         let k = run(&lines);
@@ -181,12 +184,18 @@ mod tests {
     fn recorded_kernel_6_1_amd64_and_arm64_memcg_kills() {
         for (text, usec, pid) in [
             (
-                include_str!("../testdata/kmsg-6.1-amd64-memcg-oom.txt"),
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/testdata/kmsg-6.1-amd64-memcg-oom.txt"
+                )),
                 2140018,
                 93,
             ),
             (
-                include_str!("../testdata/kmsg-6.1-arm64-memcg-oom.txt"),
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/testdata/kmsg-6.1-arm64-memcg-oom.txt"
+                )),
                 1507219,
                 94,
             ),

@@ -1,7 +1,7 @@
 //! Static pod manifests: one file → pods, with kubelet's static pod rules
 //! (UID from the content hash, name suffixed `-<nodeName>`, namespace
 //! defaulted, `kubernetes.io/config.*` annotations) and the API server's
-//! defaulting, then [`crate::validate`]. Pure: the caller reads the file.
+//! defaulting, then [`crate::config::validate`]. Pure: the caller reads the file.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,15 @@ use sha2::{Digest, Sha256};
 pub const CONFIG_SOURCE: &str = "kubernetes.io/config.source";
 /// Annotation: the pod's content hash (= its UID for static pods).
 pub const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+
+/// The annotation that makes a pod a mirror.
+pub const CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
+
+/// Whether an API pod is a mirror pod.
+pub fn is_mirror(pod: &serde_json::Value) -> bool {
+    pod["metadata"]["annotations"][CONFIG_MIRROR].is_string()
+}
+
 /// Annotation: when the source first saw this version of the pod.
 pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 
@@ -136,7 +145,7 @@ pub fn parse(
         }
         apply_static_rules(&mut pod, file, &canonical, node_name, seen);
         apply_defaults(&mut pod);
-        if let Err(found) = crate::validate::pod(&pod) {
+        if let Err(found) = crate::config::validate::pod(&pod) {
             errors.extend(found.into_iter().map(|(field, m)| (at(&field), m)));
         }
         pods.push(pod);
@@ -199,7 +208,7 @@ pub fn api_pod(value: serde_json::Value) -> Result<Pod, String> {
         return Err("metadata.uid: required".into());
     }
     apply_defaults(&mut pod);
-    crate::validate::api_pod(&pod).map_err(|errors| {
+    crate::config::validate::api_pod(&pod).map_err(|errors| {
         errors
             .iter()
             .map(|(field, message)| format!("{field}: {message}"))
@@ -460,7 +469,10 @@ mod tests {
 
     #[test]
     fn the_example_manifest_is_valid() {
-        let text = include_str!("../../examples/manifests/hello.yaml");
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/manifests/hello.yaml"
+        ));
         let pods = parse(Path::new("hello.yaml"), text, "edge-1", "t").expect("valid");
         let spec = pods[0].spec.as_ref().expect("spec");
         assert_eq!(spec.init_containers.as_ref().map(Vec::len), Some(1));

@@ -2,8 +2,8 @@
 //! signals observed from the same readings as `/stats/summary`, hard and
 //! soft thresholds (grace periods, minimum reclaim), node conditions held
 //! for the pressure transition period, the ranking of pods and kubelet's
-//! eviction message. Admission under pressure is [`crate::admit`]'s; the
-//! loop that reads, reclaims and evicts is [`crate::evict`].
+//! eviction message. Admission under pressure is [`crate::lifecycle::predicate`]'s; the
+//! loop that reads, reclaims and evicts is [`crate::eviction`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::qos::quantity;
 
 /// kubelet's pod status reason for an evicted pod, and its event reason.
-pub const REASON: &str = "Evicted";
+pub const REASON: &str = crate::reason::EVICTED;
 
 /// An eviction signal (kubelet's `evictionapi.Signal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -353,7 +353,7 @@ fn priority(pod: &Pod) -> i32 {
 
 /// The pod's usage and request of what `signal` measures.
 fn usage_and_request(signal: Signal, c: &Candidate) -> (u64, u64) {
-    let r = crate::admit::requests(&c.pod);
+    let r = crate::lifecycle::predicate::requests(&c.pod);
     let u = c.usage.as_ref();
     let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
     match signal {

@@ -63,7 +63,10 @@ mod tests {
 
     /// The real kube-apiserver's (1.26) answer to the creation of a lease,
     /// recorded by hand.
-    const CREATED: &str = include_str!("testdata/lease-created.json");
+    const CREATED: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/lease-created.json"
+    ));
 
     #[test]
     fn a_renewal_keeps_the_servers_version_and_sets_the_owner() {

@@ -13,14 +13,19 @@ use std::time::{Duration, Instant};
 use edge_config::Config;
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::config::apiserver;
+use crate::config::file::{self, ManifestErrors};
 use crate::events::{EventType, Object, Recorder};
 use crate::health::Health;
+use crate::images::gc;
+use crate::lifecycle::predicate;
+use crate::logs::rotation;
+use crate::nodestatus::machine;
 use crate::pod_workers::{self, PodWorkers};
 use crate::runtime::Cri;
-use crate::source::{self, ManifestErrors};
 use crate::stats::Stats;
 use crate::{
-    admit, evict, eviction, image_gc, kube, logs, metrics, node, oom, pleg, prober, server, status,
+    certificate, eviction, kube, metrics, nodestatus, oom, pleg, prober, server, status, volumes,
 };
 
 /// Why the agent could not run.
@@ -91,24 +96,25 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             None
         }
     };
-    let node = Arc::new(node::info(&config.node_name, config.node_ip));
+    let node = Arc::new(machine::info(&config.node_name, config.node_ip));
     let node_uid = Arc::new(std::sync::OnceLock::new());
-    let facts = kube::facts(&config, &node);
+    let facts = nodestatus::facts(&config, &node);
     let local_facts = facts.clone();
-    let registration = kube::registration(&facts, &config);
-    let node_meta: kube::SharedMeta =
-        Arc::new(std::sync::RwLock::new(kube::NodeMeta::of(&registration)));
+    let registration = nodestatus::registration(&facts, &config);
+    let node_meta: nodestatus::SharedMeta = Arc::new(std::sync::RwLock::new(
+        nodestatus::NodeMeta::of(&registration),
+    ));
     let allocatable = facts.allocatable();
-    let (pressure_tx, pressure) = evict::pressure();
+    let (pressure_tx, pressure) = eviction::pressure();
     // With a bootstrap kubeconfig, the kubeconfig is ours to make (TLS
     // bootstrap) when it does not exist yet.
     let kubeconfig = match (&config.kubeconfig, &config.bootstrap_kubeconfig) {
         (k, Some(bootstrap)) => {
             let path = k.clone().unwrap_or_else(|| pods_root.join("kubeconfig"));
-            kube::bootstrap::ensure(
+            certificate::bootstrap::ensure(
                 &path,
                 bootstrap,
-                &kube::bootstrap::cert_dir(&config.data_dir),
+                &certificate::bootstrap::cert_dir(&config.data_dir),
                 &config.node_name,
             )
             .await
@@ -122,16 +128,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
             tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
             if config.bootstrap_kubeconfig.is_some() && config.rotate_certificates {
-                let pem = kube::bootstrap::pem_path(&kube::bootstrap::cert_dir(&config.data_dir));
+                let pem = certificate::bootstrap::pem_path(&certificate::bootstrap::cert_dir(
+                    &config.data_dir,
+                ));
                 // Only the certificate bootstrap made (a kubeconfig given
                 // with a certificate of its own is the admin's to renew).
                 let ours = std::fs::read_to_string(path)
                     .is_ok_and(|k| k.contains(&pem.display().to_string()));
                 if ours {
-                    kube::bootstrap::spawn_rotation(client.clone(), pem, config.node_name.clone());
+                    certificate::bootstrap::spawn_rotation(
+                        client.clone(),
+                        pem,
+                        config.node_name.clone(),
+                    );
                 }
             }
-            crate::kube::spawn(crate::kube::NodeSync {
+            crate::nodestatus::spawn(crate::nodestatus::NodeSync {
                 client: client.clone(),
                 node_uid: node_uid.clone(),
                 facts,
@@ -152,7 +164,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(client) = &api_client {
         let (tx, rx) = tokio::sync::mpsc::channel(256);
         recorder.forward(tx);
-        kube::events::spawn(client.clone(), rx);
+        crate::events::sink::spawn(client.clone(), rx);
     }
     let statuses = status::Manager::default();
     let statuses_for_api = statuses.clone();
@@ -228,20 +240,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         node_name: node.name.clone(),
         kills: ooms,
     });
-    logs::spawn(
+    rotation::spawn(
         cri.clone(),
-        logs::Policy {
+        rotation::Policy {
             max_bytes: u64::try_from(cfg.container_log_max_size).unwrap_or(u64::MAX),
             max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(usize::MAX),
         },
         cfg.container_log_monitor_interval,
         running_rx,
     );
-    image_gc::spawn(image_gc::Manager {
+    gc::spawn(gc::Manager {
         cri: cri.clone(),
         recorder: recorder.clone(),
         node_name: cfg.node_name.clone(),
-        policy: image_gc::Policy {
+        policy: gc::Policy {
             high_percent: cfg.image_gc_high_threshold_percent,
             low_percent: cfg.image_gc_low_threshold_percent,
             min_age: cfg.image_minimum_gc_age,
@@ -262,7 +274,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics,
         started: Instant::now(),
         objects: api_client.as_ref().map(|c| {
-            Arc::new(kube::objects::Objects::new(c.clone())) as Arc<dyn crate::objects::ApiObjects>
+            Arc::new(volumes::api_objects::Objects::new(c.clone()))
+                as Arc<dyn crate::volumes::objects::ApiObjects>
         }),
     });
     // PLEG's wake-ups go straight to the workers, never queued behind the
@@ -278,8 +291,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
         }
     });
-    evict::spawn(
-        evict::Manager {
+    eviction::spawn(
+        eviction::Manager {
             cri: cri_for_eviction,
             stats: Arc::new(Stats::new(
                 config.clone(),
@@ -288,12 +301,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 statuses_for_api.clone(),
                 oom::Kills::default(),
             )),
-            thresholds: eviction::thresholds(&config),
+            thresholds: eviction::helpers::thresholds(&config),
             transition: config.eviction_pressure_transition_period,
             max_pod_grace: Duration::from_secs(
                 u64::try_from(config.eviction_max_pod_grace_period).unwrap_or(0),
             ),
-            period: evict::PERIOD,
+            period: eviction::PERIOD,
             recorder: recorder.clone(),
             node_name: config.node_name.clone(),
             workers: workers.clone(),
@@ -310,7 +323,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Cluster mode: the API server's pods, admitted, merged with the static ones.
     let mut admission = Admit {
-        state: admit::Admission::default(),
+        state: predicate::Admission::default(),
         pressure: pressure.clone(),
         node: node_meta,
         allocatable,
@@ -319,14 +332,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         recorder,
         workers: workers.clone(),
     };
-    let mut decoded_api_pods = kube::pods::Decoded::default();
+    let mut decoded_api_pods = apiserver::Decoded::default();
     let mut api_desired = BTreeMap::new();
     // The static pods, for their mirror pods.
     let (statics_tx, statics_rx) = tokio::sync::watch::channel(BTreeMap::new());
     let mut api_rx = api_client.as_ref().map(|client| {
         // Until the API server answers, the pods it assigned last (a device
         // rebooted without its uplink runs them again).
-        let mut checkpoint = kube::pods::Checkpoint::new(pods_root.join("api-pods.json"));
+        let mut checkpoint = apiserver::Checkpoint::new(pods_root.join("api-pods.json"));
         let saved = checkpoint.load();
         if !saved.is_empty() {
             tracing::info!(
@@ -334,10 +347,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 "running the API server's pods from the checkpoint until it answers"
             );
         }
-        api_desired = kube::pods::desired(&saved, &mut decoded_api_pods);
-        let rx = kube::pods::source(client.clone(), cfg.node_name.clone(), checkpoint);
+        api_desired = apiserver::desired(&saved, &mut decoded_api_pods);
+        let rx = apiserver::source(client.clone(), cfg.node_name.clone(), checkpoint);
         let has = workers.clone();
-        kube::pods::spawn_status(kube::pods::StatusSync {
+        status::apiserver::spawn_status(status::apiserver::StatusSync {
             client: client.clone(),
             node: cfg.node_name.clone(),
             node_uid: node_uid.clone(),
@@ -350,11 +363,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     });
 
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    source::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {
+    file::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {
         what: format!("watch {}", cfg.static_pod_path.display()),
         source,
     })?;
-    let mut src = source::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
+    let mut src = file::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
     // The first scan happens before anything else looks at `desired`:
     // an orphan is only what the folder does not define. Orphans get their
     // (terminating) workers before any desired pod does, so a pod whose
@@ -365,7 +378,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut desired = merged(&file_desired, &admission.run(&file_desired, &api_desired));
     // Orphans are what no source defines: not before the API server's pods
     // were listed once (kubelet's sourcesReady).
-    let api_listed = |rx: &Option<tokio::sync::watch::Receiver<kube::pods::ApiPods>>| {
+    let api_listed = |rx: &Option<tokio::sync::watch::Receiver<apiserver::ApiPods>>| {
         rx.as_ref().is_none_or(|rx| rx.borrow().is_some())
     };
     if api_listed(&api_rx) {
@@ -394,7 +407,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
             Some(pods) = api_changed(&mut api_rx) => {
                 if let Some(pods) = pods {
-                    api_desired = kube::pods::desired(&pods, &mut decoded_api_pods);
+                    api_desired = apiserver::desired(&pods, &mut decoded_api_pods);
                 }
             }
             () = unknown_pod.notified() => {
@@ -442,7 +455,7 @@ struct Sources {
 
 impl Sources {
     /// Rescans the folder: the desired pods by UID (maxPods applied).
-    fn scan(&self, src: &mut source::FileSource) -> BTreeMap<String, Arc<Pod>> {
+    fn scan(&self, src: &mut file::FileSource) -> BTreeMap<String, Arc<Pod>> {
         self.health.synced();
         let scan = src.scan();
         let node = Object::node(&self.config.node_name);
@@ -475,11 +488,11 @@ impl Sources {
 
 /// Admission of the API server's pods ([`admit`]) and what it touches.
 struct Admit {
-    state: admit::Admission,
+    state: predicate::Admission,
     /// The eviction manager's pressure conditions.
-    pressure: evict::Pressure,
-    node: kube::SharedMeta,
-    allocatable: kube::node::Allocatable,
+    pressure: eviction::Pressure,
+    node: nodestatus::SharedMeta,
+    allocatable: nodestatus::setters::Allocatable,
     name: String,
     statuses: status::Manager,
     recorder: Recorder,
@@ -501,11 +514,11 @@ impl Admit {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let a = self.allocatable;
-        let view = admit::NodeView {
+        let view = predicate::NodeView {
             name: self.name.clone(),
             labels: meta.labels,
             taints: meta.taints,
-            allocatable: admit::Resources {
+            allocatable: predicate::Resources {
                 cpu_milli: u128::from(a.cpu_milli),
                 memory: u128::from(a.memory),
                 ephemeral: u128::from(a.ephemeral),
@@ -567,8 +580,8 @@ fn merged(
 
 /// The API server's next set of pods; never, without one.
 async fn api_changed(
-    rx: &mut Option<tokio::sync::watch::Receiver<kube::pods::ApiPods>>,
-) -> Option<kube::pods::ApiPods> {
+    rx: &mut Option<tokio::sync::watch::Receiver<apiserver::ApiPods>>,
+) -> Option<apiserver::ApiPods> {
     match rx {
         Some(rx) => {
             rx.changed().await.ok()?;
@@ -599,8 +612,9 @@ fn api_tls(
             std::fs::read(k).map_err(|e| bad(k, &e))?,
         ),
         None => {
-            let dir = kube::bootstrap::cert_dir(&cfg.data_dir);
-            let bootstrapped = kube::serving::current(&dir).filter(|_| cfg.server_tls_bootstrap);
+            let dir = certificate::bootstrap::cert_dir(&cfg.data_dir);
+            let bootstrapped =
+                certificate::serving::current(&dir).filter(|_| cfg.server_tls_bootstrap);
             match bootstrapped {
                 // One file, certificate and key: rustls takes each from it.
                 Some(both) => (both.clone(), both),
@@ -616,10 +630,10 @@ fn api_tls(
         && let Some(client) = client
     {
         let swap = current.clone();
-        kube::serving::spawn(
+        certificate::serving::spawn(
             client.clone(),
-            kube::bootstrap::cert_dir(&cfg.data_dir),
-            kube::serving::Request {
+            certificate::bootstrap::cert_dir(&cfg.data_dir),
+            certificate::serving::Request {
                 node: cfg.node_name.clone(),
                 ips: ips(host_ip),
             },

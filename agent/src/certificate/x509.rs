@@ -397,7 +397,10 @@ mod tests {
     #[test]
     fn a_client_certificates_user_and_groups() {
         // openssl req -x509 -subj "/O=system:masters/O=dev/CN=kube-apiserver-kubelet-client"
-        let pem_text = include_bytes!("testdata/client-two-orgs.pem");
+        let pem_text = include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/client-two-orgs.pem"
+        ));
         let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem_text)
             .next()
             .expect("one")

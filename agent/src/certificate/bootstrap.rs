@@ -15,13 +15,13 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
-use super::client::Client;
-use super::config::KubeConfig;
-use crate::x509::{
+use crate::certificate::x509::{
     OID_COMMON_NAME, OID_EC_PUBLIC_KEY, OID_ECDSA_SHA256, OID_ORGANIZATION, OID_PRIME256V1, base64,
     der, seq,
 };
-pub use crate::x509::{pem, validity};
+pub use crate::certificate::x509::{pem, validity};
+use crate::kube::client::Client;
+use crate::kube::config::KubeConfig;
 
 /// The signer of kubelet client certificates.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
@@ -140,7 +140,7 @@ pub async fn ensure(
         }
         tracing::warn!(file = %pem_file.display(), "the client certificate has expired or cannot be read: TLS bootstrap again");
     }
-    let cfg = super::config::load(bootstrap).map_err(|e| e.to_string())?;
+    let cfg = crate::kube::config::load(bootstrap).map_err(|e| e.to_string())?;
     let client = Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION")))
         .map_err(|e| format!("{}: {e}", bootstrap.display()))?;
     edge_config::private_dir(cert_dir).map_err(|e| format!("{}: {e}", cert_dir.display()))?;
@@ -349,7 +349,10 @@ mod tests {
 
     /// A certificate the real controller manager signed for a bootstrapped
     /// node (kube-controller-manager v1.26.5, recorded by hand; public).
-    const SIGNED: &[u8] = include_bytes!("testdata/bootstrapped-client.pem");
+    const SIGNED: &[u8] = include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/bootstrapped-client.pem"
+    ));
 
     #[test]
     fn a_certificates_validity_and_when_it_is_rotated() {

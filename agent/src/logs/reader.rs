@@ -147,43 +147,8 @@ fn percent_decode(s: &str) -> String {
 
 /// Nanoseconds since the epoch of an RFC 3339 time (`Z` or `±hh:mm`).
 pub fn rfc3339_ns(s: &str) -> Option<i64> {
-    let (date, rest) = s.split_once('T').or_else(|| s.split_once('t'))?;
-    let mut d = date.split('-');
-    let (y, m, day): (i64, i64, i64) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let (clock, offset) = if let Some(c) = rest.strip_suffix(['Z', 'z']) {
-        (c, 0)
-    } else {
-        let at = rest.rfind(['+', '-'])?;
-        let (c, off) = rest.split_at(at);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (oh, om) = off[1..].split_once(':')?;
-        (
-            c,
-            sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60),
-        )
-    };
-    let (hms, frac) = clock.split_once('.').unwrap_or((clock, ""));
-    let mut t = hms.split(':');
-    let (h, mi, sec): (i64, i64, i64) = (
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-        t.next()?.parse().ok()?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || frac.len() > 9 {
-        return None;
-    }
-    let nanos: i64 = if frac.is_empty() {
-        0
-    } else {
-        format!("{frac:0<9}").parse().ok()?
-    };
-    let days = crate::x509::days_from_civil(y, m, day);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset;
-    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+    let t: k8s_openapi::jiff::Timestamp = s.parse().ok()?;
+    i64::try_from(t.as_nanosecond()).ok()
 }
 
 /// What is written for one record line, or None when it is left out.

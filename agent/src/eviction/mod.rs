@@ -7,6 +7,8 @@
 //! and only then evicts one pod, the first of kubelet's ranking that is not
 //! critical, and waits (30 s at most) for its containers to stop.
 
+pub mod helpers;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +16,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::events::{EventType, Object, Recorder};
-use crate::eviction::{self, Candidate, Condition, State, Threshold};
+use crate::images::gc as image_gc;
+use crate::lifecycle::predicate as admit;
 use crate::pod_workers::{Eviction, PodWorkers};
 use crate::runtime::Cri;
 use crate::stats::{Scope, Stats};
-use crate::{admit, clock, image_gc, status};
+use crate::{clock, status};
+use helpers::{Candidate, Condition, State, Threshold};
 
 /// The node's pressure conditions now, as the manager last saw them.
 pub type Pressure = watch::Receiver<BTreeSet<Condition>>;
@@ -95,7 +99,7 @@ async fn pass(
     state: &mut State,
     tx: &watch::Sender<BTreeSet<Condition>>,
 ) -> Option<String> {
-    let obs = eviction::observe(&summary(m, Scope::Node).await?).0;
+    let obs = helpers::observe(&summary(m, Scope::Node).await?).0;
     let p = state.pass(&m.thresholds, &obs, clock::now(), m.transition);
     tx.send_if_modified(|now| {
         if *now == p.conditions {
@@ -127,7 +131,7 @@ async fn pass(
         if freed > 0 {
             tracing::info!(bytes = freed, "eviction: unused images removed");
             if let Some(after) = summary(m, Scope::Node).await
-                && eviction::met(&m.thresholds, &eviction::observe(&after).0, true).is_empty()
+                && helpers::met(&m.thresholds, &helpers::observe(&after).0, true).is_empty()
             {
                 tracing::info!(
                     resource,
@@ -155,13 +159,13 @@ async fn pass(
     } else {
         Scope::Pods
     };
-    let usage = eviction::observe(&summary(m, scope).await?).1;
+    let usage = helpers::observe(&summary(m, scope).await?).1;
     for c in &mut candidates {
         c.usage = usage.get(&c.uid).cloned();
     }
-    eviction::rank(t.signal, &mut candidates);
+    helpers::rank(t.signal, &mut candidates);
     let c = candidates.into_iter().next()?;
-    let message = eviction::message(&t, &obs, &c);
+    let message = helpers::message(&t, &obs, &c);
     let grace = if t.hard() {
         MIN_GRACE
     } else {
@@ -176,7 +180,7 @@ async fn pass(
     };
     tracing::warn!(pod = %obj.name, uid = %c.uid, signal = t.signal.name(), "evicting: {message}");
     m.recorder
-        .event(&obj, EventType::Warning, eviction::REASON, &message);
+        .event(&obj, EventType::Warning, helpers::REASON, &message);
     m.workers
         .evict(&c.uid, Eviction { grace, message })
         .then_some(c.uid)

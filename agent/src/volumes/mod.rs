@@ -2,6 +2,10 @@
 //! under the pod's dir, or a tmpfs for `medium: Memory` with `sizeLimit`),
 //! laid out as kubelet does: `<dataDir>/agent/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`.
 
+pub mod api_objects;
+pub mod objects;
+pub mod projection;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -204,7 +208,7 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
                 })?;
             }
             out.insert(v.name.clone(), dir);
-        } else if !crate::projection::is_projected(v) {
+        } else if !crate::volumes::projection::is_projected(v) {
             // Projected kinds: [`write_projected`].
             return Err(Error::Unsupported(v.name.clone()));
         }
@@ -227,13 +231,13 @@ fn projected_dir(base: &Path, v: &k8s_openapi::api::core::v1::Volume) -> PathBuf
 }
 
 /// Writes the files of the pod's configMap, secret, downwardAPI and
-/// projected volumes (`files`, by volume name: [`crate::projection`]):
+/// projected volumes (`files`, by volume name: [`crate::volumes::projection`]):
 /// secrets and projected volumes on a tmpfs (never on flash), each set with
 /// kubelet's atomic writer. Returns volume name → host path.
 pub fn write_projected(
     pod: &Pod,
     data_dir: &Path,
-    files: &BTreeMap<String, crate::projection::Files>,
+    files: &BTreeMap<String, crate::volumes::projection::Files>,
 ) -> Result<BTreeMap<String, PathBuf>, Error> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let base = pod_dir(data_dir, uid).join("volumes");
@@ -254,7 +258,7 @@ pub fn write_projected(
             .mode(0o755)
             .create(&dir)
             .map_err(err)?;
-        if crate::projection::in_memory(v) && !is_mounted(&dir) {
+        if crate::volumes::projection::in_memory(v) && !is_mounted(&dir) {
             nix::mount::mount(
                 Some("tmpfs"),
                 &dir,
@@ -281,7 +285,10 @@ const DATA: &str = "..data";
 /// each top-level name is a symlink through `..data`: a reader sees the
 /// old set or the new one, never a mix, whenever this stops. Returns
 /// whether anything changed (the same set again writes nothing).
-pub fn atomic_write(dir: &Path, files: &crate::projection::Files) -> std::io::Result<bool> {
+pub fn atomic_write(
+    dir: &Path,
+    files: &crate::volumes::projection::Files,
+) -> std::io::Result<bool> {
     let current = fs::read_link(dir.join(DATA)).ok();
     if let Some(cur) = &current
         && read_set(&dir.join(cur)).is_ok_and(|have| have == *files)
@@ -338,8 +345,8 @@ pub fn atomic_write(dir: &Path, files: &crate::projection::Files) -> std::io::Re
 }
 
 /// The files under `dir` (relative path → content and mode).
-fn read_set(dir: &Path) -> std::io::Result<crate::projection::Files> {
-    let mut out = crate::projection::Files::new();
+fn read_set(dir: &Path) -> std::io::Result<crate::volumes::projection::Files> {
+    let mut out = crate::volumes::projection::Files::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for entry in fs::read_dir(&d)? {
@@ -356,7 +363,7 @@ fn read_set(dir: &Path) -> std::io::Result<crate::projection::Files> {
                 .unwrap_or_default();
             out.insert(
                 rel,
-                crate::projection::File {
+                crate::volumes::projection::File {
                     data: fs::read(entry.path())?,
                     mode: meta.permissions().mode() & 0o777,
                 },
@@ -395,7 +402,7 @@ pub fn cleanup(data_dir: &Path, uid: &str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::projection::{File, Files};
+    use crate::volumes::projection::{File, Files};
 
     fn set(entries: &[(&str, &str, u32)]) -> Files {
         entries

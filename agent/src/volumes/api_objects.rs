@@ -1,4 +1,4 @@
-//! [`crate::objects::ApiObjects`] on the API server: configMaps and
+//! [`crate::volumes::objects::ApiObjects`] on the API server: configMaps and
 //! secrets read when a pod needs them (what the Node authorizer allows: the
 //! objects of pods bound to this node), service account tokens from
 //! TokenRequest bound to the pod, kept until 80 % of their life (kubelet's
@@ -11,8 +11,8 @@ use std::time::Duration;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use super::client::Client;
-use crate::objects::{ApiObjects, BoxFut, Data, TokenRequest};
+use crate::kube::client::Client;
+use crate::volumes::objects::{ApiObjects, BoxFut, Data, TokenRequest};
 
 pub struct Objects {
     client: Arc<Client>,

@@ -16,9 +16,11 @@ use std::time::Duration;
 use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 
-use super::bootstrap::{csr, csr_object, pem, request_certificate, rotate_forever, still_valid};
-use super::client::Client;
-use crate::x509;
+use crate::certificate::bootstrap::{
+    csr, csr_object, pem, request_certificate, rotate_forever, still_valid,
+};
+use crate::certificate::x509;
+use crate::kube::client::Client;
 
 /// The signer of kubelet serving certificates.
 pub const SIGNER: &str = "kubernetes.io/kubelet-serving";

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
 
-use crate::manifest::{self, ManifestError};
+use crate::config::manifest::{self, ManifestError};
 
 /// A manifest file larger than this is refused without being read whole
 /// (a 50 MB file took the agent from 11 to 114 MB). The API server refuses

@@ -6,6 +6,8 @@
 //! happens while the agent runs is never missed; records overwritten before
 //! they were read (EPIPE) are counted and logged.
 
+pub mod kmsg;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -14,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use crate::cri_config::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE};
 use crate::events::Object;
 use crate::events::{EventType, Recorder};
-use crate::kmsg::{OomKill, OomParser, parse_record};
 use crate::mutex::lock;
+use crate::oom::kmsg::{OomKill, OomParser, parse_record};
 use crate::runtime::Cri;
 use crate::status;
 

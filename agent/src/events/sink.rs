@@ -16,7 +16,7 @@ use hyper::{Method, StatusCode};
 use k8s_openapi::api::core::v1::Event;
 use serde_json::{Value, json};
 
-use super::client::Client;
+use crate::kube::client::Client;
 
 /// client-go's `EventSourceObjectSpamFilter`: burst and refill period.
 const BURST: f64 = 25.0;
@@ -110,7 +110,7 @@ pub fn repeat_patch(e: &Event) -> Value {
 pub fn spawn(client: Arc<Client>, mut rx: tokio::sync::mpsc::Receiver<Event>) {
     tokio::spawn(async move {
         let mut spam = SpamFilter::default();
-        let mut outage = super::Outage::default();
+        let mut outage = crate::kube::Outage::default();
         while let Some(e) = rx.recv().await {
             if !spam.allow(&spam_key(&e), tokio::time::Instant::now()) {
                 tracing::debug!(reason = ?e.reason, "event not sent: over the object's rate");
@@ -141,7 +141,7 @@ pub fn spawn(client: Arc<Client>, mut rx: tokio::sync::mpsc::Receiver<Event>) {
 
 /// POSTs a new event, PATCHes a repeat (POSTs it when the API server no
 /// longer has it: events live an hour there).
-async fn send(client: &Client, e: &Event) -> Result<(), super::client::Error> {
+async fn send(client: &Client, e: &Event) -> Result<(), crate::kube::client::Error> {
     let ns = namespace(e);
     let name = e.metadata.name.clone().unwrap_or_default();
     let create = async {
@@ -213,7 +213,10 @@ mod tests {
     fn the_api_server_stored_what_we_send() {
         for (stored, obj, kind, reason) in [
             (
-                include_str!("testdata/event-backoff-stored.json"),
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/testdata/event-backoff-stored.json"
+                )),
                 Object {
                     kind: "Pod",
                     namespace: "default".into(),
@@ -225,7 +228,10 @@ mod tests {
                 "BackOff",
             ),
             (
-                include_str!("testdata/event-node-stored.json"),
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/testdata/event-node-stored.json"
+                )),
                 Object::node("pk-edge"),
                 EventType::Warning,
                 "InvalidManifest",

@@ -1,6 +1,6 @@
 //! The API objects pods refer to (configMaps, secrets, service account
 //! tokens), as the pod workers fetch them: a trait the cluster mode
-//! implements ([`crate::kube::objects`]), so the workers never know the API
+//! implements ([`crate::volumes::api_objects`]), so the workers never know the API
 //! client. Without an API server (static pods only) there is none.
 
 use std::collections::BTreeMap;
