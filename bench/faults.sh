@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fault injection (issue 20): `picolet up` on private paths under /var/tmp,
+# Fault injection: `picolet up` on private paths under /var/tmp,
 # static pods of four kinds churned (added, replaced, removed), and KILLS
 # random SIGKILLs of the shim, the agent, a container monitor or `up`
 # itself; after each, the node must settle to what the manifests say (see

@@ -46,7 +46,7 @@ trap cleanup EXIT
 # device): a host disk past an eviction threshold (this VM's root had 14.8 %
 # available, under imagefs.available<15 %) put picolet's node under
 # DiskPressure, and its eviction passes then read every pod's stats every
-# 10 s: idle CPU 0.39 % instead of 0.12 % (session 26).
+# 10 s: idle CPU 0.39 % instead of 0.12 %.
 truncate -s 2G "$W.img"
 mkfs.ext4 -q -F "$W.img"
 LOOP=$(losetup -f --show "$W.img")

@@ -12,7 +12,7 @@
 # example config and manifest, and the pure parsing unit tests (config,
 # quantities, manifests, plan, status, cgroup files, CRI log lines, device
 # programs), all under qemu-user (which cannot create containers or load eBPF:
-# those run natively and in issue 8's VMs).
+# those run natively and in the cgroup v2 VMs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUDGET_MIB=12

@@ -15,7 +15,7 @@ set -euo pipefail
 # gcc-aarch64-linux-gnu + libc6-dev-arm64-cross (aarch64): ring's C for the
 # static builds. The cross gcc only Recommends the libc headers, and apt runs
 # here with --no-install-recommends: without them ring's C fails at
-# <stdint.h> (bits/libc-header-start.h, issue 25). openssl: the HTTPS server
+# <stdint.h> (bits/libc-header-start.h). openssl: the HTTPS server
 # (s_server) of the probe tests; prometheus: promtool and a real server
 # scraping /metrics/cadvisor in the observability tests.
 # qemu-system-x86/-arm, cpio: the cgroup v2 guests of tests/vm/run.sh.

@@ -69,7 +69,7 @@ fn fast() -> bool {
 
 // An explicit branch in each method, not a `&dyn GlobalAlloc` chosen per
 // call: under LTO the dyn form made the static x86_64 binary 90,688 B
-// larger (12,043,672 -> 12,133,912; aarch64 +98 KB; session 28).
+// larger (12,043,672 -> 12,133,912; aarch64 +98 KB).
 //
 // SAFETY: every call goes to the allocator chosen before the first
 // allocation and never changed after, so each block is freed, zeroed and

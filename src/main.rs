@@ -136,7 +136,7 @@ enum MonitorCommand {
         cmd: Vec<String>,
     },
     /// Fork the container monitors for the shim, on the socket that is
-    /// stdin (shim::spawner).
+    /// stdin (shim::process::spawner).
     Spawner {
         /// Room for each child to write its own command line over.
         #[arg(long)]
@@ -144,7 +144,7 @@ enum MonitorCommand {
     },
 }
 
-/// `--config` and the flags that override the file (DESIGN.md §6).
+/// `--config` and the flags that override the file.
 #[derive(clap::Args, Clone, Default)]
 pub(crate) struct CommonArgs {
     /// Config file (KubeletConfiguration + `picolet:`); a missing default
@@ -436,7 +436,7 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
             stdin,
             stdin_once,
             tty,
-        } => shim::monitor::run(shim::monitor::MonitorArgs {
+        } => shim::process::monitor::run(shim::process::monitor::MonitorArgs {
             id,
             bundle,
             state_root,
@@ -453,7 +453,10 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
             net,
             ipc,
             uts,
-        } => shim::pod_init::run(&sandbox, &shim::pod_init::PodSpaces { net, ipc, uts }),
+        } => shim::process::pod_init::run(
+            &sandbox,
+            &shim::process::pod_init::PodSpaces { net, ipc, uts },
+        ),
         MonitorCommand::Exec {
             bundle,
             pid,
@@ -461,7 +464,7 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
             timeout_ms,
             tty,
             cmd,
-        } => shim::nsexec::exec(shim::nsexec::ExecArgs {
+        } => shim::process::nsexec::exec(shim::process::nsexec::ExecArgs {
             bundle,
             pid,
             start_time,
@@ -469,7 +472,7 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
             tty,
             cmd,
         }),
-        MonitorCommand::Spawner { room: _ } => shim::spawner::serve(spawned),
+        MonitorCommand::Spawner { room: _ } => shim::process::spawner::serve(spawned),
     }
 }
 
@@ -636,7 +639,7 @@ fn run_shim(args: ShimArgs) -> ExitCode {
             .unwrap_or(config.cni_bin_dirs),
     };
     if config.cgroup_favor_dynmods {
-        shim::cgroupfs::favor_dynmods(&paths.run_dir);
+        shim::host::cgroupfs::favor_dynmods(&paths.run_dir);
     }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -1,4 +1,4 @@
-//! DESIGN.md §2 as a test: dependencies between workspace crates flow one way.
+//! docs/architecture.md "Crates" as a test: dependencies between workspace crates flow one way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -68,7 +68,7 @@ fn workspace_dependencies_flow_downward() {
             if members.contains(dep) && !dev {
                 assert!(
                     rules.contains(&dep),
-                    "{name} must not depend on {dep} (DESIGN.md §2)"
+                    "{name} must not depend on {dep}"
                 );
             }
         }

@@ -58,7 +58,7 @@ impl Backoff {
     /// last at about `started` (its start time). Rebuilds that entry when
     /// there is none, so the next restart waits as it would have without
     /// the agent's restart (kubelet keeps the same state in memory only, so
-    /// it loses it too; issue 20 asks us not to).
+    /// it loses it too; a restart must not reset it).
     pub fn seed(&mut self, key: &str, restart_count: u32, started: Time) {
         if restart_count == 0 || self.entries.contains_key(key) {
             return;

@@ -1,4 +1,4 @@
-//! `faults PICOLET WORKDIR KILLS [SEED]`: fault injection (issue 20). Runs
+//! `faults PICOLET WORKDIR KILLS [SEED]`: fault injection. Runs
 //! `picolet up` on private paths under WORKDIR, churns static pods of four
 //! kinds (an exec-probed sleeper, a host-network httpd with an httpGet
 //! probe, a restartPolicy Never pod that exits with its own code, a pod

@@ -128,7 +128,7 @@ async fn main() -> Result<()> {
         let returned = SystemTime::now();
         record_ms("StopContainer", ms_since(t));
         // Not timed: the exit time the runtime recorded. How long after it
-        // StopContainer returned (issue 22: within ~2 ms of the exit, for a
+        // StopContainer returned (within ~2 ms of the exit, for a
         // container that exits at once on SIGTERM). Both clocks are the
         // host's realtime clock.
         let finished_at = c

@@ -4,7 +4,7 @@
 //! directory (the agent owns the pod cgroups above).
 //!
 //! The files, the values and the order of writes are runc's (and youki's
-//! libcgroups', which wrote them until session 25): v1 `memory.limit_in_bytes`
+//! libcgroups', which wrote them before): v1 `memory.limit_in_bytes`
 //! before or after `memory.memsw.limit_in_bytes` as the kernel's check
 //! needs, `cpuset.cpus`/`mems` copied down from the parent so a process may
 //! join, v2 controllers enabled down the chain of parents, the v1 device

@@ -1,5 +1,5 @@
 //! picolet's configuration: the on-disk layout defaults every part agrees on
-//! (DESIGN.md §4), the config file ([`config`]: a KubeletConfiguration subset
+//! (docs/architecture.md), the config file ([`config`]: a KubeletConfiguration subset
 //! plus picolet's own section, with file + field-path errors) and the
 //! Kubernetes quantity and duration formats it uses ([`quantity`]).
 //!
@@ -40,7 +40,7 @@ pub const DEFAULT_CNI_BIN_DIR: &str = "/opt/cni/bin,/usr/lib/cni";
 /// Creates `dir` (and its parents) and makes it root's alone (0700), also
 /// when it already existed with a wider mode: what picolet keeps there —
 /// bundles with the pods' environment, container upper dirs and rootfs
-/// mounts, volumes — is no other local user's to read or write (issue 21).
+/// mounts, volumes — is no other local user's to read or write.
 /// Containers do not need to traverse it: their rootfs, volumes and
 /// sockets reach them through mounts made by root.
 pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {

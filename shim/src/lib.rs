@@ -3,41 +3,21 @@
 //! Serves, on one unix socket (mode 0600): CRI ImageService over the offline
 //! [`images`] store, CRI RuntimeService over [`Runtime`] (sandboxes with
 //! pinned namespaces, containers created by `picolet monitor` with its own
-//! init, [`init`]), and picolet's own `picolet.v1.Images` import API. At start
+//! init, [`process::init`]), and picolet's own `picolet.v1.Images` import API. At start
 //! it opens the store (cleaning what a crash left), recovers every sandbox and
 //! container from its records, and starts the preload-folder watcher.
 
-pub mod cgroupfs;
 mod cni;
-mod container;
-mod container_exec;
-mod cri_metrics;
-mod devices;
 mod error;
-pub mod exe;
 pub mod host;
-mod host_inputs;
-mod image_service;
-mod import_service;
-mod init;
-pub mod monitor;
-mod mountinfo;
 mod mutex;
-mod namespaces;
-pub mod nsexec;
-mod pidfd;
-pub mod pod_init;
+pub mod process;
 mod runtime;
-mod runtime_service;
-mod sandbox;
 pub mod seccomp;
-pub mod spawner;
-mod spawner_client;
+mod service;
 mod spec;
 mod state;
-mod stats;
 mod streaming;
-mod users;
 
 /// picolet's own CNI plugin (`picolet cni`), for devices without one.
 pub use cni::builtin as cni_plugin;
@@ -52,11 +32,11 @@ use edge_config::ShimPaths;
 use images::{ImageStore, Preloader};
 
 pub use error::Error;
-pub use image_service::ImageSvc;
 /// How images missing from the store are pulled (`serve`'s `pull`).
 pub use registry::Options as PullOptions;
 pub use runtime::Runtime;
-pub use runtime_service::{RUNTIME_API_VERSION, RUNTIME_NAME, RuntimeSvc};
+pub use service::image::ImageSvc;
+pub use service::runtime::{RUNTIME_API_VERSION, RUNTIME_NAME, RuntimeSvc};
 
 /// Why the shim could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +121,7 @@ pub async fn serve(
             store.clone(),
             puller.clone(),
         )))
-        .add_service(ImagesServer::new(import_service::ImportSvc::new(
+        .add_service(ImagesServer::new(service::import::ImportSvc::new(
             store, puller,
         )))
         .serve_with_incoming_shutdown(incoming, shutdown)

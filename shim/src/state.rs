@@ -127,7 +127,7 @@ pub fn save<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error
 /// [`save`] on tokio's blocking pool. Its two flushes wait for the
 /// journal commit, milliseconds each, and far longer when a hundred pods
 /// are made at once; on an async worker (one per core) that wait stalled
-/// every other RPC of the shim and left the CPU idle (issue 22's cold
+/// every other RPC of the shim and left the CPU idle (a cold
 /// start).
 pub async fn save_async<T: Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error> {
     let raw = encode(name, value)?;

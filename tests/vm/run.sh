@@ -185,7 +185,7 @@ ok() { echo "VMTEST ok $1"; }
 fail() { echo "VMTEST FAIL $1: $2"; }
 # A boot that stops making progress fails with every task's state, wait
 # channel and, when blocked, kernel stack, instead of printing nothing until
-# the host's timeout (the recovery boot did, once in CI after session 19).
+# the host's timeout (the recovery boot did, once in CI).
 watchdog() {
   sleep "$1"
   echo "VMTEST FAIL watchdog: boot not done after $1 s; tasks:"
@@ -332,7 +332,7 @@ left=$(ls -d /sys/fs/cgroup/kubepods/*/pod* /sys/fs/cgroup/kubepods/pod* 2>/dev/
 [ -z "$left" ] && ok teardown-cgroups || fail teardown-cgroups "$left"
 grep -q " overlay " /proc/mounts && fail teardown-mounts "$(grep ' overlay ' /proc/mounts)" || ok teardown-mounts
 
-# Power cut (issue 20): two pods running, an image imported (the import
+# Power cut: two pods running, an image imported (the import
 # returned, so it must survive), then a second import and a manifest change
 # in flight, and the power goes: no sync, no unmount.
 cp /etc/hello.yaml /etc/keep.yaml /etc/picolet/manifests/
@@ -415,7 +415,7 @@ run_scenario() {
   mkfs.ext4 -q -F "$W/disk.img"
   boot ""
   # (The kernel's own line counts too: the marker can be lost in the UART at
-  # the reset, as in one CI run of session 12.)
+  # the reset, as in one CI run.)
   if grep -q 'VMTEST CUT\|sysrq: Resetting' "$W/console.txt"; then boot vmtest=recover; fi
 }
 # The guest kernel itself crashing (stop 44's CI: arm64 6.1.192 oopsed in

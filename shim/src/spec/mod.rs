@@ -12,7 +12,7 @@ use oci_spec::runtime::Spec;
 use serde_json::{Value, json};
 
 use crate::error::Error;
-use crate::users::{self, User};
+use crate::host::users::{self, User};
 
 /// runc's masked paths.
 pub(crate) mod caps;

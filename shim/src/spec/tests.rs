@@ -254,7 +254,7 @@ fn run_as_group_needs_a_user() {
 #[test]
 fn hugepage_limits_are_dropped_without_the_hugetlb_controller() {
     // The kubelet sends one per page size the kernel offers; libcontainer
-    // refused the container where the controller is missing (issue 24).
+    // refused the container where the controller is missing.
     use cri_proto::v1::HugepageLimit;
     let img = image(&[], &["sh"], &[], "");
     let mut c = config(&[], &[]);

@@ -132,7 +132,7 @@ async fn copy_frames(
             .await
             .map_err(|e| format!("attach: read from the monitor: {e}"))?;
         let to = match head[0] {
-            crate::monitor::attach::FRAME_STDERR => &err,
+            crate::process::monitor::attach::FRAME_STDERR => &err,
             _ => &out,
         };
         if let Some(w) = to

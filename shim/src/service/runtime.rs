@@ -422,7 +422,7 @@ impl RuntimeService for RuntimeSvc {
         _req: Request<ListMetricDescriptorsRequest>,
     ) -> Result<Response<ListMetricDescriptorsResponse>, Status> {
         Ok(Response::new(ListMetricDescriptorsResponse {
-            descriptors: crate::cri_metrics::descriptors(),
+            descriptors: crate::service::metrics::descriptors(),
         }))
     }
 

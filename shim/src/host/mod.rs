@@ -3,6 +3,13 @@
 //! process must have right before exec. No tokio here: these run in forked
 //! children.
 
+pub mod cgroupfs;
+pub mod devices;
+pub mod exe;
+pub mod mountinfo;
+pub mod pidfd;
+pub mod users;
+
 use nix::sys::signal::SigSet;
 
 /// Field 22 of /proc/<pid>/stat: start time in clock ticks since boot.

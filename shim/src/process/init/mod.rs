@@ -5,7 +5,7 @@
 //! under the state root (where the shim's start connects for
 //! either kind of create). On the start it takes on the container's user,
 //! capabilities and seccomp filters with the exec path's own code
-//! ([`crate::nsexec::become_the_container`]) and execs.
+//! ([`crate::process::nsexec::become_the_container`]) and execs.
 //!
 //! libcontainer, which made containers before, forks twice (an intermediate
 //! process, then the init), re-validates its procfs handle ~23 times and
@@ -32,11 +32,11 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pipe2};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
-use crate::mountinfo::CgroupDir;
+use crate::host::mountinfo::CgroupDir;
 
 /// Refuses, naming it, what of a spec this create does not make: a user
 /// namespace, hooks, rlimits, sysctls (pod sysctls go on the pod's
-/// namespaces, `crate::namespaces`), AppArmor or SELinux labels, a
+/// namespaces, `crate::runtime::namespaces`), AppArmor or SELinux labels, a
 /// hostname (the pod's UTS namespace has it), namespaces other than ours,
 /// or cgroup limits `cgroup::container` does not write. The shim's spec
 /// builder writes none of them.
@@ -80,7 +80,7 @@ pub(crate) fn supported(spec: &Spec) -> Result<(), String> {
         return no("a user namespace (linux.uidMappings)");
     }
     if let Some(r) = linux.resources() {
-        crate::cgroupfs::resources(r)?;
+        crate::host::cgroupfs::resources(r)?;
     }
     if spec.hooks().is_some() {
         return no("hooks");
@@ -116,7 +116,7 @@ impl Created {
     /// Kills the init and removes its cgroup and folder.
     pub(crate) fn undo(&self) {
         self.kill();
-        if let Some(h) = crate::cgroupfs::hierarchy() {
+        if let Some(h) = crate::host::cgroupfs::hierarchy() {
             let _ = h.remove_pod(&self.cgroup);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -207,7 +207,7 @@ pub(crate) fn create(
         .and_then(|p| p.args().clone())
         .filter(|a| !a.is_empty())
         .ok_or("the spec has no process.args")?;
-    let process = crate::nsexec::process_plan(spec, filters, &args, false)?;
+    let process = crate::process::nsexec::process_plan(spec, filters, &args, false)?;
     let ns = namespaces(spec)?;
     let linux = spec
         .linux()
@@ -218,8 +218,9 @@ pub(crate) fn create(
         .as_ref()
         .and_then(|p| p.to_str())
         .ok_or("the spec has no cgroupsPath")?;
-    let resources = crate::cgroupfs::resources(&linux.resources().clone().unwrap_or_default())?;
-    let h = crate::cgroupfs::hierarchy().ok_or("no cgroup filesystem mounted")?;
+    let resources =
+        crate::host::cgroupfs::resources(&linux.resources().clone().unwrap_or_default())?;
+    let h = crate::host::cgroupfs::hierarchy().ok_or("no cgroup filesystem mounted")?;
     let cgroups: Vec<CgroupDir> = h
         .container_dirs(cgroup_path)
         .map_err(|e| format!("cgroup: {e}"))?
@@ -321,7 +322,7 @@ pub(crate) fn create(
 /// What the forked init works with (borrowed from the monitor's copy).
 struct Child<'a> {
     root: &'a plan::RootPlan,
-    process: &'a crate::nsexec::Plan,
+    process: &'a crate::process::nsexec::Plan,
     ns: &'a Namespaces,
     stdio: &'a Stdio,
     listener: &'a UnixListener,
@@ -337,17 +338,17 @@ impl Child<'_> {
         let mut byte = [0u8; 1];
         // EOF: the monitor could not place us in the cgroup.
         if !matches!(File::from(go).read(&mut byte), Ok(1)) {
-            crate::nsexec::exit_now(1);
+            crate::process::nsexec::exit_now(1);
         }
         let file = match self.prepare() {
             Ok(f) => f,
             Err(e) => {
                 let _ = status.write_all(format!("create container: {e}").as_bytes());
-                crate::nsexec::exit_now(1);
+                crate::process::nsexec::exit_now(1);
             }
         };
         if status.write_all(b"r").is_err() {
-            crate::nsexec::exit_now(1);
+            crate::process::nsexec::exit_now(1);
         }
         drop(status);
         // Wait for StartContainer: a connection that says its message and
@@ -365,18 +366,18 @@ impl Child<'_> {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     eprintln!("picolet init: wait for the start: {e}");
-                    crate::nsexec::exit_now(1);
+                    crate::process::nsexec::exit_now(1);
                 }
             }
         }
-        if let Err(e) = crate::nsexec::become_the_container(self.process) {
+        if let Err(e) = crate::process::nsexec::become_the_container(self.process) {
             eprintln!("picolet init: {e}");
-            crate::nsexec::exit_now(126);
+            crate::process::nsexec::exit_now(126);
         }
-        let env = crate::nsexec::with_home(&self.process.env, self.process.uid.as_raw());
+        let env = crate::process::nsexec::with_home(&self.process.env, self.process.uid.as_raw());
         let e = nix::unistd::execve(&file, &self.process.argv, &env).unwrap_err();
         eprintln!("picolet init: exec {:?}: {e}", file.to_string_lossy());
-        crate::nsexec::exit_now(if e == nix::errno::Errno::ENOENT {
+        crate::process::nsexec::exit_now(if e == nix::errno::Errno::ENOENT {
             127
         } else {
             126
@@ -411,10 +412,10 @@ impl Child<'_> {
         unshare(self.ns.new).map_err(|e| format!("new namespaces {:?}: {e}", self.ns.new))?;
         rootfs::prepare(self.root, self.cgroups)?;
         if let Some(c) = &console {
-            crate::nsexec::container_terminal(c.as_fd(), true)?;
+            crate::process::nsexec::container_terminal(c.as_fd(), true)?;
         }
         let arg0 = self.process.argv.first().ok_or("no process.args")?;
-        let file = crate::nsexec::resolve(arg0, &self.process.search_path)
+        let file = crate::process::nsexec::resolve(arg0, &self.process.search_path)
             .filter(|f| {
                 std::fs::metadata(std::ffi::OsStr::from_bytes(f.as_bytes()))
                     .is_ok_and(|m| m.is_file())

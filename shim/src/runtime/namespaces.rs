@@ -216,7 +216,7 @@ fn detach(path: &Path) -> Result<(), Error> {
 /// mount table when it makes its own and tears the copy down after
 /// pivot_root, both O(mounts), under the kernel's one namespace lock; 300
 /// more mounts there (three pins for each of 100 pods) cost +1.5 ms of CPU
-/// per pod at a cold start of 100 (BENCHMARKS.md, issue 22).
+/// per pod at a cold start of 100 (BENCHMARKS.md).
 ///
 /// The space is a private copy of the host's mount namespace cut down to
 /// `/`, the run dir's mounts and `/proc` ([`make_space`]: it holds no
@@ -440,7 +440,7 @@ fn make_space(run_dir: &Path) -> Result<(), String> {
     for _ in 0..4 {
         let table = fs::read_to_string("/proc/thread-self/mountinfo")
             .map_err(|e| format!("read the pin space's mountinfo: {e}"))?;
-        let extra: Vec<String> = crate::mountinfo::parse(&table)
+        let extra: Vec<String> = crate::host::mountinfo::parse(&table)
             .map(|m| m.mount_point)
             .filter(|at| !space_keeps(Path::new(at), &run_dir))
             .collect();
@@ -481,7 +481,7 @@ fn private_mount(dir: &Path) -> Result<(), Error> {
         .map_err(Error::io("read", Path::new("/proc/self/mountinfo")))?;
     let real = fs::canonicalize(dir).map_err(Error::io("resolve", dir))?;
     let is_mount_point =
-        crate::mountinfo::parse(&mountinfo).any(|m| Path::new(&m.mount_point) == real);
+        crate::host::mountinfo::parse(&mountinfo).any(|m| Path::new(&m.mount_point) == real);
     if !is_mount_point {
         mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
             .map_err(Error::sys("bind-mount", dir))?;

@@ -6,6 +6,14 @@
 //! `<run>/libcontainer/<id>/` (the init's `notify.sock`; the name is
 //! libcontainer's, which made containers before).
 
+pub(crate) mod container;
+pub(crate) mod exec;
+mod exits;
+pub(crate) mod host_inputs;
+pub(crate) mod namespaces;
+pub(crate) mod sandbox;
+pub(crate) mod stats;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -37,9 +45,9 @@ pub struct Runtime {
     /// The `picolet` binary, run as `picolet monitor`.
     /// The sealed copy of picolet that `monitor_bin` names (kept open).
     pub(crate) monitor_bin: PathBuf,
-    _sealed_exe: crate::exe::SealedExe,
+    _sealed_exe: crate::host::exe::SealedExe,
     /// Forks the container monitors (`picolet monitor spawner`).
-    pub(crate) spawner: crate::spawner_client::Spawner,
+    pub(crate) spawner: crate::process::spawner_client::Spawner,
     /// Last CPU sample per container (time, cpu ns), for usage_nano_cores.
     pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
     /// Containers whose STOPPED event went out (each is sent once).
@@ -58,7 +66,7 @@ pub struct Runtime {
     /// Pod networking.
     pub(crate) cni: crate::cni::Cni,
     /// Where pods' namespaces are pinned.
-    pub(crate) pins: Arc<crate::namespaces::PinSpace>,
+    pub(crate) pins: Arc<crate::runtime::namespaces::PinSpace>,
 }
 
 /// A sandbox or container name being created, so two creations of one
@@ -149,8 +157,8 @@ impl Runtime {
     pub fn new(paths: ShimPaths, store: Arc<ImageStore>) -> Result<Self, Error> {
         let own = std::env::current_exe()
             .map_err(|e| Error::Internal(format!("own binary path: {e}")))?;
-        // What runs near containers runs from a sealed copy (crate::exe).
-        let exe = crate::exe::SealedExe::copy_of(&own)
+        // What runs near containers runs from a sealed copy (crate::host::exe).
+        let exe = crate::host::exe::SealedExe::copy_of(&own)
             .map_err(|e| Error::Internal(format!("the sealed copy of picolet: {e}")))?;
         let monitor_bin = exe.path();
         for d in [
@@ -171,7 +179,7 @@ impl Runtime {
             edge_config::private_dir(&d).map_err(Error::io("make private", &d))?;
         }
         let (events, _) = broadcast::channel(1024);
-        let pins = Arc::new(crate::namespaces::PinSpace::new(&paths.run_dir));
+        let pins = Arc::new(crate::runtime::namespaces::PinSpace::new(&paths.run_dir));
         let located = pins.clone();
         let cni = crate::cni::Cni::new(
             paths.cni_conf_dir.clone(),
@@ -189,7 +197,7 @@ impl Runtime {
             creating_containers: Mutex::new(std::collections::HashSet::new()),
             seccomp: crate::seccomp::Cache::default(),
             events,
-            spawner: crate::spawner_client::Spawner::new(monitor_bin.clone())
+            spawner: crate::process::spawner_client::Spawner::new(monitor_bin.clone())
                 .map_err(|e| Error::Internal(format!("start the spawner thread: {e}")))?,
             monitor_bin,
             _sealed_exe: exe,
@@ -246,7 +254,7 @@ impl Runtime {
                     let (monitors, exited) = (self.monitors.clone(), self.monitors.clone());
                     let id: Arc<str> = c.id.as_str().into();
                     let watched = id.clone();
-                    tokio::spawn(crate::pidfd::notify_on_exit(
+                    tokio::spawn(exits::notify_on_exit(
                         pid,
                         c.monitor_start_time,
                         move || monitors.watching(&watched),

@@ -12,7 +12,7 @@
 //! no capabilities in any set, no_new_privs, and a seccomp filter that lets
 //! through only the calls an init makes. Its only descriptors are 0, 1 and
 //! 2, all `/dev/null`. It runs from the shim's sealed copy of picolet
-//! (`crate::exe`), so `/proc/1/exe` is no way to the binary on disk.
+//! (`crate::host::exe`), so `/proc/1/exe` is no way to the binary on disk.
 
 use std::fs::File;
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! Containers: CRI config → OCI spec → `picolet monitor` (`crate::init`
+//! Containers: CRI config → OCI spec → `picolet monitor` (`crate::process::init`
 //! create) → start on the init's notify socket, stop by a pidfd of the
 //! init, remove by the cgroup and folders.
 

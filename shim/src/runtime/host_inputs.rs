@@ -191,7 +191,7 @@ pub(crate) fn check_mount_propagation(config: &ContainerConfig) -> Result<(), Er
 /// when several share it; with its propagation tags (`shared:N`, `master:N`).
 fn mount_of<'a>(mountinfo: &'a str, path: &Path) -> Option<(String, Vec<&'a str>)> {
     let mut best: Option<(String, Vec<&str>)> = None;
-    for m in crate::mountinfo::parse(mountinfo) {
+    for m in crate::host::mountinfo::parse(mountinfo) {
         if !path.starts_with(&m.mount_point) {
             continue;
         }

@@ -37,7 +37,7 @@ fn cpu_memory(
     now: i64,
     last: &mut HashMap<String, (i64, u64)>,
 ) -> (Option<CpuUsage>, Option<MemoryUsage>, Option<u64>) {
-    let Some(s) = crate::cgroupfs::hierarchy().and_then(|h| h.stats(cgroup_path)) else {
+    let Some(s) = crate::host::cgroupfs::hierarchy().and_then(|h| h.stats(cgroup_path)) else {
         return (None, None, None);
     };
     let usage = s.cpu.usage_ns;
@@ -76,7 +76,7 @@ fn cpu_memory(
 pub(crate) fn pod_network(
     sb: &SandboxRecord,
     running: &[&ContainerRecord],
-    pins: &crate::namespaces::PinSpace,
+    pins: &crate::runtime::namespaces::PinSpace,
 ) -> Vec<NetIf> {
     let Some(netns) = &sb.netns else {
         return procfs::net_dev(1);
@@ -242,7 +242,7 @@ impl Runtime {
         let process_count = pod_pids.unwrap_or_else(|| {
             running
                 .iter()
-                .filter_map(|c| crate::cgroupfs::hierarchy()?.stats(&c.cgroup))
+                .filter_map(|c| crate::host::cgroupfs::hierarchy()?.stats(&c.cgroup))
                 .map(|s| s.pids.current)
                 .sum()
         });

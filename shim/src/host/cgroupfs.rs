@@ -78,7 +78,7 @@ pub(crate) fn resources(
     unified.sort();
     out.unified = unified;
     for (i, d) in r.devices().iter().flatten().enumerate() {
-        out.devices.extend(crate::devices::rule(i, d)?);
+        out.devices.extend(crate::host::devices::rule(i, d)?);
     }
     Ok(out)
 }

@@ -68,7 +68,7 @@ impl Images for ImportSvc {
         tokio::spawn(async move {
             let progress = Arc::new(registry::Progress::default());
             let work =
-                crate::image_service::pull(&store, &puller, &req.image, cred, progress.clone());
+                crate::service::image::pull(&store, &puller, &req.image, cred, progress.clone());
             tokio::pin!(work);
             let mut tick = tokio::time::interval(PULL_TICK);
             let last = loop {

@@ -51,12 +51,12 @@ impl Runtime {
             Error::Internal(format!("signal {sig} to container {}: {e}", rec.id))
         };
         if let Some(pid) = rec.init_pid {
-            crate::pidfd::signal(pid, rec.init_start_time, sig as i32).map_err(failed)?;
+            crate::host::pidfd::signal(pid, rec.init_start_time, sig as i32).map_err(failed)?;
         }
         if !all {
             return Ok(());
         }
-        let Some(h) = crate::cgroupfs::hierarchy() else {
+        let Some(h) = crate::host::cgroupfs::hierarchy() else {
             return Ok(());
         };
         // A second look for what forked while the first was being killed.

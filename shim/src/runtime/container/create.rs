@@ -1,5 +1,5 @@
 //! CreateContainer: CRI config → OCI spec → a `picolet monitor` that
-//! creates the container (`crate::init`) and reports its init PID; and
+//! creates the container (`crate::process::init`) and reports its init PID; and
 //! the cleanup of what a failed or removed container had.
 
 use std::ffi::OsString;
@@ -17,8 +17,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead};
 
 use crate::error::Error;
 use crate::host::proc_start_time;
-use crate::monitor::Handshake;
 use crate::mutex::lock;
+use crate::process::monitor::Handshake;
 use crate::runtime::{Claim, Runtime};
 use crate::spec::{self, SandboxView, SpecInput};
 use crate::state::{self, ContainerRecord, EXIT, META, SandboxRecord};
@@ -191,7 +191,7 @@ impl Runtime {
         )
         .map_err(Error::sys("mount rootfs at", &rec.rootfs))?;
 
-        let devices = crate::host_inputs::resolve_devices(&rec.config)?;
+        let devices = crate::runtime::host_inputs::resolve_devices(&rec.config)?;
         for (i, m) in rec.config.mounts.iter().enumerate() {
             // As containerd: a missing host path becomes a directory.
             if !m.host_path.is_empty() && !Path::new(&m.host_path).exists() {
@@ -203,7 +203,7 @@ impl Runtime {
                 })?;
             }
         }
-        crate::host_inputs::check_mount_propagation(&rec.config)?;
+        crate::runtime::host_inputs::check_mount_propagation(&rec.config)?;
         let view = SandboxView {
             hostname: sandbox.config.hostname.clone(),
             netns: sandbox.netns.as_deref().map(|p| self.pins.locate(p)),
@@ -225,8 +225,8 @@ impl Runtime {
                 .map(|l| l.cgroup_parent.clone())
                 .unwrap_or_default(),
         };
-        let passwd = crate::host_inputs::read_image_file(&rec.rootfs, "etc/passwd");
-        let group = crate::host_inputs::read_image_file(&rec.rootfs, "etc/group");
+        let passwd = crate::runtime::host_inputs::read_image_file(&rec.rootfs, "etc/passwd");
+        let group = crate::runtime::host_inputs::read_image_file(&rec.rootfs, "etc/group");
         let spec = spec::build(&SpecInput {
             id: &rec.id,
             config: &rec.config,
@@ -236,10 +236,10 @@ impl Runtime {
             passwd: passwd.as_deref(),
             group: group.as_deref(),
             devices: &devices,
-            min_oom_score_adj: crate::host_inputs::own_oom_score_adj(),
-            cap_bounding: crate::host_inputs::own_cap_bounding(),
-            localhost_seccomp: crate::host_inputs::load_localhost_seccomp(&rec.config)?,
-            hugetlb: crate::host_inputs::hugetlb_available(),
+            min_oom_score_adj: crate::runtime::host_inputs::own_oom_score_adj(),
+            cap_bounding: crate::runtime::host_inputs::own_cap_bounding(),
+            localhost_seccomp: crate::runtime::host_inputs::load_localhost_seccomp(&rec.config)?,
+            hugetlb: crate::runtime::host_inputs::hugetlb_available(),
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
@@ -430,7 +430,7 @@ impl Runtime {
         if !rec.complete {
             kill_until_gone(|| creators_of(&rec.id)).await;
         }
-        if let Some(h) = crate::cgroupfs::hierarchy() {
+        if let Some(h) = crate::host::cgroupfs::hierarchy() {
             let dirs = h.pod_dirs(&rec.cgroup);
             kill_until_gone(|| {
                 dirs.iter()
@@ -449,11 +449,11 @@ impl Runtime {
         // loading its state (its cgroup manager reads the mount table once
         // per controller, ~2 ms here): the container's cgroup, then
         // libcontainer's folder.
-        if let Some(h) = crate::cgroupfs::hierarchy() {
+        if let Some(h) = crate::host::cgroupfs::hierarchy() {
             remove_cgroup(h, &rec.cgroup, &rec.id).await;
         }
         images::fsutil::remove_dir_all_if_exists(&self.libcontainer_root().join(&rec.id))?;
-        crate::namespaces::release(&rec.rootfs)?;
+        crate::runtime::namespaces::release(&rec.rootfs)?;
         images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
         crate::state::remove_record_dir(&rec.dir)?;
         Ok(())

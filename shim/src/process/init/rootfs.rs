@@ -20,7 +20,7 @@ use nix::sys::stat::{Mode, SFlag, fstat, makedev, mkdirat, mknodat};
 use nix::unistd::{Gid, Uid, fchownat, symlinkat};
 
 use super::plan::{DevicePlan, Kind, MountPlan, RootPlan};
-use crate::mountinfo::CgroupDir;
+use crate::host::mountinfo::CgroupDir;
 
 const AT_EMPTY_PATH: libc::c_uint = 0x1000;
 const AT_RECURSIVE: libc::c_uint = 0x8000;

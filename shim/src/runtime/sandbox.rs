@@ -13,7 +13,7 @@ use nix::mount::{MsFlags, mount};
 
 use crate::error::Error;
 use crate::mutex::lock;
-use crate::namespaces::{self, PodNamespaces};
+use crate::runtime::namespaces::{self, PodNamespaces};
 use crate::runtime::{Claim, Runtime};
 use crate::state::{self, META, SandboxRecord};
 

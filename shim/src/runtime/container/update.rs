@@ -59,10 +59,11 @@ impl Runtime {
         r: LinuxContainerResources,
     ) -> Result<(), Error> {
         let mut rec = self.container(id)?;
-        let hugetlb = crate::host_inputs::hugetlb_available();
+        let hugetlb = crate::runtime::host_inputs::hugetlb_available();
         let resources = crate::spec::linux_resources(&r, hugetlb, id)?;
-        let resources = crate::cgroupfs::resources(&resources).map_err(Error::InvalidArgument)?;
-        let h = crate::cgroupfs::hierarchy()
+        let resources =
+            crate::host::cgroupfs::resources(&resources).map_err(Error::InvalidArgument)?;
+        let h = crate::host::cgroupfs::hierarchy()
             .ok_or_else(|| Error::Internal("no cgroup filesystem mounted".into()))?;
         h.update_container(&rec.cgroup, &resources).map_err(|e| {
             let msg = format!("update the cgroup of container {id}: {e}");

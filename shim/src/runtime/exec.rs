@@ -1,5 +1,5 @@
 //! ExecSync: a command inside a running container, through the
-//! `picolet monitor exec` helper ([`crate::nsexec`]: it forks and enters the
+//! `picolet monitor exec` helper ([`crate::process::nsexec`]: it forks and enters the
 //! container's namespaces, which the multi-threaded shim must not do), with
 //! kubelet's output cap and a timeout.
 
@@ -14,9 +14,9 @@ use nix::fcntl::OFlag;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::Error;
-use crate::nsexec::EXEC_TIMEOUT_CODE;
+use crate::process::nsexec::EXEC_TIMEOUT_CODE;
+use crate::process::spawner_client::Spawned;
 use crate::runtime::Runtime;
-use crate::spawner_client::Spawned;
 
 /// Output cap of ExecSync, as kubelet.
 const MAX_EXEC_OUTPUT: u64 = 16 << 20;

@@ -250,7 +250,7 @@ fn cap_index(name: &str) -> Option<u32> {
 /// the v2 unified one). A listed hierarchy that is not mounted is skipped:
 /// nothing could limit through it.
 fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, String> {
-    let mut out: Vec<PathBuf> = crate::mountinfo::cgroup_dirs(cgroup, mountinfo)?
+    let mut out: Vec<PathBuf> = crate::host::mountinfo::cgroup_dirs(cgroup, mountinfo)?
         .into_iter()
         .map(|d| d.dir.join("cgroup.procs"))
         .collect();
@@ -312,7 +312,7 @@ fn run(plan: Plan, args: &ExecArgs) -> i32 {
 
 /// Waits for the command; kills it when the deadline passes.
 fn wait(child: Pid, deadline: Option<Instant>) -> i32 {
-    let pidfd = crate::pidfd::open(child.as_raw()).ok();
+    let pidfd = crate::host::pidfd::open(child.as_raw()).ok();
     loop {
         match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => return code,

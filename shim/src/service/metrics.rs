@@ -187,7 +187,7 @@ impl Runtime {
     pub fn list_pod_sandbox_metrics(&self) -> Vec<PodSandboxMetrics> {
         let sandboxes = self.ready_sandboxes();
         let containers = self.all_containers();
-        let Some(h) = crate::cgroupfs::hierarchy() else {
+        let Some(h) = crate::host::cgroupfs::hierarchy() else {
             return Vec::new();
         };
         let now = state::now_nanos();
@@ -195,10 +195,10 @@ impl Runtime {
             .iter()
             .map(|sb| {
                 let meta = sb.config.metadata.clone().unwrap_or_default();
-                let parent = crate::stats::cgroup_parent(sb);
+                let parent = crate::runtime::stats::cgroup_parent(sb);
                 let running = self.running_in(&containers, &sb.id);
                 let network: Vec<(String, u64, u64)> =
-                    crate::stats::pod_network(sb, &running, &self.pins)
+                    crate::runtime::stats::pod_network(sb, &running, &self.pins)
                         .iter()
                         .map(|n| (n.name.clone(), n.rx_bytes, n.tx_bytes))
                         .collect();

@@ -2,7 +2,7 @@
 //! that forks the container monitors, so a CreateContainer does not pay
 //! for an exec of the whole picolet binary (dynamic loading, relocations,
 //! page faults, runtime and argument setup: 2.6 ms of a 17.6 ms create
-//! with the glibc build, BENCHMARKS.md "Issue 22 (session 22)"). The
+//! with the glibc build, BENCHMARKS.md). The
 //! multi-threaded shim never forks; this process has one thread and
 //! nothing but its socket open, so a fork of it is cheap and safe.
 //!
@@ -132,7 +132,7 @@ pub fn serve(run: fn(Vec<String>) -> i32) -> i32 {
     set_cmdline(&own);
     // Learned once here, inherited by every child: a monitor writes its
     // container's cgroup without reading the mount table.
-    let _ = crate::cgroupfs::hierarchy();
+    let _ = crate::host::cgroupfs::hierarchy();
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     if let Err(e) = mask.thread_block() {
@@ -240,7 +240,7 @@ fn answer(sock: BorrowedFd<'_>, msg: &[u8], fds: Vec<OwnedFd>, run: fn(Vec<Strin
             drop(stdio);
             drop(status);
             // The child cannot be reaped before this: it pins the right one.
-            match crate::pidfd::open(child.as_raw()) {
+            match crate::host::pidfd::open(child.as_raw()) {
                 Ok(pidfd) => {
                     let _ = reply(sock, Some(child.as_raw()), None, Some(&pidfd));
                 }

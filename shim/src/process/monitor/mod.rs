@@ -1,5 +1,5 @@
 //! `picolet monitor`: one small single-threaded process per container (like
-//! conmon or containerd-shim). It makes the container ([`crate::init`]),
+//! conmon or containerd-shim). It makes the container ([`crate::process::init`]),
 //! which forks, and must never run inside the multi-threaded shim, so it is
 //! the parent of the container's init. It then:
 //! - tells the shim the init's pid on stdout (one JSON line) and closes it,
@@ -13,7 +13,7 @@
 //! It also serves CRI Attach for its container ([`attach`]): the
 //! container's stdin (when its config asks for one) and a copy of its output.
 //!
-//! `picolet monitor exec` (ExecSync) is [`crate::nsexec`].
+//! `picolet monitor exec` (ExecSync) is [`crate::process::nsexec`].
 
 pub mod attach;
 mod console;
@@ -122,18 +122,18 @@ pub fn run(args: MonitorArgs) -> i32 {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    if let Err(e) = crate::init::supported(&spec) {
+    if let Err(e) = crate::process::init::supported(&spec) {
         return fail(format!("create container: {e}"));
     }
     if args.tty && console_path.is_none() {
         return fail("create container: a terminal needs an attach socket".into());
     }
-    let made = crate::init::create(
+    let made = crate::process::init::create(
         &args.id,
         &spec,
         filters,
         &args.state_root,
-        crate::init::Stdio {
+        crate::process::init::Stdio {
             stdin: stdin_r,
             stdout: out_w,
             stderr: err_w,
@@ -168,8 +168,8 @@ pub fn run(args: MonitorArgs) -> i32 {
     }
     // cgroup v2 has no devices controller and libcontainer (without libbpf)
     // leaves the rules out: attach them now, before anything runs.
-    if let Some(dir) = crate::devices::v2_dir(&args.cgroup)
-        && let Err(e) = crate::devices::restrict(&spec, &dir)
+    if let Some(dir) = crate::host::devices::v2_dir(&args.cgroup)
+        && let Err(e) = crate::host::devices::restrict(&spec, &dir)
     {
         made.undo();
         return fail(format!("create container: {e}"));
@@ -449,7 +449,7 @@ pub fn oom_kills(cgroup: &str) -> u64 {
     ];
     for (path, key) in candidates {
         if let Ok(text) = std::fs::read_to_string(&path)
-            && let Some(n) = crate::cgroupfs::flat_key(&text, key)
+            && let Some(n) = crate::host::cgroupfs::flat_key(&text, key)
         {
             return n;
         }

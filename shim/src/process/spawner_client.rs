@@ -1,4 +1,4 @@
-//! The shim's end of `picolet monitor spawner` ([`crate::spawner`]): one
+//! The shim's end of `picolet monitor spawner` ([`crate::process::spawner`]): one
 //! thread of its own owns the spawner process and its socket, starts it
 //! on the first request and again after it died, and passes requests to
 //! it one at a time. The thread lives as long as the shim, so the
@@ -19,7 +19,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
-use crate::spawner::{self, Reply, Request};
+use crate::process::spawner::{self, Reply, Request};
 
 /// How long a reply may take (a fork, a pidfd): past it the spawner is
 /// taken for stuck, killed and started again at the next request.
@@ -85,7 +85,7 @@ impl Spawner {
     }
 
     /// A child running `picolet <argv[1..]>` with `stdio` as its 0, 1, 2;
-    /// its exit code is written to `status` (crate::spawner). None (logged)
+    /// its exit code is written to `status` (crate::process::spawner). None (logged)
     /// when an argument is not UTF-8 or the spawner failed, and the caller
     /// execs the binary instead.
     pub(crate) async fn try_spawn(
