@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::watch as chan;
 
+use crate::config::{PodUpdate, Source};
 use crate::kube::client::Client;
 use crate::kube::watch::{self, Cache, Next};
 
@@ -161,6 +162,30 @@ pub fn source(
         }
     });
     rx
+}
+
+/// Decodes each set the API server's watch publishes ([`source`]) and
+/// sends it to the sync loop; ends when either side is gone.
+pub fn spawn_decoder(
+    mut pods: chan::Receiver<ApiPods>,
+    mut seen: Decoded,
+    updates: tokio::sync::mpsc::Sender<PodUpdate>,
+) {
+    tokio::spawn(async move {
+        while pods.changed().await.is_ok() {
+            let Some(listed) = pods.borrow_and_update().clone() else {
+                continue;
+            };
+            let update = PodUpdate {
+                source: Source::Api,
+                pods: desired(&listed, &mut seen),
+                ready: true,
+            };
+            if updates.send(update).await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// API pods decoded before, by UID: a pod is decoded and validated once,

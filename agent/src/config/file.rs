@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
 
 use crate::config::manifest::{self, ManifestError};
+use crate::config::{PodSet, PodUpdate, Source};
+use crate::events::{EventType, Object, Recorder};
 
 /// A manifest file larger than this is refused without being read whole
 /// (a 50 MB file took the agent from 11 to 114 MB). The API server refuses
@@ -252,6 +254,80 @@ fn read_manifest(path: &Path) -> Result<String, ReadError> {
         });
     }
     Ok(text)
+}
+
+/// The file source as the sync loop gets it: rescans, reports new errors
+/// as events and the current ones for `/manifests`, and applies maxPods.
+pub struct Scanner {
+    pub folder: FileSource,
+    pub recorder: Recorder,
+    pub manifest_errors: ManifestErrors,
+    pub node_name: String,
+    pub max_pods: usize,
+}
+
+impl Scanner {
+    /// Rescans the folder: the desired pods by UID (maxPods applied).
+    pub fn scan(&mut self) -> PodSet {
+        let scan = self.folder.scan();
+        let node = Object::node(&self.node_name);
+        for e in &scan.new_errors {
+            self.recorder
+                .event(&node, EventType::Warning, "InvalidManifest", e);
+        }
+        self.manifest_errors.set(scan.errors.clone());
+        let mut desired = PodSet::new();
+        for (uid, (path, pod)) in scan.pods {
+            if desired.len() >= self.max_pods {
+                self.recorder.event(
+                    &node,
+                    EventType::Warning,
+                    "OutOfpods",
+                    &format!(
+                        "{}: not admitted: the node already runs maxPods={} pods",
+                        path.display(),
+                        self.max_pods
+                    ),
+                );
+                continue;
+            }
+            desired.insert(uid, pod);
+        }
+        desired
+    }
+
+    /// A rescan as the sync loop takes it.
+    pub fn update(&mut self) -> PodUpdate {
+        PodUpdate {
+            source: Source::File,
+            pods: self.scan(),
+            ready: true,
+        }
+    }
+}
+
+/// Rescans at every batch of inotify events (`wake`) and every `every`
+/// (fileCheckFrequency), sending each set; ends when the sync loop is
+/// gone.
+pub fn spawn(
+    mut scanner: Scanner,
+    every: std::time::Duration,
+    mut wake: mpsc::Receiver<()>,
+    updates: mpsc::Sender<PodUpdate>,
+) {
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval_at(start + every, every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                Some(()) = wake.recv() => while wake.try_recv().is_ok() {},
+            }
+            if updates.send(scanner.update()).await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// Watches `dir` with inotify on a thread of its own; every batch of

@@ -1,38 +1,43 @@
-//! The sync loop, kubelet's `kubelet.go`: connects to the runtime, builds
+//! kubelet's `NewMainKubelet` and `Run`: connects to the runtime, builds
 //! each manager with the narrow handles it needs and wires them together —
-//! the only module that knows them all. Pod sources feed desired pods to
+//! the only module that knows them all — then runs the [`sync_loop`]. Pod
+//! sources send their sets to the loop, which feeds desired pods to
 //! [`PodWorkers`]; PLEG sends the UIDs of pods that changed on a channel
-//! (`pleg.Watch()`), and this loop wakes their workers.
+//! (`pleg.Watch()`), and those wake their workers directly.
 
-use std::collections::BTreeMap;
+mod sync_loop;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edge_config::Config;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::config::apiserver;
 use crate::config::file::{self, ManifestErrors};
-use crate::events::{EventType, Object, Recorder};
+use crate::events::Recorder;
 use crate::health::Health;
 use crate::images::gc;
 use crate::lifecycle::predicate;
 use crate::logs::rotation;
 use crate::nodestatus::machine;
 use crate::pod_workers::{self, PodWorkers};
-use crate::runtime::Cri;
+use crate::runtime::{Cri, CriError};
 use crate::stats::Stats;
 use crate::{
-    certificate, eviction, kube, metrics, nodestatus, oom, pleg, prober, server, status, volumes,
+    certificate, config, eviction, kube, metrics, nodestatus, oom, pleg, prober, server, status,
+    volumes,
 };
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot reach the CRI runtime at {path}: {msg}")]
-    Connect { path: String, msg: String },
+    #[error("cannot reach the CRI runtime at {}: {source}", path.display())]
+    Connect {
+        path: std::path::PathBuf,
+        source: Unreachable,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -45,6 +50,15 @@ pub enum Error {
     /// The API port's TLS or authentication settings.
     #[error("{0}")]
     ApiPort(String),
+}
+
+/// Why the runtime did not answer: its socket, or its first call.
+#[derive(Debug, thiserror::Error)]
+pub enum Unreachable {
+    #[error(transparent)]
+    Socket(#[from] std::io::Error),
+    #[error(transparent)]
+    Call(#[from] CriError),
 }
 
 /// Runs the agent until `shutdown` resolves. Containers keep running when
@@ -65,29 +79,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         what: format!("make {} private", pods_root.display()),
         source,
     })?;
-    // The runtime may still be starting (`picolet up`, boot): wait for it.
-    let socket = config.cri_socket.clone();
     let metrics = Arc::new(metrics::AgentMetrics::default());
-    let deadline = Instant::now() + config.runtime_request_timeout;
-    let (cri, runtime_name) = loop {
-        let attempt = async {
-            let cri = Cri::connect(&socket, config.runtime_request_timeout, metrics.clone())
-                .await
-                .map_err(|e| e.to_string())?;
-            let name = cri.runtime_name().await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((cri, name))
-        };
-        match attempt.await {
-            Ok(v) => break v,
-            Err(e) if Instant::now() >= deadline => {
-                return Err(Error::Connect {
-                    path: socket.display().to_string(),
-                    msg: e,
-                });
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    };
+    let (cri, runtime_name) = connect_runtime(&config, metrics.clone()).await?;
+    let socket = &config.cri_socket;
     tracing::info!(runtime = %runtime_name, socket = %socket.display(), node = %config.node_name, "agent connected to the CRI runtime");
     let cgroups = match cgroup::Hierarchy::detect() {
         Ok(h) => Some(h),
@@ -167,7 +161,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         crate::events::sink::spawn(client.clone(), rx);
     }
     let statuses = status::Manager::default();
-    let statuses_for_api = statuses.clone();
     let health = Health::default();
     let probe_metrics = prober::Metrics::default();
     let ooms = oom::Kills::default();
@@ -194,15 +187,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             "authorization.mode: Webhook asks the API server, and there is no kubeconfig".into(),
         ));
     }
+    // One reader of the node's and pods' usage: /stats/summary, the metrics
+    // and the eviction manager see the same figures and the same OOM kills.
+    let stats = Arc::new(Stats::new(
+        config.clone(),
+        node.clone(),
+        cgroups.clone(),
+        statuses.clone(),
+        ooms.clone(),
+    ));
     let srv = server::Server {
         cri: cri.clone(),
-        stats: Stats::new(
-            config.clone(),
-            node.clone(),
-            cgroups.clone(),
-            statuses.clone(),
-            ooms.clone(),
-        ),
+        stats: stats.clone(),
         statuses: statuses.clone(),
         recorder: recorder.clone(),
         health: health.clone(),
@@ -260,8 +256,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         },
         period: cfg.image_gc_period,
     });
-    let (cri_for_eviction, node_for_eviction, cgroups_for_eviction) =
-        (cri.clone(), node.clone(), cgroups.clone());
+    let cri_for_eviction = cri.clone();
     let workers = PodWorkers::new(pod_workers::Ctx {
         cri,
         config: config.clone(),
@@ -269,7 +264,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         runtime_name,
         cgroups,
         recorder: recorder.clone(),
-        statuses,
+        statuses: statuses.clone(),
         probe_metrics,
         metrics,
         started: Instant::now(),
@@ -294,13 +289,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     eviction::spawn(
         eviction::Manager {
             cri: cri_for_eviction,
-            stats: Arc::new(Stats::new(
-                config.clone(),
-                node_for_eviction,
-                cgroups_for_eviction,
-                statuses_for_api.clone(),
-                oom::Kills::default(),
-            )),
+            stats,
             thresholds: eviction::helpers::thresholds(&config),
             transition: config.eviction_pressure_transition_period,
             max_pod_grace: Duration::from_secs(
@@ -310,33 +299,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             recorder: recorder.clone(),
             node_name: config.node_name.clone(),
             workers: workers.clone(),
-            statuses: statuses_for_api.clone(),
+            statuses: statuses.clone(),
         },
         pressure_tx,
     );
-    let sources = Sources {
-        config: config.clone(),
-        recorder: recorder.clone(),
-        health: health.clone(),
-        manifest_errors,
-    };
 
-    // Cluster mode: the API server's pods, admitted, merged with the static ones.
-    let mut admission = Admit {
-        state: predicate::Admission::default(),
-        pressure: pressure.clone(),
-        node: node_meta,
-        allocatable,
-        name: config.node_name.clone(),
-        statuses: statuses_for_api.clone(),
-        recorder,
-        workers: workers.clone(),
-    };
-    let mut decoded_api_pods = apiserver::Decoded::default();
-    let mut api_desired = BTreeMap::new();
+    // The pod sources, each a task sending its whole set (kubelet's
+    // PodConfig). The first sets are taken here, before anything looks at
+    // the desired pods: an orphan is only what no source defines, and
+    // orphans get their (terminating) workers before any desired pod does,
+    // so a pod whose manifest was replaced while the agent was down starts
+    // only after its old version has terminated, as at any other time.
+    let (updates_tx, updates) = tokio::sync::mpsc::channel(16);
+    let mut pods = config::Pods::new(api_client.is_some());
     // The static pods, for their mirror pods.
-    let (statics_tx, statics_rx) = tokio::sync::watch::channel(BTreeMap::new());
-    let mut api_rx = api_client.as_ref().map(|client| {
+    let (statics_tx, statics_rx) = tokio::sync::watch::channel(config::PodSet::new());
+    if let Some(client) = &api_client {
         // Until the API server answers, the pods it assigned last (a device
         // rebooted without its uplink runs them again).
         let mut checkpoint = apiserver::Checkpoint::new(pods_root.join("api-pods.json"));
@@ -347,7 +325,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 "running the API server's pods from the checkpoint until it answers"
             );
         }
-        api_desired = apiserver::desired(&saved, &mut decoded_api_pods);
+        let mut decoded = apiserver::Decoded::default();
+        pods.apply(config::PodUpdate {
+            source: config::Source::Api,
+            pods: apiserver::desired(&saved, &mut decoded),
+            ready: false,
+        });
         let rx = apiserver::source(client.clone(), cfg.node_name.clone(), checkpoint);
         let has = workers.clone();
         status::apiserver::spawn_status(status::apiserver::StatusSync {
@@ -356,238 +339,77 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             node_uid: node_uid.clone(),
             statics: statics_rx.clone(),
             pods: rx.clone(),
-            statuses: statuses_for_api.clone(),
+            statuses: statuses.clone(),
             has_worker: Box::new(move |uid| has.has_worker(uid)),
         });
-        rx
-    });
-
-    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    file::watch(&cfg.static_pod_path, tx).map_err(|source| Error::Io {
+        apiserver::spawn_decoder(rx, decoded, updates_tx.clone());
+    }
+    let (wake, woken) = tokio::sync::mpsc::channel(16);
+    file::watch(&cfg.static_pod_path, wake).map_err(|source| Error::Io {
         what: format!("watch {}", cfg.static_pod_path.display()),
         source,
     })?;
-    let mut src = file::FileSource::new(&cfg.static_pod_path, &cfg.node_name);
-    // The first scan happens before anything else looks at `desired`:
-    // an orphan is only what the folder does not define. Orphans get their
-    // (terminating) workers before any desired pod does, so a pod whose
-    // manifest was replaced while the agent was down starts only after
-    // its old version has terminated, as at any other time.
-    let mut file_desired = sources.scan(&mut src);
-    statics_tx.send_replace(file_desired.clone());
-    let mut desired = merged(&file_desired, &admission.run(&file_desired, &api_desired));
-    // Orphans are what no source defines: not before the API server's pods
-    // were listed once (kubelet's sourcesReady).
-    let api_listed = |rx: &Option<tokio::sync::watch::Receiver<apiserver::ApiPods>>| {
-        rx.as_ref().is_none_or(|rx| rx.borrow().is_some())
+    let mut scanner = file::Scanner {
+        folder: file::FileSource::new(&cfg.static_pod_path, &cfg.node_name),
+        recorder: recorder.clone(),
+        manifest_errors,
+        node_name: cfg.node_name.clone(),
+        max_pods: usize::try_from(cfg.max_pods).unwrap_or(usize::MAX),
     };
-    if api_listed(&api_rx) {
-        workers.cleanup_orphans(&desired).await;
-    }
-    workers.update(&desired);
-    let start = tokio::time::Instant::now();
-    let mut tick =
-        tokio::time::interval_at(start + cfg.file_check_frequency, cfg.file_check_frequency);
-    let mut housekeeping =
-        tokio::time::interval_at(start + Duration::from_secs(2), Duration::from_secs(2));
-    // The runtime is asked for orphans when PLEG reports a pod no worker
-    // has, when the API server's pods were first listed, and every
-    // ORPHAN_SWEEP anyway; not at every 2 s housekeeping (at 30 idle pods
-    // those listings were a tenth of the agent's CPU).
-    let mut swept = tokio::time::Instant::now();
-    let mut listed_before = api_listed(&api_rx);
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => break,
-            _ = tick.tick() => file_desired = sources.scan(&mut src),
-            Some(()) = rx.recv() => {
-                while rx.try_recv().is_ok() {}
-                file_desired = sources.scan(&mut src);
-            }
-            Some(pods) = api_changed(&mut api_rx) => {
-                if let Some(pods) = pods {
-                    api_desired = apiserver::desired(&pods, &mut decoded_api_pods);
-                }
-            }
-            () = unknown_pod.notified() => {
-                if api_listed(&api_rx) {
-                    workers.cleanup_orphans(&desired).await;
-                    swept = tokio::time::Instant::now();
-                }
-                continue;
-            }
-            _ = housekeeping.tick() => {
-                health.synced();
-                let listed = api_listed(&api_rx);
-                if listed && (!listed_before || swept.elapsed() >= ORPHAN_SWEEP) {
-                    workers.cleanup_orphans(&desired).await;
-                    swept = tokio::time::Instant::now();
-                }
-                listed_before = listed;
-                continue;
-            }
-        }
-        statics_tx.send_if_modified(|s| {
-            let changed = *s != file_desired;
-            if changed {
-                s.clone_from(&file_desired);
-            }
-            changed
-        });
-        desired = merged(&file_desired, &admission.run(&file_desired, &api_desired));
-        workers.update(&desired);
-    }
+    pods.apply(scanner.update());
+    file::spawn(scanner, cfg.file_check_frequency, woken, updates_tx);
+
+    let admission = sync_loop::Admit {
+        state: predicate::Admission::default(),
+        pressure,
+        node: node_meta,
+        allocatable,
+        name: config.node_name.clone(),
+        statuses,
+        recorder,
+        workers: workers.clone(),
+    };
+    sync_loop::run(
+        sync_loop::SyncLoop {
+            pods,
+            updates,
+            admission,
+            workers,
+            statics: statics_tx,
+            health,
+            unknown_pod,
+        },
+        shutdown,
+    )
+    .await;
     tracing::info!("agent stopping; containers keep running");
     Ok(())
 }
 
-/// How often the runtime is asked for orphans when nothing reported one.
-const ORPHAN_SWEEP: Duration = Duration::from_secs(30);
-
-/// What a rescan of the pod sources touches.
-struct Sources {
-    config: Arc<Config>,
-    recorder: Recorder,
-    health: Health,
-    manifest_errors: ManifestErrors,
-}
-
-impl Sources {
-    /// Rescans the folder: the desired pods by UID (maxPods applied).
-    fn scan(&self, src: &mut file::FileSource) -> BTreeMap<String, Arc<Pod>> {
-        self.health.synced();
-        let scan = src.scan();
-        let node = Object::node(&self.config.node_name);
-        for e in &scan.new_errors {
-            let warning = EventType::Warning;
-            self.recorder.event(&node, warning, "InvalidManifest", e);
-        }
-        self.manifest_errors.set(scan.errors.clone());
-        let max_pods = usize::try_from(self.config.max_pods).unwrap_or(usize::MAX);
-        let mut desired: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
-        for (uid, (path, pod)) in scan.pods {
-            if desired.len() >= max_pods {
-                self.recorder.event(
-                    &node,
-                    EventType::Warning,
-                    "OutOfpods",
-                    &format!(
-                        "{}: not admitted: the node already runs maxPods={} pods",
-                        path.display(),
-                        self.config.max_pods
-                    ),
-                );
-                continue;
+/// The runtime may still be starting (`picolet up`, boot): it is tried
+/// every 200 ms for `runtimeRequestTimeout`.
+async fn connect_runtime(
+    config: &Config,
+    metrics: Arc<metrics::AgentMetrics>,
+) -> Result<(Cri, String), Error> {
+    let socket = &config.cri_socket;
+    let deadline = Instant::now() + config.runtime_request_timeout;
+    loop {
+        let attempt = async {
+            let cri = Cri::connect(socket, config.runtime_request_timeout, metrics.clone()).await?;
+            let name = cri.runtime_name().await?;
+            Ok::<_, Unreachable>((cri, name))
+        };
+        match attempt.await {
+            Ok(v) => return Ok(v),
+            Err(source) if Instant::now() >= deadline => {
+                return Err(Error::Connect {
+                    path: socket.clone(),
+                    source,
+                });
             }
-            desired.insert(uid, pod);
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
-        desired
-    }
-}
-
-/// Admission of the API server's pods ([`admit`]) and what it touches.
-struct Admit {
-    state: predicate::Admission,
-    /// The eviction manager's pressure conditions.
-    pressure: eviction::Pressure,
-    node: nodestatus::SharedMeta,
-    allocatable: nodestatus::setters::Allocatable,
-    name: String,
-    statuses: status::Manager,
-    recorder: Recorder,
-    workers: PodWorkers,
-}
-
-impl Admit {
-    /// The API server's pods to run; a refused one is failed (its status
-    /// goes to the API server) with a Warning event, as kubelet's
-    /// `rejectPod`.
-    fn run(
-        &mut self,
-        statics: &BTreeMap<String, Arc<Pod>>,
-        api: &BTreeMap<String, Arc<Pod>>,
-    ) -> BTreeMap<String, Arc<Pod>> {
-        let meta = self
-            .node
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let a = self.allocatable;
-        let view = predicate::NodeView {
-            name: self.name.clone(),
-            labels: meta.labels,
-            taints: meta.taints,
-            allocatable: predicate::Resources {
-                cpu_milli: u128::from(a.cpu_milli),
-                memory: u128::from(a.memory),
-                ephemeral: u128::from(a.ephemeral),
-                pods: u128::from(a.pods),
-            },
-            pressure: self
-                .pressure
-                .borrow()
-                .iter()
-                .map(|c| c.name().to_string())
-                .collect(),
-        };
-        let finished = |uid: &str| {
-            self.statuses.get(uid).is_some_and(|p| {
-                p.status
-                    .and_then(|s| s.phase)
-                    .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
-            })
-        };
-        let d = self.state.admit(&view, statics, api, finished, |uid| {
-            self.workers.has_worker(uid)
-        });
-        for (uid, pod, why) in d.rejected {
-            let message = format!("Pod was rejected: {}", why.message);
-            let obj = Object {
-                kind: "Pod",
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: uid.clone(),
-                field_path: String::new(),
-            };
-            self.recorder
-                .event(&obj, EventType::Warning, &why.reason, &why.message);
-            let mut failed = (*pod).clone();
-            failed.status = Some(k8s_openapi::api::core::v1::PodStatus {
-                phase: Some("Failed".into()),
-                reason: Some(why.reason),
-                message: Some(message),
-                ..Default::default()
-            });
-            self.statuses.set(&uid, failed);
-        }
-        for uid in d.forgotten {
-            self.statuses.remove(&uid);
-        }
-        d.run
-    }
-}
-
-/// The static pods and the API server's, by UID.
-fn merged(
-    file: &BTreeMap<String, Arc<Pod>>,
-    api: &BTreeMap<String, Arc<Pod>>,
-) -> BTreeMap<String, Arc<Pod>> {
-    let mut all = api.clone();
-    all.extend(file.iter().map(|(k, v)| (k.clone(), v.clone())));
-    all
-}
-
-/// The API server's next set of pods; never, without one.
-async fn api_changed(
-    rx: &mut Option<tokio::sync::watch::Receiver<apiserver::ApiPods>>,
-) -> Option<apiserver::ApiPods> {
-    match rx {
-        Some(rx) => {
-            rx.changed().await.ok()?;
-            Some(rx.borrow_and_update().clone())
-        }
-        None => std::future::pending().await,
     }
 }
 

@@ -47,7 +47,7 @@ use crate::{prober, status};
 #[derive(Debug)]
 pub struct Server {
     pub cri: Cri,
-    pub stats: Stats,
+    pub stats: Arc<Stats>,
     pub statuses: status::Manager,
     pub recorder: Recorder,
     pub health: Health,
