@@ -66,10 +66,7 @@ fn workspace_dependencies_flow_downward() {
             let dep = d["name"].as_str().expect("dep name");
             let dev = d["kind"].as_str() == Some("dev");
             if members.contains(dep) && !dev {
-                assert!(
-                    rules.contains(&dep),
-                    "{name} must not depend on {dep}"
-                );
+                assert!(rules.contains(&dep), "{name} must not depend on {dep}");
             }
         }
     }

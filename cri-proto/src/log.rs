@@ -2,7 +2,7 @@
 //! `<RFC3339Nano> <stdout|stderr> <P|F> <text>\n`. A line longer than the
 //! maximum is split into `P` (partial) records ending with one `F` record.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// containerd's default maximum line size.
 pub const MAX_LINE: usize = 16 * 1024;
@@ -26,32 +26,8 @@ impl Stream {
 /// Formats a time as RFC 3339 with nanoseconds in UTC, e.g.
 /// `2016-10-06T00:17:09.669794202Z`.
 pub fn rfc3339_nano(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, day) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_nanos()
-    )
-}
-
-/// Days since 1970-01-01 → (year, month, day), Howard Hinnant's algorithm.
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    // 1..=31 and 1..=12 by construction.
-    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
-    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let t = jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    format!("{t:.9}")
 }
 
 /// Splits a stream of bytes into CRI log records. Feed it what a pipe gives;
@@ -168,7 +144,7 @@ mod tests {
     use std::time::Duration;
 
     fn t(nanos: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_nanos(nanos)
+        SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos)
     }
 
     #[test]

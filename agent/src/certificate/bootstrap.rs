@@ -7,6 +7,8 @@
 //! and a kubeconfig that uses them (0600, atomically). The CSR's DER is
 //! built here ([`csr`], pure): no X.509 library for one structure.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,8 +18,8 @@ use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
 use crate::certificate::x509::{
-    OID_COMMON_NAME, OID_EC_PUBLIC_KEY, OID_ECDSA_SHA256, OID_ORGANIZATION, OID_PRIME256V1, base64,
-    der, seq,
+    OID_COMMON_NAME, OID_EC_PUBLIC_KEY, OID_ECDSA_SHA256, OID_ORGANIZATION, OID_PRIME256V1, der,
+    seq,
 };
 pub use crate::certificate::x509::{pem, validity};
 use crate::kube::client::Client;
@@ -71,7 +73,7 @@ pub fn csr_object(csr_pem: &str, signer: &str, usages: &[&str]) -> Value {
         "kind": "CertificateSigningRequest",
         "metadata": {"generateName": "node-csr-"},
         "spec": {
-            "request": base64(csr_pem.as_bytes()),
+            "request": STANDARD.encode(csr_pem.as_bytes()),
             "signerName": signer,
             "usages": usages,
         },
@@ -109,7 +111,7 @@ pub fn kubeconfig(cfg: &KubeConfig, pem_file: &Path) -> String {
         cfg.host.clone()
     };
     let trust = match &cfg.ca {
-        Some(ca) => format!("certificate-authority-data: {}", base64(ca)),
+        Some(ca) => format!("certificate-authority-data: {}", STANDARD.encode(ca)),
         None => "insecure-skip-tls-verify: true".into(),
     };
     let file = pem_file.display();

@@ -4,6 +4,8 @@
 //! its subject's CN and O (a client certificate's user and groups).
 //! Pure: ring signs, the caller stores.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use std::net::IpAddr;
 
 use ring::rand::SystemRandom;
@@ -39,17 +41,9 @@ pub const OID_ECDSA_SHA256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 
 pub const OID_ORGANIZATION: &[u8] = &[0x55, 0x04, 0x0a];
 pub const OID_COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 
-/// Base64 (through k8s-openapi's ByteString, which the API types use).
-pub fn base64(bytes: &[u8]) -> String {
-    serde_json::to_value(k8s_openapi::ByteString(bytes.to_vec()))
-        .ok()
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_default()
-}
-
 /// PEM of `der` with `label`, 64 characters a line.
 pub fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64(der);
+    let b64 = STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for chunk in b64.as_bytes().chunks(64) {
         out.push_str(&String::from_utf8_lossy(chunk));
@@ -81,34 +75,29 @@ pub fn read_der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, &b[..len], &b[len..]))
 }
 
-/// Days since 1970-01-01 of a civil date (H. Hinnant's algorithm; the
-/// inverse of `cri_proto::log::civil_from_days`).
-pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// Seconds since the epoch of an X.509 UTCTime (`YYMMDDHHMMSSZ`, years
 /// 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
 pub fn x509_time(tag: u8, v: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
     let (year, rest) = match tag {
         0x17 => {
-            let yy: i64 = s.get(..2)?.parse().ok()?;
+            let yy: i16 = s.get(..2)?.parse().ok()?;
             (if yy < 50 { 2000 + yy } else { 1900 + yy }, s.get(2..)?)
         }
         0x18 => (s.get(..4)?.parse().ok()?, s.get(4..)?),
         _ => return None,
     };
-    let n = |i: usize| rest.get(i..i + 2)?.parse::<i64>().ok();
-    let (month, day, h, m, sec) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
-    let days = days_from_civil(year, month, day);
-    Some(days * 86_400 + h * 3600 + m * 60 + sec)
+    if rest.len() != 10 || !rest.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = |i: usize| rest.get(i..i + 2)?.parse::<i8>().ok();
+    let t = jiff::civil::DateTime::new(year, n(0)?, n(2)?, n(4)?, n(6)?, n(8)?, 0).ok()?;
+    Some(
+        t.to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()?
+            .timestamp()
+            .as_second(),
+    )
 }
 
 /// The validity (notBefore, notAfter; seconds since the epoch) of the
@@ -135,15 +124,11 @@ const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01]
 /// An X.509 time for `secs` since the epoch: UTCTime through 2049,
 /// GeneralizedTime after (RFC 5280 4.1.2.5).
 pub fn x509_time_der(secs: i64) -> Vec<u8> {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (year, month, day) = cri_proto::log::civil_from_days(days);
-    let clock = format!(
-        "{month:02}{day:02}{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    );
+    use jiff::Timestamp;
+    let secs = secs.clamp(Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
+    let t = Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH);
+    let year = t.to_zoned(jiff::tz::TimeZone::UTC).year();
+    let clock = t.strftime("%m%d%H%M%SZ");
     if (1950..2050).contains(&year) {
         der(0x17, format!("{:02}{clock}", year % 100).as_bytes())
     } else {

@@ -113,36 +113,11 @@ pub fn url_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A query component as forms encode it: `+` is a space, `%2B` a plus.
 fn percent_decode(s: &str) -> String {
-    let hex = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push(hi << 4 | lo);
-                i += 3;
-            }
-            (b'+', _, _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(&s.replace('+', " "))
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Nanoseconds since the epoch of an RFC 3339 time (`Z` or `±hh:mm`).
@@ -300,6 +275,18 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_pairs_decode_as_forms_do() {
+        assert_eq!(
+            url_pairs("sinceTime=2026-11-26T10%3A00%3A00%2B01%3A00&a+b=c%20d&&flag"),
+            [
+                ("sinceTime".into(), "2026-11-26T10:00:00+01:00".into()),
+                ("a b".into(), "c d".into()),
+                ("flag".into(), String::new()),
+            ]
+        );
+    }
 
     const LOG: &str = "2026-11-26T10:00:00.000000001Z stdout F one\n\
         2026-11-26T10:00:01.5Z stderr F two\n\

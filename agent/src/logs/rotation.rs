@@ -76,19 +76,9 @@ pub fn plan(rotated: &[PathBuf], policy: Policy) -> Plan {
 
 /// `<log>.<YYYYMMDD-hhmmss>` (UTC), the name the live file is rotated to.
 pub fn rotated_name(log: &Path, now: SystemTime) -> PathBuf {
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (y, mo, d) =
-        cri_proto::log::civil_from_days(i64::try_from(secs / 86_400).unwrap_or(i64::MAX));
-    let s = secs % 86_400;
+    let t = jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let mut name = log.as_os_str().to_owned();
-    name.push(format!(
-        ".{y:04}{mo:02}{d:02}-{:02}{:02}{:02}",
-        s / 3600,
-        s / 60 % 60,
-        s % 60
-    ));
+    name.push(t.strftime(".%Y%m%d-%H%M%S").to_string());
     PathBuf::from(name)
 }
 

@@ -44,11 +44,12 @@ impl Objects {
     }
 }
 
-/// A base64 string's bytes (through k8s-openapi's ByteString).
+/// A base64 string's bytes.
 fn base64(v: &Value) -> Option<Vec<u8>> {
-    serde_json::from_value::<k8s_openapi::ByteString>(v.clone())
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(v.as_str()?)
         .ok()
-        .map(|b| b.0)
 }
 
 /// A configMap's `data` (text) and `binaryData` (base64) as bytes.
