@@ -46,6 +46,7 @@ pub mod reason;
 pub mod runtime;
 pub mod server;
 pub mod stats;
+pub mod statsapi;
 pub mod status;
 pub mod volumes;
 

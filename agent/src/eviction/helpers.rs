@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use edge_config::quantity::Threshold as Amount;
 use k8s_openapi::api::core::v1::Pod;
-use serde_json::Value;
 
 use crate::qos::quantity;
+use crate::statsapi::{FsStats, MemoryStats, Summary};
 
 /// kubelet's pod status reason for an evicted pod, and its event reason.
 pub const REASON: &str = crate::reason::EVICTED;
@@ -163,15 +163,23 @@ pub struct Usage {
     pub memory: u64,
     pub ephemeral: u64,
     pub processes: u64,
-    /// Per container: name, memory working set, ephemeral bytes (rootfs + logs).
-    pub containers: Vec<(String, u64, u64)>,
+    pub containers: Vec<ContainerUsage>,
+}
+
+/// A container's usage, from its summary entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerUsage {
+    pub name: String,
+    pub working_set: u64,
+    /// rootfs + logs.
+    pub ephemeral: u64,
 }
 
 /// The signals and each pod's usage (by UID), from a `/stats/summary`
-/// (kubelet's `makeSignalObservations`).
-pub fn observe(summary: &Value) -> (BTreeMap<Signal, Observation>, HashMap<String, Usage>) {
-    let u = |v: &Value| v.as_u64();
-    let node = &summary["node"];
+/// (kubelet's `makeSignalObservations`). A figure the summary lacks gives
+/// no signal (never "0 available").
+pub fn observe(summary: &Summary) -> (BTreeMap<Signal, Observation>, HashMap<String, Usage>) {
+    let node = &summary.node;
     let mut obs = BTreeMap::new();
     let mut put = |s: Signal, available: Option<u64>, capacity: Option<u64>| {
         if let (Some(available), Some(capacity)) = (available, capacity) {
@@ -184,68 +192,62 @@ pub fn observe(summary: &Value) -> (BTreeMap<Signal, Observation>, HashMap<Strin
             );
         }
     };
-    let mem = &node["memory"];
-    put(
-        Signal::MemoryAvailable,
-        u(&mem["availableBytes"]),
-        u(&mem["availableBytes"])
-            .zip(u(&mem["workingSetBytes"]))
-            .map(|(a, w)| a + w),
-    );
-    let fs = &node["fs"];
-    put(
-        Signal::NodefsAvailable,
-        u(&fs["availableBytes"]),
-        u(&fs["capacityBytes"]),
-    );
-    put(
-        Signal::NodefsInodesFree,
-        u(&fs["inodesFree"]),
-        u(&fs["inodes"]),
-    );
-    let img = &node["runtime"]["imageFs"];
-    put(
-        Signal::ImagefsAvailable,
-        u(&img["availableBytes"]),
-        u(&img["capacityBytes"]),
-    );
-    put(
-        Signal::ImagefsInodesFree,
-        u(&img["inodesFree"]),
-        u(&img["inodes"]),
-    );
-    let rl = &node["rlimit"];
-    put(
-        Signal::PidAvailable,
-        u(&rl["maxpid"])
-            .zip(u(&rl["curproc"]))
-            .map(|(m, c)| m.saturating_sub(c)),
-        u(&rl["maxpid"]),
-    );
+    if let Some(mem) = &node.memory {
+        put(
+            Signal::MemoryAvailable,
+            mem.available_bytes,
+            mem.available_bytes
+                .zip(mem.working_set_bytes)
+                .map(|(a, w)| a + w),
+        );
+    }
+    if let Some(fs) = &node.fs {
+        put(
+            Signal::NodefsAvailable,
+            fs.available_bytes,
+            fs.capacity_bytes,
+        );
+        put(Signal::NodefsInodesFree, fs.inodes_free, fs.inodes);
+    }
+    if let Some(img) = node.runtime.as_ref().and_then(|r| r.image_fs.as_ref()) {
+        put(
+            Signal::ImagefsAvailable,
+            img.available_bytes,
+            img.capacity_bytes,
+        );
+        put(Signal::ImagefsInodesFree, img.inodes_free, img.inodes);
+    }
+    if let Some(rl) = &node.rlimit {
+        put(
+            Signal::PidAvailable,
+            rl.maxpid.zip(rl.curproc).map(|(m, c)| m.saturating_sub(c)),
+            rl.maxpid,
+        );
+    }
+    let used = |fs: &Option<FsStats>| fs.as_ref().and_then(|f| f.used_bytes).unwrap_or(0);
+    let working_set =
+        |m: &Option<MemoryStats>| m.as_ref().and_then(|m| m.working_set_bytes).unwrap_or(0);
     let mut pods = HashMap::new();
-    for p in summary["pods"].as_array().into_iter().flatten() {
-        let Some(uid) = p["podRef"]["uid"].as_str() else {
-            continue;
-        };
-        let containers = p["containers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                (
-                    c["name"].as_str().unwrap_or_default().to_string(),
-                    u(&c["memory"]["workingSetBytes"]).unwrap_or(0),
-                    u(&c["rootfs"]["usedBytes"]).unwrap_or(0)
-                        + u(&c["logs"]["usedBytes"]).unwrap_or(0),
-                )
+    for p in &summary.pods {
+        let containers = p
+            .containers
+            .iter()
+            .map(|c| ContainerUsage {
+                name: c.name.clone(),
+                working_set: working_set(&c.memory),
+                ephemeral: used(&c.rootfs) + used(&c.logs),
             })
             .collect();
         pods.insert(
-            uid.to_string(),
+            p.pod_ref.uid.clone(),
             Usage {
-                memory: u(&p["memory"]["workingSetBytes"]).unwrap_or(0),
-                ephemeral: u(&p["ephemeral-storage"]["usedBytes"]).unwrap_or(0),
-                processes: u(&p["process_stats"]["process_count"]).unwrap_or(0),
+                memory: working_set(&p.memory),
+                ephemeral: used(&p.ephemeral_storage),
+                processes: p
+                    .process_stats
+                    .as_ref()
+                    .and_then(|s| s.process_count)
+                    .unwrap_or(0),
                 containers,
             },
         );
@@ -429,13 +431,13 @@ pub fn message(t: &Threshold, obs: &BTreeMap<Signal, Observation>, c: &Candidate
         && let Some(u) = &c.usage
     {
         for container in &spec.containers {
-            let Some((_, mem, eph)) = u.containers.iter().find(|x| x.0 == container.name) else {
+            let Some(cu) = u.containers.iter().find(|x| x.name == container.name) else {
                 continue;
             };
             let (used, res) = if is_memory {
-                (*mem, "memory")
+                (cu.working_set, "memory")
             } else {
-                (*eph, "ephemeral-storage")
+                (cu.ephemeral, "ephemeral-storage")
             };
             let request = quantity(container, "requests", res).unwrap_or(0);
             if u128::from(used) > request {

@@ -81,7 +81,7 @@ pub fn spawn(m: Manager, tx: watch::Sender<BTreeSet<Condition>>) {
 /// The summary of `scope`, read off the async workers; the pods' disk usage
 /// (the runtime's writable layers, log and volume directories walked) only
 /// ranking for a disk signal needs.
-async fn summary(m: &Manager, scope: Scope) -> Option<serde_json::Value> {
+async fn summary(m: &Manager, scope: Scope) -> Option<crate::statsapi::Summary> {
     let rootfs = if scope == Scope::PodsAndDisk {
         m.cri.writable_layers().await.unwrap_or_default()
     } else {

@@ -3,6 +3,8 @@
 //! translation of CRI listings into [`Observed`] for one pod.
 
 use std::collections::HashMap;
+
+use crate::statsapi::DiskUsage;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -465,9 +467,9 @@ impl Cri {
         Ok(())
     }
 
-    /// Writable layer usage (bytes, inodes) by container id, from the
-    /// runtime's ListContainerStats (kubelet's container `rootfs`).
-    pub async fn writable_layers(&self) -> Result<HashMap<String, (u64, u64)>> {
+    /// Writable layer usage by container id, from the runtime's
+    /// ListContainerStats (kubelet's container `rootfs`).
+    pub async fn writable_layers(&self) -> Result<HashMap<String, DiskUsage>> {
         let stats = self
             .rt
             .clone()
@@ -483,10 +485,10 @@ impl Cri {
                 let w = s.writable_layer?;
                 Some((
                     id,
-                    (
-                        w.used_bytes.map(|v| v.value).unwrap_or(0),
-                        w.inodes_used.map(|v| v.value).unwrap_or(0),
-                    ),
+                    DiskUsage {
+                        bytes: w.used_bytes.map(|v| v.value).unwrap_or(0),
+                        inodes: w.inodes_used.map(|v| v.value).unwrap_or(0),
+                    },
                 ))
             })
             .collect())

@@ -368,7 +368,7 @@ async fn blocking(f: impl FnOnce() -> Response + Send + 'static) -> Response {
         .unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response())
 }
 
-fn json_reply(v: &serde_json::Value) -> Response {
+fn json_reply(v: &impl serde::Serialize) -> Response {
     (
         [(header::CONTENT_TYPE, "application/json")],
         serde_json::to_vec(v).unwrap_or_default(),

@@ -17,6 +17,7 @@ use edge_config::Config;
 
 use crate::cri_config::NodeInfo;
 use crate::mutex::lock;
+use crate::statsapi::DiskUsage;
 use crate::{oom, status};
 
 /// A cgroup's CPU reading: when, usage ns, and the last rate (nanocores).
@@ -84,7 +85,7 @@ impl Stats {
     /// `/stats/summary`, given the containers' writable layers (from the
     /// runtime). Reads cgroupfs and walks volume and log directories: call
     /// it off the async workers.
-    pub fn summary(&self, rootfs: HashMap<String, (u64, u64)>) -> serde_json::Value {
+    pub fn summary(&self, rootfs: HashMap<String, DiskUsage>) -> crate::statsapi::Summary {
         self.summary_of(rootfs, Scope::PodsAndDisk)
     }
 
@@ -92,9 +93,9 @@ impl Stats {
     /// every 10 s and the pods' only to rank them.
     pub fn summary_of(
         &self,
-        rootfs: HashMap<String, (u64, u64)>,
+        rootfs: HashMap<String, DiskUsage>,
         scope: Scope,
-    ) -> serde_json::Value {
+    ) -> crate::statsapi::Summary {
         let pod_disk = scope == Scope::PodsAndDisk;
         let snap = collect::collect(self, scope != Scope::Node);
         let now = crate::clock::now();
@@ -162,11 +163,11 @@ impl Stats {
                 .unwrap_or_default();
             pods.insert(
                 uid.clone(),
-                (
-                    p.metadata.name.clone().unwrap_or_default(),
-                    p.metadata.namespace.clone().unwrap_or_default(),
-                    start,
-                ),
+                summary::PodInfo {
+                    name: p.metadata.name.clone().unwrap_or_default(),
+                    namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                    start_time: start,
+                },
             );
             if !pod_disk {
                 continue;
@@ -177,9 +178,11 @@ impl Stats {
             let mut vols = Vec::new();
             for v in p.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
                 if let Some(e) = &v.empty_dir {
-                    let (bytes, inodes) = summary::du(&ed.join(&v.name));
-                    let memory = e.medium.as_deref() == Some("Memory");
-                    vols.push((v.name.clone(), bytes, inodes, memory));
+                    vols.push(summary::EmptyDir {
+                        name: v.name.clone(),
+                        usage: summary::du(&ed.join(&v.name)),
+                        memory: e.medium.as_deref() == Some("Memory"),
+                    });
                 }
             }
             volume_stats.insert(uid.clone(), vols);

@@ -1,15 +1,18 @@
-//! `/stats/summary` in kubelet's JSON shape (statsapi `Summary`): node and
-//! pods with their containers — cpu (with `usageNanoCores` over the time
-//! since the previous reading), memory, network, node fs and imagefs, the
-//! pids rlimit, pod process counts, container log usage. Built from the
-//! same cgroup snapshot as `/metrics/cadvisor`; the JSON assembly is pure.
+//! `/stats/summary` ([`crate::statsapi::Summary`], kubelet's shape): node
+//! and pods with their containers — cpu (with `usageNanoCores` over the
+//! time since the previous reading), memory, network, node fs and imagefs,
+//! the pids rlimit, pod process counts, container log usage. Built from the
+//! same cgroup snapshot as `/metrics/cadvisor`; the assembly is pure.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde_json::{Value, json};
-
 use crate::stats::cadvisor::{Entry, Snapshot};
+use crate::statsapi::{
+    ContainerStats, CpuStats, DiskUsage, FsStats, InterfaceStats, MemoryStats, NetworkStats,
+    NodeStats, PodReference, PodStats, ProcessStats, RlimitStats, RuntimeStats, Summary,
+    VolumeStats,
+};
 use cgroup::procfs::NetIf;
 
 /// Filesystem figures (`FsStats`).
@@ -38,16 +41,16 @@ impl Fs {
         })
     }
 
-    fn json(&self, time: &str) -> Value {
-        json!({
-            "time": time,
-            "availableBytes": self.available,
-            "capacityBytes": self.capacity,
-            "usedBytes": self.used,
-            "inodesFree": self.inodes_free,
-            "inodes": self.inodes,
-            "inodesUsed": self.inodes.saturating_sub(self.inodes_free),
-        })
+    fn stats(&self, time: &str) -> FsStats {
+        FsStats {
+            time: time.to_string(),
+            available_bytes: Some(self.available),
+            capacity_bytes: Some(self.capacity),
+            used_bytes: Some(self.used),
+            inodes_free: Some(self.inodes_free),
+            inodes: Some(self.inodes),
+            inodes_used: Some(self.inodes.saturating_sub(self.inodes_free)),
+        }
     }
 }
 
@@ -64,14 +67,32 @@ pub struct Extras {
     pub image_fs: Option<Fs>,
     pub pid_max: u64,
     pub processes: u64,
-    /// By pod UID: (name, namespace, start time RFC 3339).
-    pub pods: HashMap<String, (String, String, String)>,
-    /// By (pod UID, container name): log bytes and inodes.
-    pub logs: HashMap<(String, String), (u64, u64)>,
-    /// By container ID (the runtime's): writable layer bytes and inodes.
-    pub rootfs: HashMap<String, (u64, u64)>,
-    /// By pod UID: emptyDir volumes (name, bytes, inodes, memory-backed).
-    pub volumes: HashMap<String, Vec<(String, u64, u64, bool)>>,
+    /// By pod UID.
+    pub pods: HashMap<String, PodInfo>,
+    /// By (pod UID, container name): the container's log directory.
+    pub logs: HashMap<(String, String), DiskUsage>,
+    /// By container ID (the runtime's): the writable layer.
+    pub rootfs: HashMap<String, DiskUsage>,
+    /// By pod UID: emptyDir volumes.
+    pub volumes: HashMap<String, Vec<EmptyDir>>,
+}
+
+/// A pod as the summary names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    pub name: String,
+    pub namespace: String,
+    /// RFC 3339.
+    pub start_time: String,
+}
+
+/// An emptyDir volume's usage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmptyDir {
+    pub name: String,
+    pub usage: DiskUsage,
+    /// tmpfs (`medium: Memory`): memory, not ephemeral storage.
+    pub memory: bool,
 }
 
 /// Unix seconds as [`rfc3339`] takes them (saturating).
@@ -91,91 +112,90 @@ pub fn rfc3339(secs: i64) -> String {
         .unwrap_or_default()
 }
 
-fn cpu(e: &Entry, x: &Extras) -> Value {
-    let mut v = json!({
-        "time": x.now,
-        "usageCoreNanoSeconds": e.stats.cpu.usage_ns,
-    });
-    if let Some(n) = x.nano_cores.get(&e.labels.id) {
-        v["usageNanoCores"] = json!(n);
+fn cpu(e: &Entry, x: &Extras) -> CpuStats {
+    CpuStats {
+        time: x.now.clone(),
+        usage_nano_cores: x.nano_cores.get(&e.labels.id).copied(),
+        usage_core_nano_seconds: Some(e.stats.cpu.usage_ns),
     }
-    v
 }
 
-fn memory(e: &Entry, x: &Extras, limit: Option<u64>) -> Value {
+fn memory(e: &Entry, x: &Extras, limit: Option<u64>) -> MemoryStats {
     let m = &e.stats.memory;
-    let mut v = json!({
-        "time": x.now,
-        "usageBytes": m.usage,
-        "workingSetBytes": m.working_set,
-        "rssBytes": m.rss,
-        "pageFaults": m.pgfault,
-        "majorPageFaults": m.pgmajfault,
-    });
-    if let Some(l) = limit.or(m.limit) {
-        v["availableBytes"] = json!(l.saturating_sub(m.working_set));
+    MemoryStats {
+        time: x.now.clone(),
+        available_bytes: limit.or(m.limit).map(|l| l.saturating_sub(m.working_set)),
+        usage_bytes: Some(m.usage),
+        working_set_bytes: Some(m.working_set),
+        rss_bytes: Some(m.rss),
+        page_faults: Some(m.pgfault),
+        major_page_faults: Some(m.pgmajfault),
     }
-    v
 }
 
-fn interface(n: &NetIf) -> Value {
-    json!({
-        "name": n.name,
-        "rxBytes": n.rx_bytes,
-        "rxErrors": n.rx_errors,
-        "txBytes": n.tx_bytes,
-        "txErrors": n.tx_errors,
-    })
+fn interface(n: &NetIf) -> InterfaceStats {
+    InterfaceStats {
+        name: n.name.clone(),
+        rx_bytes: Some(n.rx_bytes),
+        rx_errors: Some(n.rx_errors),
+        tx_bytes: Some(n.tx_bytes),
+        tx_errors: Some(n.tx_errors),
+    }
 }
 
-fn network(ifs: &[NetIf], x: &Extras) -> Value {
+fn network(ifs: &[NetIf], x: &Extras) -> NetworkStats {
     // The default interface: eth0 when there is one (kubelet's choice).
-    let mut v = ifs
-        .iter()
-        .find(|n| n.name == "eth0")
-        .or(ifs.first())
-        .map(interface)
-        .unwrap_or_else(|| json!({}));
-    let list: Vec<Value> = ifs.iter().map(interface).collect();
-    v["time"] = json!(x.now);
-    v["interfaces"] = json!(list);
-    v
+    NetworkStats {
+        time: x.now.clone(),
+        default: ifs
+            .iter()
+            .find(|n| n.name == "eth0")
+            .or(ifs.first())
+            .map(interface),
+        interfaces: ifs.iter().map(interface).collect(),
+    }
 }
 
 /// `FsStats` of the filesystem `fs` (when known) with this usage.
-fn usage(fs: Option<Fs>, x: &Extras, (bytes, inodes): (u64, u64)) -> Value {
-    let mut v = fs
-        .map(|f| f.json(&x.now))
-        .unwrap_or_else(|| json!({"time": x.now}));
-    v["usedBytes"] = json!(bytes);
-    v["inodesUsed"] = json!(inodes);
-    v
+fn usage(fs: Option<Fs>, x: &Extras, u: DiskUsage) -> FsStats {
+    FsStats {
+        used_bytes: Some(u.bytes),
+        inodes_used: Some(u.inodes),
+        ..fs.map(|f| f.stats(&x.now)).unwrap_or_else(|| FsStats {
+            time: x.now.clone(),
+            ..FsStats::default()
+        })
+    }
 }
 
 /// Builds the summary.
-pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
+pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Summary {
     let root = snap.entries.iter().find(|e| e.labels.id == "/");
-    let mut node = json!({
-        "nodeName": x.node_name,
-        "startTime": x.boot_time,
-        "network": network(host_network, x),
-        "rlimit": {"time": x.now, "maxpid": x.pid_max, "curproc": x.processes},
-    });
-    if let Some(r) = root {
-        node["cpu"] = cpu(r, x);
-        node["memory"] = memory(r, x, Some(snap.machine.memory_bytes));
-    }
-    if let Some(fs) = &x.node_fs {
-        node["fs"] = fs.json(&x.now);
-    }
-    if let Some(fs) = &x.image_fs {
-        node["runtime"] = json!({"imageFs": fs.json(&x.now)});
-    }
+    let node = NodeStats {
+        node_name: x.node_name.clone(),
+        start_time: x.boot_time.clone(),
+        cpu: root.map(|r| cpu(r, x)),
+        memory: root.map(|r| memory(r, x, Some(snap.machine.memory_bytes))),
+        network: Some(network(host_network, x)),
+        fs: x.node_fs.map(|fs| fs.stats(&x.now)),
+        runtime: x.image_fs.map(|fs| RuntimeStats {
+            image_fs: Some(fs.stats(&x.now)),
+        }),
+        rlimit: Some(RlimitStats {
+            time: x.now.clone(),
+            maxpid: Some(x.pid_max),
+            curproc: Some(x.processes),
+        }),
+    };
     let mut pods = Vec::new();
     let mut uids: Vec<&String> = x.pods.keys().collect();
     uids.sort();
     for uid in uids {
-        let (name, namespace, start) = &x.pods[uid];
+        let PodInfo {
+            name,
+            namespace,
+            start_time,
+        } = &x.pods[uid];
         // The pod's cgroup and its containers' entries.
         let (pod_level, mine): (Vec<&Entry>, Vec<&Entry>) = snap
             .entries
@@ -184,73 +204,73 @@ pub fn build(snap: &Snapshot, x: &Extras, host_network: &[NetIf]) -> Value {
             .partition(|e| e.labels.container.is_empty());
         let pod_cg = pod_level.first();
         let mut containers = Vec::new();
-        let mut log_total = (0, 0);
-        let mut rootfs_total = (0, 0);
+        let mut log_total = DiskUsage::default();
+        let mut rootfs_total = DiskUsage::default();
         for e in &mine {
-            let mut c = json!({
-                "name": e.labels.container,
-                "startTime": rfc3339(
+            let logs = x.logs.get(&(uid.clone(), e.labels.container.clone()));
+            if let Some(u) = logs {
+                log_total.bytes += u.bytes;
+                log_total.inodes += u.inodes;
+            }
+            let rootfs = x.rootfs.get(&e.labels.name);
+            if let Some(u) = rootfs {
+                rootfs_total.bytes += u.bytes;
+                rootfs_total.inodes += u.inodes;
+            }
+            containers.push(ContainerStats {
+                name: e.labels.container.clone(),
+                start_time: rfc3339(
                     std::time::Duration::try_from_secs_f64(e.start_time)
-                        .map_or(0, |d| secs(d.as_secs()))
+                        .map_or(0, |d| secs(d.as_secs())),
                 ),
-                "cpu": cpu(e, x),
-                "memory": memory(e, x, None),
+                cpu: Some(cpu(e, x)),
+                memory: Some(memory(e, x, None)),
+                rootfs: rootfs.map(|&u| usage(x.image_fs, x, u)),
+                logs: logs.map(|&u| usage(x.node_fs, x, u)),
             });
-            if let Some(&(bytes, inodes)) = x.logs.get(&(uid.clone(), e.labels.container.clone())) {
-                log_total.0 += bytes;
-                log_total.1 += inodes;
-                c["logs"] = usage(x.node_fs, x, (bytes, inodes));
-            }
-            if let Some(&(bytes, inodes)) = x.rootfs.get(&e.labels.name) {
-                rootfs_total.0 += bytes;
-                rootfs_total.1 += inodes;
-                c["rootfs"] = usage(x.image_fs, x, (bytes, inodes));
-            }
-            containers.push(c);
         }
-        let mut p = json!({
-            "podRef": {"name": name, "namespace": namespace, "uid": uid},
-            "startTime": start,
-            "containers": containers,
-        });
-        if let Some(e) = pod_cg {
-            p["cpu"] = cpu(e, x);
-            p["memory"] = memory(e, x, None);
-            p["network"] = network(&e.network, x);
-            let procs: u64 = mine.iter().map(|c| c.stats.pids.current).sum();
-            p["process_stats"] = json!({"process_count": procs});
-        }
-        let mut vol_total = (0, 0);
-        let mut volumes = Vec::new();
-        for (vname, bytes, inodes, memory) in x.volumes.get(uid).into_iter().flatten() {
+        let mut vol_total = DiskUsage::default();
+        let mut volume = Vec::new();
+        for v in x.volumes.get(uid).into_iter().flatten() {
             // Disk-backed emptyDirs count as ephemeral storage; tmpfs ones
             // are memory (kubelet does the same).
-            if !memory {
-                vol_total.0 += bytes;
-                vol_total.1 += inodes;
+            if !v.memory {
+                vol_total.bytes += v.usage.bytes;
+                vol_total.inodes += v.usage.inodes;
             }
-            let mut v = usage(x.node_fs, x, (*bytes, *inodes));
-            v["name"] = json!(vname);
-            volumes.push(v);
+            volume.push(VolumeStats {
+                name: v.name.clone(),
+                fs: usage(x.node_fs, x, v.usage),
+            });
         }
-        if !volumes.is_empty() {
-            p["volume"] = json!(volumes);
-        }
-        if x.node_fs.is_some() {
-            // kubelet: rootfs + logs + local (emptyDir) volumes.
-            let total = (
-                log_total.0 + rootfs_total.0 + vol_total.0,
-                log_total.1 + rootfs_total.1 + vol_total.1,
-            );
-            p["ephemeral-storage"] = usage(x.node_fs, x, total);
-        }
-        pods.push(p);
+        // kubelet: rootfs + logs + local (emptyDir) volumes.
+        let ephemeral = DiskUsage {
+            bytes: log_total.bytes + rootfs_total.bytes + vol_total.bytes,
+            inodes: log_total.inodes + rootfs_total.inodes + vol_total.inodes,
+        };
+        pods.push(PodStats {
+            pod_ref: PodReference {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                uid: uid.clone(),
+            },
+            start_time: start_time.clone(),
+            containers,
+            cpu: pod_cg.map(|e| cpu(e, x)),
+            memory: pod_cg.map(|e| memory(e, x, None)),
+            network: pod_cg.map(|e| network(&e.network, x)),
+            volume,
+            ephemeral_storage: x.node_fs.map(|_| usage(x.node_fs, x, ephemeral)),
+            process_stats: pod_cg.map(|_| ProcessStats {
+                process_count: Some(mine.iter().map(|c| c.stats.pids.current).sum()),
+            }),
+        });
     }
-    json!({"node": node, "pods": pods})
+    Summary { node, pods }
 }
 
 /// Bytes (allocated) and inodes under `dir`.
-pub fn du(dir: &Path) -> (u64, u64) {
+pub fn du(dir: &Path) -> DiskUsage {
     use std::os::unix::fs::MetadataExt;
     let (mut bytes, mut inodes) = (0, 0);
     let mut stack = vec![dir.to_path_buf()];
@@ -264,7 +284,7 @@ pub fn du(dir: &Path) -> (u64, u64) {
             }
         }
     }
-    (bytes, inodes)
+    DiskUsage { bytes, inodes }
 }
 
 #[cfg(test)]
@@ -289,6 +309,10 @@ mod tests {
         e.stats.memory.usage = ws + 10;
         e.stats.pids.current = 2;
         e
+    }
+
+    fn du(bytes: u64, inodes: u64) -> DiskUsage {
+        DiskUsage { bytes, inodes }
     }
 
     #[test]
@@ -319,24 +343,32 @@ mod tests {
             processes: 99,
             pods: HashMap::from([(
                 "u".to_string(),
-                (
-                    "p".to_string(),
-                    "default".to_string(),
-                    "2026-11-21T12:00:00Z".to_string(),
-                ),
+                PodInfo {
+                    name: "p".into(),
+                    namespace: "default".into(),
+                    start_time: "2026-11-21T12:00:00Z".into(),
+                },
             )]),
-            logs: HashMap::from([(("u".to_string(), "web".to_string()), (4096, 2))]),
-            rootfs: HashMap::from([("c1".to_string(), (8192, 3))]),
+            logs: HashMap::from([(("u".to_string(), "web".to_string()), du(4096, 2))]),
+            rootfs: HashMap::from([("c1".to_string(), du(8192, 3))]),
             volumes: HashMap::from([(
                 "u".to_string(),
                 vec![
-                    ("cache".to_string(), 1024, 1, false),
-                    ("shm".to_string(), 2048, 1, true),
+                    EmptyDir {
+                        name: "cache".into(),
+                        usage: du(1024, 1),
+                        memory: false,
+                    },
+                    EmptyDir {
+                        name: "shm".into(),
+                        usage: du(2048, 1),
+                        memory: true,
+                    },
                 ],
             )]),
             ..Default::default()
         };
-        let v = build(&snap, &x, &[]);
+        let v = serde_json::to_value(build(&snap, &x, &[])).expect("json");
         assert_eq!(v["node"]["nodeName"], "edge");
         assert_eq!(v["node"]["cpu"]["usageCoreNanoSeconds"], 9_000);
         assert_eq!(v["node"]["memory"]["availableBytes"], 3000);

@@ -27,7 +27,11 @@ fn cand(p: Pod, memory: Option<u64>) -> Candidate {
         uid: p.metadata.uid.clone().unwrap_or_default(),
         usage: memory.map(|m| Usage {
             memory: m,
-            containers: vec![("app".into(), m, 0)],
+            containers: vec![ContainerUsage {
+                name: "app".into(),
+                working_set: m,
+                ephemeral: 0,
+            }],
             ..Default::default()
         }),
         pod: Arc::new(p),
@@ -73,6 +77,7 @@ fn signals_come_from_the_summary() {
             "containers": [{"name": "app", "memory": {"workingSetBytes": 40}, "rootfs": {"usedBytes": 2}, "logs": {"usedBytes": 1}}],
         }],
     });
+    let summary: Summary = serde_json::from_value(summary).expect("kubelet's shape");
     let (obs, pods) = observe(&summary);
     let o = |s| obs[&s];
     assert_eq!(
@@ -119,9 +124,16 @@ fn signals_come_from_the_summary() {
     );
     let u = &pods["u1"];
     assert_eq!((u.memory, u.ephemeral, u.processes), (42, 7, 3));
-    assert_eq!(u.containers, vec![("app".to_string(), 40, 3)]);
+    assert_eq!(
+        u.containers,
+        vec![ContainerUsage {
+            name: "app".into(),
+            working_set: 40,
+            ephemeral: 3
+        }]
+    );
     // A summary without a section has no such signal (never "0 available").
-    let (obs, _) = observe(&json!({"node": {}}));
+    let (obs, _) = observe(&Summary::default());
     assert!(obs.is_empty());
 }
 
