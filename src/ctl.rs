@@ -1,5 +1,6 @@
 //! `picolet ctl`: a small crictl-like client for people on the device.
 
+use crate::ctl_manage::{resolve, resolve_pod, short};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -313,50 +314,6 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
     }
 }
 
-/// The one pod sandbox whose ID starts with `prefix`.
-pub(crate) async fn resolve_pod(
-    client: &mut RuntimeServiceClient<cri_proto::Channel>,
-    prefix: &str,
-) -> Result<String> {
-    let list = client
-        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
-        .await?
-        .into_inner()
-        .items;
-    let hits: Vec<String> = list
-        .into_iter()
-        .map(|p| p.id)
-        .filter(|id| id.starts_with(prefix))
-        .collect();
-    match hits.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => anyhow::bail!("no pod sandbox {prefix:?}"),
-        _ => anyhow::bail!("{prefix:?} matches {} pod sandboxes", hits.len()),
-    }
-}
-
-/// The one container whose ID starts with `prefix`.
-pub(crate) async fn resolve(
-    client: &mut RuntimeServiceClient<cri_proto::Channel>,
-    prefix: &str,
-) -> Result<String> {
-    let list = client
-        .list_containers(ListContainersRequest { filter: None })
-        .await?
-        .into_inner()
-        .containers;
-    let hits: Vec<String> = list
-        .into_iter()
-        .map(|c| c.id)
-        .filter(|id| id.starts_with(prefix))
-        .collect();
-    match hits.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => anyhow::bail!("no container {prefix:?}"),
-        _ => anyhow::bail!("{prefix:?} matches {} containers", hits.len()),
-    }
-}
-
 async fn exec(
     channel: cri_proto::Channel,
     prefix: &str,
@@ -397,10 +354,6 @@ fn age(created_ns: i64) -> String {
         3600..86400 => format!("{}h ago", s / 3600),
         _ => format!("{}d ago", s / 86400),
     }
-}
-
-pub(crate) fn short(id: &str) -> String {
-    id.chars().take(13).collect()
 }
 
 async fn pods(channel: cri_proto::Channel) -> Result<()> {
@@ -509,15 +462,4 @@ async fn ps(channel: cri_proto::Channel, all: bool) -> Result<()> {
         );
     }
     Ok(())
-}
-
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "kB", "MB", "GB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1000.0 && u < UNITS.len() - 1 {
-        v /= 1000.0;
-        u += 1;
-    }
-    format!("{v:.1}{}", UNITS[u])
 }

@@ -8,8 +8,6 @@ use cri_proto::picolet::{ImportRequest, PullRequest};
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::{ImageSpec, ListImagesRequest, RemoveImageRequest};
 
-use crate::ctl::human;
-
 pub async fn images(channel: cri_proto::Channel, quiet: bool) -> Result<()> {
     let mut client = ImageServiceClient::new(channel);
     let mut list = client
@@ -168,4 +166,15 @@ pub async fn rmi(channel: cri_proto::Channel, refs: Vec<String>) -> Result<()> {
         out!("removed {r}");
     }
     Ok(())
+}
+
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "kB", "MB", "GB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u < UNITS.len() - 1 {
+        v /= 1000.0;
+        u += 1;
+    }
+    format!("{v:.1}{}", UNITS[u])
 }

@@ -8,12 +8,11 @@ use anyhow::{Result, bail};
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
     ContainerFilter, ContainerState, ContainerStats, ContainerStatsFilter, ContainerStatusRequest,
-    ListContainerStatsRequest, ListContainersRequest, PodSandboxState, PodSandboxStatusRequest,
-    RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest, StopPodSandboxRequest,
+    ListContainerStatsRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxState,
+    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, StopContainerRequest,
+    StopPodSandboxRequest,
 };
 use serde_json::{Value, json};
-
-use crate::ctl::{resolve, resolve_pod, short};
 
 type Client = RuntimeServiceClient<cri_proto::Channel>;
 
@@ -308,8 +307,8 @@ pub async fn stats(client: &mut Client, prefix: Option<&str>) -> Result<()> {
             short(&attrs.id),
             attrs.metadata.map(|m| m.name).unwrap_or_default(),
             cpu.map_or_else(|| "-".into(), |c| format!("{c:.2}")),
-            opt(mem, crate::ctl::human),
-            opt(disk, crate::ctl::human),
+            opt(mem, crate::ctl_images::human),
+            opt(disk, crate::ctl_images::human),
             opt(inodes, |n| n.to_string()),
         );
     }
@@ -326,6 +325,55 @@ fn cpu_percent(before: Option<&ContainerStats>, after: &ContainerStats) -> Optio
     let (t1, u1) = cpu(after)?;
     let dt = t1.checked_sub(t0).filter(|d| *d > 0)?;
     Some(u1.saturating_sub(u0) as f64 * 100.0 / dt as f64)
+}
+
+/// The one pod sandbox whose ID starts with `prefix`.
+pub(crate) async fn resolve_pod(
+    client: &mut RuntimeServiceClient<cri_proto::Channel>,
+    prefix: &str,
+) -> Result<String> {
+    let list = client
+        .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+        .await?
+        .into_inner()
+        .items;
+    let hits: Vec<String> = list
+        .into_iter()
+        .map(|p| p.id)
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!("no pod sandbox {prefix:?}"),
+        _ => anyhow::bail!("{prefix:?} matches {} pod sandboxes", hits.len()),
+    }
+}
+
+/// The one container whose ID starts with `prefix`.
+pub(crate) async fn resolve(
+    client: &mut RuntimeServiceClient<cri_proto::Channel>,
+    prefix: &str,
+) -> Result<String> {
+    let list = client
+        .list_containers(ListContainersRequest { filter: None })
+        .await?
+        .into_inner()
+        .containers;
+    let hits: Vec<String> = list
+        .into_iter()
+        .map(|c| c.id)
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!("no container {prefix:?}"),
+        _ => anyhow::bail!("{prefix:?} matches {} containers", hits.len()),
+    }
+}
+
+/// A container or sandbox ID as crictl shows it.
+pub(crate) fn short(id: &str) -> String {
+    id.chars().take(13).collect()
 }
 
 #[cfg(test)]

@@ -46,7 +46,10 @@ const AGENT: &[(&str, &[&str])] = &[
     ("backoff", &["clock"]),
     ("certificate", &["kube"]),
     ("clock", &[]),
-    ("config", &["clock", "cri_config", "kube", "mutex"]),
+    (
+        "config",
+        &["clock", "cri_config", "events", "kube", "mutex"],
+    ),
     ("credentialprovider", &[]),
     ("cri_config", &["qos", "volumes"]),
     ("events", &["clock", "kube", "mutex"]),
@@ -62,6 +65,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "reason",
             "runtime",
             "stats",
+            "statsapi",
             "status",
         ],
     ),
@@ -112,7 +116,13 @@ const AGENT: &[(&str, &[&str])] = &[
     ("reason", &[]),
     (
         "runtime",
-        &["credentialprovider", "cri_config", "metrics", "plan"],
+        &[
+            "credentialprovider",
+            "cri_config",
+            "metrics",
+            "plan",
+            "statsapi",
+        ],
     ),
     (
         "server",
@@ -143,10 +153,12 @@ const AGENT: &[(&str, &[&str])] = &[
             "mutex",
             "oom",
             "qos",
+            "statsapi",
             "status",
             "volumes",
         ],
     ),
+    ("statsapi", &[]),
     (
         "status",
         &["clock", "config", "kube", "mutex", "plan", "pod", "reason"],
@@ -178,6 +190,7 @@ const AGENT_PURE: &[&str] = &[
     "probe",
     "qos",
     "reason",
+    "statsapi",
     "status::generate",
     "volumes::projection",
 ];
@@ -474,21 +487,8 @@ fn shim_modules_follow_the_table() {
 #[test]
 fn no_file_is_over_600_lines_without_a_reason() {
     let mut long = Vec::new();
-    for krate in [
-        "agent",
-        "shim",
-        "cgroup",
-        "images",
-        "cri-proto",
-        "edge-config",
-        "src",
-    ] {
-        let src = if krate == "src" {
-            root().join("src")
-        } else {
-            root().join(krate).join("src")
-        };
-        for m in modules(&src) {
+    for krate in CRATES {
+        for m in modules(&src_of(krate)) {
             let text = std::fs::read_to_string(&m.file).expect("read");
             let lines = m.code.lines().filter(|l| !l.trim().is_empty()).count();
             if lines > 600 && !text.lines().any(|l| l.starts_with("//! Long:")) {
@@ -498,6 +498,213 @@ fn no_file_is_over_600_lines_without_a_reason() {
     }
     assert!(long.is_empty(), "split these files:\n{}", long.join("\n"));
 }
+
+/// Every crate of the workspace by its folder (`src` is the binary's);
+/// [`every_workspace_crate_is_checked`] holds it to Cargo.toml.
+const CRATES: &[&str] = &[
+    "agent",
+    "shim",
+    "cgroup",
+    "images",
+    "registry",
+    "cri-proto",
+    "edge-config",
+    "xtask",
+    "bench",
+    "src",
+];
+
+#[test]
+fn every_workspace_crate_is_checked() {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let line = manifest
+        .lines()
+        .find(|l| l.starts_with("members = ["))
+        .expect("members line");
+    let mut members: Vec<&str> = line
+        .trim_start_matches("members = [")
+        .trim_end_matches(']')
+        .split(',')
+        .map(|m| m.trim().trim_matches('"'))
+        .map(|m| if m == "." { "src" } else { m })
+        .collect();
+    members.sort_unstable();
+    let mut listed = CRATES.to_vec();
+    listed.sort_unstable();
+    assert_eq!(members, listed, "CRATES must list every workspace member");
+}
+
+fn src_of(krate: &str) -> PathBuf {
+    if krate == "src" {
+        root().join("src")
+    } else {
+        root().join(krate).join("src")
+    }
+}
+
+/// The arrows between one crate's top-level modules, as the code has them.
+fn arrows(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mods = modules(src);
+    let tops: BTreeSet<String> = mods.iter().map(|m| top(&m.path)).collect();
+    let known: BTreeSet<&str> = tops.iter().map(String::as_str).collect();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for m in &mods {
+        let from = top(&m.path);
+        let to = out.entry(from.clone()).or_default();
+        for r in references(&m.code) {
+            let t = target(&r, &known);
+            if t != from && t != "crate" {
+                to.insert(t);
+            }
+        }
+    }
+    out
+}
+
+/// No crate has modules that use each other, directly or round about: the
+/// agent and the shim by their tables, every other crate as its code is.
+#[test]
+fn no_crate_has_a_circle_between_its_modules() {
+    let mut circles = Vec::new();
+    for krate in CRATES {
+        let graph = arrows(&src_of(krate));
+        let borrowed: BTreeMap<&str, BTreeSet<&str>> = graph
+            .iter()
+            .map(|(m, to)| (m.as_str(), to.iter().map(String::as_str).collect()))
+            .collect();
+        if let Some(c) = circle(&borrowed) {
+            circles.push(format!("{krate}: {}", c.join(" → ")));
+        }
+    }
+    assert!(circles.is_empty(), "{}", circles.join("\n"));
+}
+
+/// Code whose errors may still be text: it runs between fork and exec and
+/// reports through a pipe.
+const POST_FORK: &[&str] = &["shim/src/process/", "shim/src/host/", "shim/src/seccomp/"];
+
+/// Files that still return `Result<_, String>` outside post-fork code, and
+/// how many: the count may only go down (a file not listed has none).
+const STRING_ERRORS_LEFT: &[(&str, usize)] = &[
+    ("agent/src/certificate/bootstrap.rs", 6),
+    ("agent/src/certificate/serving.rs", 3),
+    ("agent/src/certificate/x509.rs", 1),
+    ("agent/src/config/manifest.rs", 1),
+    ("agent/src/credentialprovider.rs", 2),
+    ("agent/src/cri_config/container.rs", 1),
+    ("agent/src/kube/mod.rs", 1),
+    ("agent/src/kube/client.rs", 4),
+    ("agent/src/kube/config.rs", 3),
+    ("agent/src/kube/watch.rs", 1),
+    ("agent/src/logs/reader.rs", 1),
+    ("agent/src/pod_workers/worker/start.rs", 2),
+    ("agent/src/server/auth.rs", 3),
+    ("agent/src/server/stream.rs", 1),
+    ("agent/src/server/tls.rs", 5),
+    ("agent/src/volumes/api_objects.rs", 4),
+    ("agent/src/volumes/objects.rs", 3),
+    ("agent/src/volumes/projection.rs", 8),
+    ("shim/src/cni/builtin/mod.rs", 5),
+    ("shim/src/cni/builtin/ipam.rs", 6),
+    ("shim/src/cni/builtin/iptables.rs", 4),
+    ("shim/src/runtime/namespaces.rs", 2),
+    ("shim/src/streaming/attach.rs", 1),
+    ("shim/src/streaming/portforward.rs", 1),
+    ("shim/src/streaming/remotecommand.rs", 1),
+    ("cgroup/src/container.rs", 3),
+    ("cgroup/src/devices/mod.rs", 1),
+    ("images/src/unpack.rs", 1),
+    ("registry/src/lib.rs", 1),
+    ("registry/src/auth.rs", 1),
+    ("registry/src/client.rs", 4),
+    ("registry/src/config.rs", 4),
+    ("registry/src/dockercfg.rs", 2),
+    ("cri-proto/src/streaming/ws.rs", 1),
+    ("edge-config/src/labels.rs", 2),
+    ("edge-config/src/owner.rs", 1),
+    ("src/main.rs", 1),
+];
+
+/// `Result<T, String>` occurrences in code (comments and unit tests left
+/// out).
+fn string_results(code: &str) -> usize {
+    code.match_indices("Result<")
+        .filter(|(i, _)| {
+            let rest = &code[i + "Result<".len()..];
+            let mut depth = 0usize;
+            for (j, c) in rest.char_indices() {
+                match c {
+                    '<' | '(' => depth += 1,
+                    ')' => depth = depth.saturating_sub(1),
+                    '>' if depth == 0 => {
+                        return rest[..j].trim_end().ends_with(", String");
+                    }
+                    '>' => depth -= 1,
+                    _ => {}
+                }
+            }
+            false
+        })
+        .count()
+}
+
+/// Errors are typed per module; text only crosses a fork's pipe.
+#[test]
+fn errors_are_typed_outside_post_fork_code() {
+    let mut found = Vec::new();
+    for krate in CRATES {
+        let src = src_of(krate);
+        for m in modules(&src) {
+            let rel = m
+                .file
+                .strip_prefix(root())
+                .unwrap_or(&m.file)
+                .display()
+                .to_string();
+            if POST_FORK.iter().any(|p| rel.starts_with(p)) {
+                continue;
+            }
+            let n = string_results(&m.code);
+            let allowed = STRING_ERRORS_LEFT
+                .iter()
+                .find(|(f, _)| *f == rel)
+                .map_or(0, |(_, n)| *n);
+            if n > allowed {
+                found.push(format!("{rel}: {n} Result<_, String> (at most {allowed})"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "give these a typed error:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The shim's `Error::Internal` is for what has no better kind, never for
+/// an I/O or system error whose kind and path a `format!` would drop.
+#[test]
+fn no_internal_error_is_formatted_from_another_error() {
+    let mut found = Vec::new();
+    for m in modules(&src_of("shim")) {
+        for (i, _) in m.code.match_indices("Internal(format!(") {
+            let line = m.code[..i].lines().count();
+            found.push(format!(
+                "{}: line {line} of the stripped code",
+                m.file.display()
+            ));
+        }
+    }
+    assert!(
+        found.len() <= INTERNAL_FORMATTED_LEFT,
+        "{} Internal(format!(..)) (at most {INTERNAL_FORMATTED_LEFT}):\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+/// `Error::Internal(format!(..))` left in the shim: may only go down.
+const INTERNAL_FORMATTED_LEFT: usize = 37;
 
 #[test]
 fn the_checker_sees_broken_arrows() {
@@ -526,6 +733,12 @@ fn the_checker_sees_broken_arrows() {
         ],
         "{errors:#?}"
     );
+    assert_eq!(
+        string_results("fn f() -> Result<Vec<(u8, u8)>, String> {}"),
+        1
+    );
+    assert_eq!(string_results("fn f() -> Result<(), Error> {}"), 0);
+    assert_eq!(string_results("fn f() -> Result<String, Error> {}"), 0);
     let circular: &[(&str, &[&str])] = &[("crate", &[]), ("a", &["b"]), ("b", &["a"])];
     assert_eq!(
         circle(

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use crate::api_port::{Authentication, Authorization, AuthorizationMode};
+mod api_port;
+
 use crate::labels::check_node_label;
 pub use crate::labels::parse_node_labels;
 use crate::quantity::{parse_duration, parse_quantity, parse_quantity_milli};
+pub use api_port::{Authentication, Authorization, AuthorizationMode};
 
 /// An error in a file: the file, the field path in it, what is wrong.
 /// Printed `<file>: <field.path>: <message>`. Config files and static pod
@@ -100,8 +102,8 @@ struct Raw {
     tls_private_key_file: Option<String>,
     #[serde(rename = "serverTLSBootstrap")]
     server_tls_bootstrap: Option<bool>,
-    authentication: Option<crate::api_port::RawAuthentication>,
-    authorization: Option<crate::api_port::RawAuthorization>,
+    authentication: Option<api_port::RawAuthentication>,
+    authorization: Option<api_port::RawAuthorization>,
     kube_reserved: Option<BTreeMap<String, String>>,
     system_reserved: Option<BTreeMap<String, String>>,
     picolet: Option<RawPicolet>,
@@ -585,7 +587,7 @@ impl Config {
             }
         }
         let (authentication, authorization) =
-            crate::api_port::parse(raw.authentication, raw.authorization, &dur, &err)?;
+            api_port::parse(raw.authentication, raw.authorization, &dur, &err)?;
         let max_pods = raw.max_pods.unwrap_or(110);
         if max_pods == 0 {
             return Err(err("maxPods", "must be at least 1".into()));

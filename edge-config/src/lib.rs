@@ -6,7 +6,6 @@
 //! The agent is the first user of [`Config`]; `--config` is wired into the
 //! subcommands together with it.
 
-mod api_port;
 pub mod config;
 pub mod eviction;
 pub mod labels;

@@ -59,11 +59,8 @@ impl Blobs {
     pub fn read(&self, digest: &Digest) -> Result<Vec<u8>> {
         let p = self.path(digest);
         let size = fs::metadata(&p).map_err(Error::io("read blob", &p))?.len();
-        if size > crate::source::MAX_METADATA {
-            return Err(Error::TooLarge(crate::source::too_large(
-                &format!("blob {digest}"),
-                size,
-            )));
+        if size > MAX_METADATA {
+            return Err(Error::TooLarge(too_large(&format!("blob {digest}"), size)));
         }
         fs::read(&p).map_err(Error::io("read blob", p))
     }
@@ -195,6 +192,19 @@ fn tempfile_in(dir: &Path) -> Result<TempFile> {
         path,
         committed: false,
     })
+}
+
+/// Largest metadata file (and manifest, index or config blob) read into
+/// memory; larger is an error that says so, not a truncated parse.
+pub(crate) const MAX_METADATA: u64 = 16 << 20;
+
+/// The error for metadata larger than [`MAX_METADATA`].
+pub(crate) fn too_large(what: &str, size: u64) -> String {
+    format!(
+        "{what} is {} MiB: larger than the {} MiB allowed for image metadata",
+        size >> 20,
+        MAX_METADATA >> 20
+    )
 }
 
 #[cfg(test)]

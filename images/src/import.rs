@@ -10,10 +10,10 @@ use crate::blobs::Blobs;
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::platform::Platform;
+use crate::record::{ImageRecord, LayerRecord};
 use crate::reference::Reference;
 use crate::snapshots::Snapshots;
 use crate::source::Source;
-use crate::store::{ImageRecord, LayerRecord};
 
 const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";

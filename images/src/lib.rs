@@ -23,6 +23,7 @@ pub mod fsutil;
 mod import;
 pub mod platform;
 pub mod preload;
+mod record;
 pub mod reference;
 pub mod snapshots;
 pub mod source;

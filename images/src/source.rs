@@ -19,18 +19,6 @@ use crate::unpack::{clean, decompress};
 
 /// Metadata files kept in memory (by archive path).
 const METADATA: [&str; 4] = ["index.json", "oci-layout", "manifest.json", "repositories"];
-/// Largest metadata file (and manifest, index or config blob) read into
-/// memory; larger is an error that says so, not a truncated parse.
-pub(crate) const MAX_METADATA: u64 = 16 << 20;
-
-/// The error for metadata larger than [`MAX_METADATA`].
-pub(crate) fn too_large(what: &str, size: u64) -> String {
-    format!(
-        "{what} is {} MiB: larger than the {} MiB allowed for image metadata",
-        size >> 20,
-        MAX_METADATA >> 20
-    )
-}
 
 /// Progress callback: (bytes read, total bytes or 0).
 pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
@@ -60,10 +48,10 @@ impl Source {
                 let p = path.join(m);
                 if p.is_file() {
                     let size = std::fs::metadata(&p).map_or(0, |m| m.len());
-                    if size > MAX_METADATA {
+                    if size > crate::blobs::MAX_METADATA {
                         return Err(Error::BadArchive {
                             source_name: name,
-                            what: too_large(m, size),
+                            what: crate::blobs::too_large(m, size),
                         });
                     }
                     metadata.insert(
@@ -169,12 +157,12 @@ impl Source {
             }
             if METADATA.contains(&path.as_str()) {
                 let size = entry.header().size().unwrap_or(0);
-                if size > MAX_METADATA {
-                    return Err(self.entry_err(&path, too_large(&path, size)));
+                if size > crate::blobs::MAX_METADATA {
+                    return Err(self.entry_err(&path, crate::blobs::too_large(&path, size)));
                 }
                 let mut buf = Vec::new();
                 (&mut entry)
-                    .take(MAX_METADATA)
+                    .take(crate::blobs::MAX_METADATA)
                     .read_to_end(&mut buf)
                     .map_err(|e| self.entry_err(&path, format!("read: {e}")))?;
                 self.metadata.insert(path, buf);

@@ -113,11 +113,11 @@ pub fn verify(root: &Path, deep: bool) -> Result<Verification> {
         }
         let manifest_path = blob_dir.join(img.manifest.hex());
         let manifest_size = fs::metadata(&manifest_path).map_or(0, |m| m.len());
-        if manifest_size > crate::source::MAX_METADATA {
+        if manifest_size > crate::blobs::MAX_METADATA {
             // Bounded as the store's own reads are: said, not read into memory.
             v.problems.push(format!(
                 "image {name}: {}",
-                crate::source::too_large(&format!("manifest {}", img.manifest), manifest_size)
+                crate::blobs::too_large(&format!("manifest {}", img.manifest), manifest_size)
             ));
         } else if good_blobs.contains(&img.manifest) {
             let raw = fs::read(&manifest_path).map_err(Error::io("read", &manifest_path))?;
