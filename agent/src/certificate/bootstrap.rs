@@ -17,6 +17,7 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
 use serde_json::{Value, json};
 
+use crate::certificate::Error;
 use crate::certificate::x509::{
     OID_COMMON_NAME, OID_EC_PUBLIC_KEY, OID_ECDSA_SHA256, OID_ORGANIZATION, OID_PRIME256V1, der,
     seq,
@@ -52,11 +53,11 @@ pub fn request_info(node: &str, public_key: &[u8], attributes: &[u8]) -> Vec<u8>
 }
 
 /// A PKCS#10 CSR for `node` signed with `key` (DER), with `attributes`.
-pub fn csr(node: &str, key: &EcdsaKeyPair, attributes: &[u8]) -> Result<Vec<u8>, String> {
+pub fn csr(node: &str, key: &EcdsaKeyPair, attributes: &[u8]) -> Result<Vec<u8>, Error> {
     let info = request_info(node, key.public_key().as_ref(), attributes);
     let sig = key
         .sign(&SystemRandom::new(), &info)
-        .map_err(|_| "sign the CSR".to_string())?;
+        .map_err(|_| Error::Sign("certificate signing request"))?;
     let mut bits = vec![0u8];
     bits.extend_from_slice(sig.as_ref());
     Ok(seq(&[
@@ -82,21 +83,20 @@ pub fn csr_object(csr_pem: &str, signer: &str, usages: &[&str]) -> Value {
 
 /// What a CSR's status says: the certificate (PEM), still waiting, or
 /// refused (why).
-pub fn csr_outcome(csr: &Value) -> Result<Option<Vec<u8>>, String> {
+pub fn csr_outcome(csr: &Value) -> Result<Option<Vec<u8>>, Error> {
     for c in csr["status"]["conditions"].as_array().into_iter().flatten() {
         if matches!(c["type"].as_str(), Some("Denied" | "Failed")) && c["status"] != "False" {
-            return Err(format!(
-                "the certificate signing request was {}: {}",
-                c["type"].as_str().unwrap_or("").to_lowercase(),
-                c["message"].as_str().unwrap_or("")
-            ));
+            return Err(Error::Refused {
+                verdict: c["type"].as_str().unwrap_or("").to_lowercase(),
+                message: c["message"].as_str().unwrap_or("").to_string(),
+            });
         }
     }
     match csr["status"]["certificate"].as_str() {
         Some(b64) if !b64.is_empty() => {
             serde_json::from_value::<k8s_openapi::ByteString>(json!(b64))
                 .map(|b| Some(b.0))
-                .map_err(|e| format!("the signed certificate: {e}"))
+                .map_err(Error::Signed)
         }
         _ => Ok(None),
     }
@@ -133,7 +133,7 @@ pub async fn ensure(
     bootstrap: &Path,
     cert_dir: &Path,
     node: &str,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     if let Ok(current) = std::fs::read_to_string(kubeconfig_path) {
         let pem_file = pem_path(cert_dir);
         let ours = current.contains(&pem_file.display().to_string());
@@ -142,33 +142,41 @@ pub async fn ensure(
         }
         tracing::warn!(file = %pem_file.display(), "the client certificate has expired or cannot be read: TLS bootstrap again");
     }
-    let cfg = crate::kube::config::load(bootstrap).map_err(|e| e.to_string())?;
-    let client = Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION")))
-        .map_err(|e| format!("{}: {e}", bootstrap.display()))?;
-    edge_config::private_dir(cert_dir).map_err(|e| format!("{}: {e}", cert_dir.display()))?;
+    let cfg = crate::kube::config::load(bootstrap)?;
+    let client =
+        Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION"))).map_err(|source| {
+            Error::Client {
+                path: bootstrap.to_path_buf(),
+                source,
+            }
+        })?;
+    edge_config::private_dir(cert_dir).map_err(Error::io("make private", cert_dir))?;
     let key_path = cert_dir.join("picolet-client.key.tmp");
     let rng = SystemRandom::new();
     let pkcs8 = match std::fs::read(&key_path) {
         Ok(k) => k,
         Err(_) => {
             let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
-                .map_err(|_| "generate the node's key".to_string())?;
+                .map_err(|_| Error::Random("the node's key"))?;
             edge_config::write_atomic(&key_path, doc.as_ref())
-                .map_err(|e| format!("{}: {e}", key_path.display()))?;
+                .map_err(Error::io("write", &key_path))?;
             doc.as_ref().to_vec()
         }
     };
-    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &pkcs8, &rng)
-        .map_err(|e| format!("{}: {e}", key_path.display()))?;
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &pkcs8, &rng).map_err(
+        |rejected| Error::BadKey {
+            path: key_path.clone(),
+            rejected,
+        },
+    )?;
     let request = pem("CERTIFICATE REQUEST", &csr(node, &key, &[])?);
     let cert = request_certificate(&client, &csr_object(&request, SIGNER, CLIENT_USAGES)).await?;
     let pem_path = pem_path(cert_dir);
     let mut both = cert;
     both.extend(pem("PRIVATE KEY", &pkcs8).into_bytes());
-    edge_config::write_atomic(&pem_path, &both)
-        .map_err(|e| format!("{}: {e}", pem_path.display()))?;
+    edge_config::write_atomic(&pem_path, &both).map_err(Error::io("write", &pem_path))?;
     edge_config::write_atomic(kubeconfig_path, kubeconfig(&cfg, &pem_path).as_bytes())
-        .map_err(|e| format!("{}: {e}", kubeconfig_path.display()))?;
+        .map_err(Error::io("write", kubeconfig_path))?;
     let _ = std::fs::remove_file(&key_path);
     tracing::info!(kubeconfig = %kubeconfig_path.display(), "TLS bootstrap: client certificate received");
     Ok(())
@@ -224,7 +232,7 @@ pub fn spawn_rotation(client: std::sync::Arc<Client>, pem_path: PathBuf, node: S
 pub async fn rotate_forever<F, Fut>(pem_path: &Path, what: &str, mut renew: F)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
+    Fut: std::future::Future<Output = Result<(), Error>>,
 {
     loop {
         let Some((from, to)) = std::fs::read(pem_path).ok().and_then(|p| validity(&p)) else {
@@ -251,30 +259,38 @@ where
 }
 
 /// A new key and certificate through `client`, written and put in use.
-async fn renew(client: &Client, pem_path: &Path, node: &str) -> Result<(), String> {
-    let rng = SystemRandom::new();
-    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
-        .map_err(|_| "generate a key".to_string())?;
-    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
-        .map_err(|e| e.to_string())?;
+async fn renew(client: &Client, pem_path: &Path, node: &str) -> Result<(), Error> {
+    let (doc, key) = new_key()?;
     let request = pem("CERTIFICATE REQUEST", &csr(node, &key, &[])?);
     let cert = request_certificate(client, &csr_object(&request, SIGNER, CLIENT_USAGES)).await?;
     let key_pem = pem("PRIVATE KEY", doc.as_ref());
     let mut both = cert.clone();
     both.extend(key_pem.as_bytes());
-    edge_config::write_atomic(pem_path, &both)
-        .map_err(|e| format!("{}: {e}", pem_path.display()))?;
+    edge_config::write_atomic(pem_path, &both).map_err(Error::io("write", pem_path))?;
     client
         .set_client_cert(&cert, key_pem.as_bytes())
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|source| Error::Api {
+            what: "use the new client certificate",
+            source,
+        })
+}
+
+/// A new ECDSA P-256 key: its PKCS#8 document and the key.
+pub fn new_key() -> Result<(ring::pkcs8::Document, EcdsaKeyPair), Error> {
+    let rng = SystemRandom::new();
+    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+        .map_err(|_| Error::Random("a key"))?;
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
+        .map_err(|_| Error::Random("a key"))?;
+    Ok((doc, key))
 }
 
 /// Client certificate usages (kubelet's).
 const CLIENT_USAGES: &[&str] = &["digital signature", "client auth"];
 
 /// Sends a CSR object and waits for its certificate (PEM).
-pub async fn request_certificate(client: &Client, object: &Value) -> Result<Vec<u8>, String> {
+pub async fn request_certificate(client: &Client, object: &Value) -> Result<Vec<u8>, Error> {
     let created = client
         .json(
             Method::POST,
@@ -283,7 +299,10 @@ pub async fn request_certificate(client: &Client, object: &Value) -> Result<Vec<
             None,
         )
         .await
-        .map_err(|e| format!("create the certificate signing request: {e}"))?;
+        .map_err(|source| Error::Api {
+            what: "create the certificate signing request",
+            source,
+        })?;
     let name = created["metadata"]["name"]
         .as_str()
         .unwrap_or("")
@@ -301,7 +320,7 @@ pub async fn request_certificate(client: &Client, object: &Value) -> Result<Vec<
             Err(e) => tracing::debug!("read {name}: {e}"),
         }
         if tokio::time::Instant::now() > deadline {
-            return Err(format!("{name} was not signed within {WAIT:?}"));
+            return Err(Error::NotSigned { name, waited: WAIT });
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -375,20 +394,21 @@ mod tests {
 
     #[test]
     fn csr_outcomes() {
-        assert_eq!(csr_outcome(&json!({"status": {}})), Ok(None));
+        assert_eq!(csr_outcome(&json!({"status": {}})).expect("waiting"), None);
         assert_eq!(
             csr_outcome(
                 &json!({"status": {"conditions": [{"type": "Approved", "status": "True"}]}})
-            ),
-            Ok(None)
+            )
+            .expect("approved"),
+            None
         );
         assert_eq!(
-            csr_outcome(&json!({"status": {"certificate": "UEVN"}})),
-            Ok(Some(b"PEM".to_vec()))
+            csr_outcome(&json!({"status": {"certificate": "UEVN"}})).expect("signed"),
+            Some(b"PEM".to_vec())
         );
         assert!(
             csr_outcome(&json!({"status": {"conditions": [{"type": "Denied", "status": "True", "message": "no"}]}}))
-                .is_err_and(|e| e.contains("denied: no"))
+                .is_err_and(|e| e.to_string().contains("denied: no"))
         );
         let obj = csr_object("PEM", SIGNER, CLIENT_USAGES);
         assert_eq!(obj["spec"]["signerName"], SIGNER);

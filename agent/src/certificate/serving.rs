@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ring::rand::SystemRandom;
-use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
+use ring::signature::EcdsaKeyPair;
 
+use crate::certificate::Error;
 use crate::certificate::bootstrap::{
     csr, csr_object, pem, request_certificate, rotate_forever, still_valid,
 };
@@ -28,7 +28,7 @@ pub const SIGNER: &str = "kubernetes.io/kubelet-serving";
 const USAGES: &[&str] = &["digital signature", "server auth"];
 
 /// Puts a new certificate and key (PEM) in use.
-pub type Install = Arc<dyn Fn(&[u8], &[u8]) -> Result<(), String> + Send + Sync>;
+pub type Install = Arc<dyn Fn(&[u8], &[u8]) -> Result<(), Error> + Send + Sync>;
 
 /// The file of the current certificate and key.
 pub fn pem_path(pki_dir: &Path) -> PathBuf {
@@ -54,7 +54,7 @@ pub struct Request {
 }
 
 /// The CSR object for `key`.
-pub fn csr_for(req: &Request, key: &EcdsaKeyPair) -> Result<serde_json::Value, String> {
+pub fn csr_for(req: &Request, key: &EcdsaKeyPair) -> Result<serde_json::Value, Error> {
     let alt = x509::subject_alt_names(std::slice::from_ref(&req.node), &req.ips);
     let der = csr(&req.node, key, &x509::san_request_attribute(&alt))?;
     Ok(csr_object(
@@ -70,19 +70,15 @@ async fn renew(
     pki_dir: &Path,
     req: &Request,
     install: &Install,
-) -> Result<(), String> {
-    let rng = SystemRandom::new();
-    let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
-        .map_err(|_| "generate a key".to_string())?;
-    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, doc.as_ref(), &rng)
-        .map_err(|e| e.to_string())?;
+) -> Result<(), Error> {
+    let (doc, key) = crate::certificate::bootstrap::new_key()?;
     let cert = request_certificate(client, &csr_for(req, &key)?).await?;
     let key_pem = pem("PRIVATE KEY", doc.as_ref());
     install(&cert, key_pem.as_bytes())?;
     let mut both = cert;
     both.extend(key_pem.as_bytes());
     let path = pem_path(pki_dir);
-    edge_config::write_atomic(&path, &both).map_err(|e| format!("{}: {e}", path.display()))
+    edge_config::write_atomic(&path, &both).map_err(Error::io("write", &path))
 }
 
 /// Gets a serving certificate when there is none yet (retrying every
@@ -112,6 +108,9 @@ pub fn spawn(client: Arc<Client>, pki_dir: PathBuf, req: Request, install: Insta
 
 #[cfg(test)]
 mod tests {
+    use ring::rand::SystemRandom;
+    use ring::signature::ECDSA_P256_SHA256_ASN1_SIGNING;
+
     use super::*;
 
     #[test]

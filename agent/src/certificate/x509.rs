@@ -186,10 +186,11 @@ pub fn self_signed(
     key: &EcdsaKeyPair,
     not_before: i64,
     not_after: i64,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, super::Error> {
     let rng = SystemRandom::new();
     let mut serial = [0u8; 16];
-    ring::rand::SecureRandom::fill(&rng, &mut serial).map_err(|_| "no randomness".to_string())?;
+    ring::rand::SecureRandom::fill(&rng, &mut serial)
+        .map_err(|_| super::Error::Random("a serial number"))?;
     // A positive INTEGER that does not start with a zero byte.
     serial[0] = (serial[0] & 0x7f) | 0x40;
     let alt = subject_alt_names(names, ips);
@@ -224,7 +225,7 @@ pub fn self_signed(
     ]);
     let sig = key
         .sign(&rng, &tbs)
-        .map_err(|_| "sign the certificate".to_string())?;
+        .map_err(|_| super::Error::Sign("certificate"))?;
     let mut sig_bits = vec![0u8];
     sig_bits.extend_from_slice(sig.as_ref());
     Ok(seq(&[&tbs, &algorithm, &der(0x03, &sig_bits)]))

@@ -113,7 +113,7 @@ pub fn source(
         loop {
             let mut cache = Cache::default();
             let listed = match client.get(&watch::list_path(&node)).await {
-                Ok(list) => cache.listed(list),
+                Ok(list) => cache.listed(list).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
             if let Err(e) = listed {

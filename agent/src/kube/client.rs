@@ -26,13 +26,13 @@ const MAX_BODY: usize = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{0}")]
-    Config(String),
-    #[error("{method} {path}: {reason}")]
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{method} {path}: {source}")]
     Transport {
         method: Method,
         path: String,
-        reason: String,
+        source: Transport,
     },
     /// The server answered with a status other than 2xx.
     #[error("{method} {path}: {status}: {message}")]
@@ -43,6 +43,89 @@ pub enum Error {
         /// The Status object's `message`, else the body.
         message: String,
     },
+}
+
+/// Why the client could not be made or changed: its TLS settings.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("TLS: {0}")]
+    Tls(rustls::Error),
+    #[error("the CA certificate: {0}")]
+    CaPem(rustls::pki_types::pem::Error),
+    #[error("the CA certificate: {0}")]
+    Ca(rustls::Error),
+    #[error("the CA file holds no certificate")]
+    NoCa,
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("server name {name:?}: {source}")]
+    ServerName {
+        name: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("this client has no client certificate")]
+    NoClientCert,
+}
+
+/// A certificate and key (PEM) rustls cannot sign with; `what` is
+/// "client" or "serving".
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("the {what} certificate: {source}")]
+    CertPem {
+        what: &'static str,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("the {what} certificate file holds no certificate")]
+    NoCert { what: &'static str },
+    #[error("the {what} key: {source}")]
+    KeyPem {
+        what: &'static str,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("the {what} key: {source}")]
+    Key {
+        what: &'static str,
+        source: rustls::Error,
+    },
+}
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Transport {
+    #[error("dial tcp {addr}: {source}")]
+    Dial {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("TLS handshake with {addr}: {source}")]
+    Tls {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("HTTP with {addr}: {source}")]
+    Handshake { addr: String, source: hyper::Error },
+    #[error("the request: {0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("{0}")]
+    Send(hyper::Error),
+    #[error("read the answer: {0}")]
+    Read(Box<dyn std::error::Error + Send + Sync>),
+    #[error("no answer in {0:?}")]
+    Timeout(Duration),
+    #[error("decode the answer: {0}")]
+    Decode(#[from] serde_json::Error),
+}
+
+/// A watch's stream broke.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("a watch event: {0}")]
+    Decode(#[from] serde_json::Error),
+    #[error("a watch event over {0} bytes")]
+    TooLarge(usize),
+    #[error("read the watch: {0}")]
+    Read(#[from] hyper::Error),
 }
 
 impl Error {
@@ -109,19 +192,20 @@ pub fn certified_key(
     provider: &rustls::crypto::CryptoProvider,
     cert: &[u8],
     key: &[u8],
-    what: &str,
-) -> Result<rustls::sign::CertifiedKey, String> {
+    what: &'static str,
+) -> Result<rustls::sign::CertifiedKey, KeyError> {
     let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the {what} certificate: {e}"))?;
+        .map_err(|source| KeyError::CertPem { what, source })?;
     if chain.is_empty() {
-        return Err(format!("the {what} certificate file holds no certificate"));
+        return Err(KeyError::NoCert { what });
     }
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the {what} key: {e}"))?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key).map_err(|source| KeyError::KeyPem { what, source })?;
     let signer = provider
         .key_provider
         .load_private_key(key)
-        .map_err(|e| format!("the {what} key: {e}"))?;
+        .map_err(|source| KeyError::Key { what, source })?;
     Ok(rustls::sign::CertifiedKey::new(chain, signer))
 }
 
@@ -148,22 +232,21 @@ pub struct Client {
 
 impl Client {
     pub fn new(cfg: &KubeConfig, user_agent: &str) -> Result<Self, Error> {
-        let bad = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let algs = provider.signature_verification_algorithms;
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| bad("TLS", &e))?;
+            .map_err(ConfigError::Tls)?;
         let builder = match &cfg.ca {
             Some(pem) => {
                 let mut roots = rustls::RootCertStore::empty();
                 for cert in CertificateDer::pem_slice_iter(pem) {
                     roots
-                        .add(cert.map_err(|e| bad("the CA certificate", &e))?)
-                        .map_err(|e| bad("the CA certificate", &e))?;
+                        .add(cert.map_err(ConfigError::CaPem)?)
+                        .map_err(ConfigError::Ca)?;
                 }
                 if roots.is_empty() {
-                    return Err(Error::Config("the CA file holds no certificate".into()));
+                    return Err(ConfigError::NoCa.into());
                 }
                 builder.with_root_certificates(roots)
             }
@@ -173,7 +256,7 @@ impl Client {
         };
         let current = match &cfg.client_cert {
             Some((cert, key)) => Some(Arc::new(CurrentCert::new(
-                certified_key(&provider, cert, key, "client").map_err(Error::Config)?,
+                certified_key(&provider, cert, key, "client").map_err(ConfigError::Key)?,
             ))),
             None => None,
         };
@@ -187,8 +270,11 @@ impl Client {
         // certificate rotation new connections went on presenting the old
         // certificate and got 401 once it expired (seen by hand).
         tls.resumption = rustls::client::Resumption::disabled();
-        let server_name = ServerName::try_from(cfg.host.clone())
-            .map_err(|e| bad(&format!("server name {:?}", cfg.host), &e))?;
+        let server_name =
+            ServerName::try_from(cfg.host.clone()).map_err(|source| ConfigError::ServerName {
+                name: cfg.host.clone(),
+                source,
+            })?;
         Ok(Self {
             host: cfg.host.clone(),
             port: cfg.port,
@@ -208,11 +294,9 @@ impl Client {
     /// connection until it ends.
     pub async fn set_client_cert(&self, cert: &[u8], key: &[u8]) -> Result<(), Error> {
         let Some(current) = &self.cert else {
-            return Err(Error::Config(
-                "this client has no client certificate".into(),
-            ));
+            return Err(ConfigError::NoClientCert.into());
         };
-        current.set(certified_key(&self.provider, cert, key, "client").map_err(Error::Config)?);
+        current.set(certified_key(&self.provider, cert, key, "client").map_err(ConfigError::Key)?);
         *self.conn.lock().await = None;
         Ok(())
     }
@@ -240,7 +324,7 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| Error::Transport {
             method,
             path: path.into(),
-            reason: format!("decode the answer: {e}"),
+            source: Transport::Decode(e),
         })
     }
 
@@ -252,10 +336,10 @@ impl Client {
         content_type: &str,
         body: Vec<u8>,
     ) -> Result<Bytes, Error> {
-        let transport = |reason: String| Error::Transport {
+        let transport = |source: Transport| Error::Transport {
             method: method.clone(),
             path: path.into(),
-            reason,
+            source,
         };
         let attempt = async {
             let mut conn = self.conn.lock().await;
@@ -271,14 +355,14 @@ impl Client {
                 Err(e) => {
                     // The connection is gone: the next request makes a new one.
                     *conn = None;
-                    return Err(transport(e.to_string()));
+                    return Err(transport(Transport::Send(e)));
                 }
             };
             let status = resp.status();
             let bytes = Limited::new(resp.into_body(), MAX_BODY)
                 .collect()
                 .await
-                .map_err(|e| transport(format!("read the answer: {e}")))?
+                .map_err(|e| transport(Transport::Read(e)))?
                 .to_bytes();
             Ok::<_, Error>((status, bytes))
         };
@@ -286,7 +370,7 @@ impl Client {
             Ok(r) => r?,
             Err(_) => {
                 *self.conn.lock().await = None;
-                return Err(transport(format!("no answer in {REQUEST_TIMEOUT:?}")));
+                return Err(transport(Transport::Timeout(REQUEST_TIMEOUT)));
             }
         };
         if !status.is_success() {
@@ -304,10 +388,10 @@ impl Client {
     /// comes, one JSON event a line. The deadline covers the answer's head
     /// only; the server ends the body (`timeoutSeconds`).
     pub async fn watch(&self, path: &str) -> Result<Lines, Error> {
-        let transport = |reason: String| Error::Transport {
+        let transport = |source: Transport| Error::Transport {
             method: Method::GET,
             path: path.into(),
-            reason,
+            source,
         };
         let head = async {
             let mut sender = self.connect().await.map_err(transport)?;
@@ -317,11 +401,11 @@ impl Client {
             sender
                 .send_request(req)
                 .await
-                .map_err(|e| transport(e.to_string()))
+                .map_err(|e| transport(Transport::Send(e)))
         };
         let resp = tokio::time::timeout(REQUEST_TIMEOUT, head)
             .await
-            .map_err(|_| transport(format!("no answer in {REQUEST_TIMEOUT:?}")))??;
+            .map_err(|_| transport(Transport::Timeout(REQUEST_TIMEOUT)))??;
         let status = resp.status();
         if !status.is_success() {
             let bytes = Limited::new(resp.into_body(), MAX_BODY)
@@ -349,7 +433,7 @@ impl Client {
         path: &str,
         content_type: Option<&str>,
         body: Vec<u8>,
-    ) -> Result<Request<Full<Bytes>>, String> {
+    ) -> Result<Request<Full<Bytes>>, Transport> {
         let mut req = Request::builder()
             .method(method)
             .uri(path)
@@ -365,25 +449,30 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
         }
-        req.body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())
+        Ok(req.body(Full::new(Bytes::from(body)))?)
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, String> {
+    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Transport> {
         let addr = crate::httpc::join_host_port(&self.host, self.port);
         let tcp = tokio::net::TcpStream::connect(&addr)
             .await
-            .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+            .map_err(|source| Transport::Dial {
+                addr: addr.clone(),
+                source,
+            })?;
         let _ = tcp.set_nodelay(true);
         let tls = self
             .tls
             .connect(self.server_name.clone(), tcp)
             .await
-            .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
+            .map_err(|source| Transport::Tls {
+                addr: addr.clone(),
+                source,
+            })?;
         let io: Box<dyn crate::httpc::Io> = Box::new(tls);
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
-            .map_err(|e| format!("HTTP with {addr}: {e}"))?;
+            .map_err(|source| Transport::Handshake { addr, source })?;
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "API server connection closed");
@@ -409,19 +498,17 @@ pub struct Lines {
 
 impl Lines {
     /// The next event; None when the server ended the watch.
-    pub async fn next(&mut self) -> Option<Result<serde_json::Value, String>> {
+    pub async fn next(&mut self) -> Option<Result<serde_json::Value, WatchError>> {
         loop {
             if let Some(at) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=at).collect();
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                return Some(
-                    serde_json::from_slice(&line).map_err(|e| format!("a watch event: {e}")),
-                );
+                return Some(serde_json::from_slice(&line).map_err(WatchError::from));
             }
             if self.buf.len() > MAX_BODY {
-                return Some(Err(format!("a watch event over {MAX_BODY} bytes")));
+                return Some(Err(WatchError::TooLarge(MAX_BODY)));
             }
             match self.body.frame().await? {
                 Ok(f) => {
@@ -429,7 +516,7 @@ impl Lines {
                         self.buf.extend_from_slice(&data);
                     }
                 }
-                Err(e) => return Some(Err(format!("read the watch: {e}"))),
+                Err(e) => return Some(Err(e.into())),
             }
         }
     }

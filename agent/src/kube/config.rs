@@ -4,7 +4,7 @@
 //! resolves them; `*-data` fields hold base64 of the same PEM. Errors name
 //! the file and the field.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use edge_config::FieldError;
 use serde::Deserialize;
@@ -93,28 +93,60 @@ pub fn load(path: &Path) -> Result<KubeConfig, FieldError> {
         field: field.into(),
         message,
     };
-    let text = read_bounded(path).map_err(|e| err("", e))?;
+    let text = read_bounded(path).map_err(|e| err("", e.to_string()))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     parse(&text, &|f: &str| read_bounded(&dir.join(f)), path)
 }
 
-fn read_bounded(path: &Path) -> Result<String, String> {
+/// A file a kubeconfig names (or the kubeconfig itself) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is over {max} bytes", path.display())]
+    TooLarge { path: PathBuf, max: u64 },
+}
+
+fn read_bounded(path: &Path) -> Result<String, ReadError> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = std::fs::File::open(path).map_err(io)?;
     let mut text = String::new();
-    f.take(MAX_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("read {}: {e}", path.display()))?;
+    f.take(MAX_FILE + 1).read_to_string(&mut text).map_err(io)?;
     if text.len() as u64 > MAX_FILE {
-        return Err(format!("{} is over {MAX_FILE} bytes", path.display()));
+        return Err(ReadError::TooLarge {
+            path: path.to_path_buf(),
+            max: MAX_FILE,
+        });
     }
     Ok(text)
+}
+
+/// What is wrong with a cluster's `server`.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{0:?}: only https:// servers are supported")]
+    NotHttps(String),
+    #[error("{0:?}: a path after the host is not supported")]
+    Path(String),
+    #[error("{0:?}: unclosed [")]
+    Unclosed(String),
+    #[error("{0:?}: bad port")]
+    Port(String),
+    #[error("{0:?}: no host")]
+    NoHost(String),
 }
 
 /// Resolves `text` (the file at `file`); `read` reads a file named in it.
 pub fn parse(
     text: &str,
-    read: &dyn Fn(&str) -> Result<String, String>,
+    read: &dyn Fn(&str) -> Result<String, ReadError>,
     file: &Path,
 ) -> Result<KubeConfig, FieldError> {
     let err = |field: &str, message: String| FieldError {
@@ -150,7 +182,8 @@ pub fn parse(
         None => &User::default(),
     };
     let server_field = at("clusters", ki, "cluster.server");
-    let (host, port) = split_server(&cluster.server).map_err(|m| err(&server_field, m))?;
+    let (host, port) =
+        split_server(&cluster.server).map_err(|e| err(&server_field, e.to_string()))?;
     let pem = |inline: &Option<String>,
                path: &Option<String>,
                field: &str|
@@ -161,7 +194,7 @@ pub fn parse(
                 .ok_or_else(|| err(&format!("{field}-data"), "not base64".into())),
             (None, Some(p)) => read(p)
                 .map(|t| Some(t.into_bytes()))
-                .map_err(|m| err(field, m)),
+                .map_err(|e| err(field, e.to_string())),
             (None, None) => Ok(None),
         }
     };
@@ -211,7 +244,7 @@ pub fn parse(
         (Some(t), _) => Some(t.trim().to_string()),
         (None, Some(f)) => Some(
             read(f)
-                .map_err(|m| err(&at("users", ui, "user.tokenFile"), m))?
+                .map_err(|e| err(&at("users", ui, "user.tokenFile"), e.to_string()))?
                 .trim()
                 .to_string(),
         ),
@@ -238,20 +271,19 @@ fn find<'a, T>(list: &'a [Named<T>], name: &str) -> Option<(usize, &'a T)> {
 }
 
 /// `https://host[:port]` → (host, port); IPv6 hosts in brackets.
-fn split_server(server: &str) -> Result<(String, u16), String> {
+fn split_server(server: &str) -> Result<(String, u16), ServerError> {
+    let s = || server.to_string();
     let rest = server
         .strip_prefix("https://")
-        .ok_or_else(|| format!("{server:?}: only https:// servers are supported"))?;
+        .ok_or_else(|| ServerError::NotHttps(s()))?;
     let authority = rest.trim_end_matches('/');
     if authority.contains('/') {
-        return Err(format!(
-            "{server:?}: a path after the host is not supported"
-        ));
+        return Err(ServerError::Path(s()));
     }
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (h, p) = v6
             .split_once(']')
-            .ok_or_else(|| format!("{server:?}: unclosed ["))?;
+            .ok_or_else(|| ServerError::Unclosed(s()))?;
         (h.to_string(), p.strip_prefix(':'))
     } else {
         match authority.rsplit_once(':') {
@@ -260,11 +292,11 @@ fn split_server(server: &str) -> Result<(String, u16), String> {
         }
     };
     let port = match port {
-        Some(p) => p.parse().map_err(|_| format!("{server:?}: bad port"))?,
+        Some(p) => p.parse().map_err(|_| ServerError::Port(s()))?,
         None => 443,
     };
     if host.is_empty() {
-        return Err(format!("{server:?}: no host"));
+        return Err(ServerError::NoHost(s()));
     }
     Ok((host, port))
 }
@@ -295,13 +327,16 @@ mod tests {
 
     const FILE: &str = "/etc/picolet/node.kubeconfig";
 
-    fn files(name: &str) -> Result<String, String> {
+    fn files(name: &str) -> Result<String, ReadError> {
         match name {
             "pki/ca.crt" => Ok("CA PEM".into()),
             "pki/node.crt" => Ok("CERT PEM".into()),
             "pki/node.key" => Ok("KEY PEM".into()),
             "token" => Ok("abc.def\n".into()),
-            other => Err(format!("read {other}: No such file or directory")),
+            other => Err(ReadError::Io {
+                path: other.into(),
+                source: std::io::ErrorKind::NotFound.into(),
+            }),
         }
     }
 

@@ -44,11 +44,27 @@ impl Outage {
     }
 }
 
+/// A kubeconfig that gives no client.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Load(#[from] edge_config::FieldError),
+    #[error("{}: {source}", path.display())]
+    Client {
+        path: std::path::PathBuf,
+        source: client::Error,
+    },
+}
+
 /// Reads the kubeconfig and makes the client (errors name the file).
-pub fn connect(path: &std::path::Path) -> Result<Client, String> {
-    let cfg = config::load(path).map_err(|e| e.to_string())?;
-    Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION")))
-        .map_err(|e| format!("{}: {e}", path.display()))
+pub fn connect(path: &std::path::Path) -> Result<Client, ConnectError> {
+    let cfg = config::load(path)?;
+    Client::new(&cfg, &format!("picolet/{}", env!("CARGO_PKG_VERSION"))).map_err(|source| {
+        ConnectError::Client {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
 }
 #[cfg(test)]
 mod tests {

@@ -29,15 +29,24 @@ fn uid(pod: &Value) -> Option<&str> {
     pod["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
 }
 
+/// A LIST's answer that is not a pod list.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("a pod list without metadata.resourceVersion")]
+    NoResourceVersion,
+    #[error("a pod list without items")]
+    NoItems,
+}
+
 impl Cache {
     /// A LIST's answer (a PodList) replaces everything.
-    pub fn listed(&mut self, list: Value) -> Result<(), String> {
+    pub fn listed(&mut self, list: Value) -> Result<(), ListError> {
         let rv = list["metadata"]["resourceVersion"]
             .as_str()
-            .ok_or("a pod list without metadata.resourceVersion")?
+            .ok_or(ListError::NoResourceVersion)?
             .to_string();
         let Value::Array(items) = list["items"].clone() else {
-            return Err("a pod list without items".into());
+            return Err(ListError::NoItems);
         };
         self.pods = items
             .into_iter()

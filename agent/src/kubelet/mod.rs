@@ -45,11 +45,25 @@ pub enum Error {
     },
     #[error("{0}")]
     Owner(String),
-    #[error("{0}")]
-    Kubeconfig(String),
-    /// The API port's TLS or authentication settings.
-    #[error("{0}")]
-    ApiPort(String),
+    #[error("TLS bootstrap: {0}")]
+    Bootstrap(#[source] certificate::Error),
+    #[error(transparent)]
+    Kubeconfig(#[from] kube::ConnectError),
+    #[error("authorization.mode: Webhook asks the API server, and there is no kubeconfig")]
+    WebhookWithoutApiServer,
+    /// A file the API port's TLS settings name.
+    #[error("{}: {source}", path.display())]
+    ApiPortFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("API port certificate: {0}")]
+    ApiPortCertificate(#[source] Box<server::tls::TlsError>),
+    #[error("API port TLS ({file}): {source}")]
+    ApiPortTls {
+        file: String,
+        source: Box<server::tls::TlsError>,
+    },
 }
 
 /// Why the runtime did not answer: its socket, or its first call.
@@ -112,14 +126,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 &config.node_name,
             )
             .await
-            .map_err(|e| Error::Kubeconfig(format!("TLS bootstrap: {e}")))?;
+            .map_err(Error::Bootstrap)?;
             Some(path)
         }
         (k, None) => k.clone(),
     };
     let api_client = match &kubeconfig {
         Some(path) => {
-            let client = Arc::new(crate::kube::connect(path).map_err(Error::Kubeconfig)?);
+            let client = Arc::new(crate::kube::connect(path)?);
             tracing::info!(kubeconfig = %path.display(), node = %config.node_name, "cluster mode: joining the API server");
             if config.bootstrap_kubeconfig.is_some() && config.rotate_certificates {
                 let pem = certificate::bootstrap::pem_path(&certificate::bootstrap::cert_dir(
@@ -183,9 +197,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if cfg.authorization_mode() == edge_config::config::AuthorizationMode::Webhook
         && api_client.is_none()
     {
-        return Err(Error::ApiPort(
-            "authorization.mode: Webhook asks the API server, and there is no kubeconfig".into(),
-        ));
+        return Err(Error::WebhookWithoutApiServer);
     }
     // One reader of the node's and pods' usage: /stats/summary, the metrics
     // and the eviction manager see the same figures and the same OOM kills.
@@ -425,14 +437,14 @@ fn api_tls(
     host_ip: &str,
     client: Option<&Arc<kube::client::Client>>,
 ) -> Result<Arc<rustls::ServerConfig>, Error> {
-    let bad = |what: &std::path::Path, e: &dyn std::fmt::Display| {
-        Error::ApiPort(format!("{}: {e}", what.display()))
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| Error::ApiPortFile {
+            path: path.to_path_buf(),
+            source,
+        })
     };
     let (cert, key) = match &cfg.tls {
-        Some((c, k)) => (
-            std::fs::read(c).map_err(|e| bad(c, &e))?,
-            std::fs::read(k).map_err(|e| bad(k, &e))?,
-        ),
+        Some((c, k)) => (read(c)?, read(k)?),
         None => {
             let dir = certificate::bootstrap::cert_dir(&cfg.data_dir);
             let bootstrapped =
@@ -441,12 +453,12 @@ fn api_tls(
                 // One file, certificate and key: rustls takes each from it.
                 Some(both) => (both.clone(), both),
                 None => server::tls::self_signed(&dir, &cfg.node_name, &ips(host_ip))
-                    .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?,
+                    .map_err(|e| Error::ApiPortCertificate(Box::new(e.into())))?,
             }
         }
     };
     let current = server::tls::current(&cert, &key)
-        .map_err(|e| Error::ApiPort(format!("API port certificate: {e}")))?;
+        .map_err(|e| Error::ApiPortCertificate(Box::new(e.into())))?;
     if cfg.server_tls_bootstrap
         && cfg.tls.is_none()
         && let Some(client) = client
@@ -459,11 +471,11 @@ fn api_tls(
                 node: cfg.node_name.clone(),
                 ips: ips(host_ip),
             },
-            Arc::new(move |c: &[u8], k: &[u8]| server::tls::replace(&swap, c, k)),
+            Arc::new(move |c: &[u8], k: &[u8]| Ok(server::tls::replace(&swap, c, k)?)),
         );
     }
     let client_ca = match (&cfg.authentication.client_ca_file, kubeconfig) {
-        (Some(f), _) => Some(std::fs::read(f).map_err(|e| bad(f, &e))?),
+        (Some(f), _) => Some(read(f)?),
         (None, Some(k)) => kube::config::load(k).ok().and_then(|c| c.ca),
         (None, None) => None,
     };
@@ -473,12 +485,15 @@ fn api_tls(
              only the read-only port (readOnlyPort) and /healthz answer without credentials"
         );
     }
-    server::tls::server_config(current, client_ca.as_deref()).map_err(|e| {
+    server::tls::server_config(current, client_ca.as_deref()).map_err(|source| {
         let file = cfg.tls.as_ref().map_or_else(
             || "the self-signed certificate".into(),
             |(c, _)| c.display().to_string(),
         );
-        Error::ApiPort(format!("API port TLS ({file}): {e}"))
+        Error::ApiPortTls {
+            file,
+            source: Box::new(source),
+        }
     })
 }
 

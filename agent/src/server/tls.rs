@@ -9,13 +9,30 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use ring::rand::SystemRandom;
-use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::certificate::x509;
-use crate::kube::client::{CurrentCert, certified_key};
+use crate::certificate::{self, x509};
+use crate::kube::client::{CurrentCert, KeyError, certified_key};
+
+/// Why the API port cannot serve TLS.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error(transparent)]
+    Certificate(#[from] certificate::Error),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("the client CA: {0}")]
+    ClientCaPem(rustls::pki_types::pem::Error),
+    #[error("the client CA: {0}")]
+    ClientCa(rustls::Error),
+    #[error("the client CA file holds no certificate")]
+    NoClientCa,
+    #[error("the client CA: {0}")]
+    Verifier(rustls::server::VerifierBuilderError),
+    #[error("TLS: {0}")]
+    Tls(rustls::Error),
+}
 
 /// A self-signed certificate's life (kubelet: one year).
 const SELF_SIGNED_LIFE: i64 = 365 * 86_400;
@@ -43,19 +60,15 @@ pub fn self_signed(
     pki_dir: &Path,
     node: &str,
     ips: &[IpAddr],
-) -> Result<(Vec<u8>, Vec<u8>), String> {
+) -> Result<(Vec<u8>, Vec<u8>), certificate::Error> {
     let (crt, key) = self_signed_paths(pki_dir);
     if let (Ok(c), Ok(k)) = (std::fs::read(&crt), std::fs::read(&key))
         && x509::validity(&c).is_some_and(|(_, to)| to - now() > RENEW_BEFORE)
     {
         return Ok((c, k));
     }
-    edge_config::private_dir(pki_dir).map_err(|e| format!("{}: {e}", pki_dir.display()))?;
-    let rng = SystemRandom::new();
-    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
-        .map_err(|_| "generate the serving key".to_string())?;
-    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-        .map_err(|e| format!("the serving key: {e}"))?;
+    edge_config::private_dir(pki_dir).map_err(certificate::Error::io("make private", pki_dir))?;
+    let (pkcs8, pair) = certificate::bootstrap::new_key()?;
     let mut names = vec![node.to_string()];
     if node != "localhost" {
         names.push("localhost".into());
@@ -81,8 +94,8 @@ pub fn self_signed(
     let cert_pem = x509::pem("CERTIFICATE", &der).into_bytes();
     let key_pem = x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
     // Key first: a certificate on disk always has its key.
-    edge_config::write_atomic(&key, &key_pem).map_err(|e| format!("{}: {e}", key.display()))?;
-    edge_config::write_atomic(&crt, &cert_pem).map_err(|e| format!("{}: {e}", crt.display()))?;
+    edge_config::write_atomic(&key, &key_pem).map_err(certificate::Error::io("write", &key))?;
+    edge_config::write_atomic(&crt, &cert_pem).map_err(certificate::Error::io("write", &crt))?;
     tracing::info!(cert = %crt.display(), "API port: made a self-signed serving certificate (set tlsCertFile and tlsPrivateKeyFile to use your own)");
     Ok((cert_pem, key_pem))
 }
@@ -93,17 +106,17 @@ pub fn self_signed(
 pub type Current = CurrentCert;
 
 /// `cert` and `key` (PEM) as the serving certificate.
-pub fn current(cert: &[u8], key: &[u8]) -> Result<Arc<Current>, String> {
+pub fn current(cert: &[u8], key: &[u8]) -> Result<Arc<Current>, KeyError> {
     Ok(Arc::new(CurrentCert::new(serving(cert, key)?)))
 }
 
 /// Serves `cert` and `key` (PEM) from the next handshake on.
-pub fn replace(current: &Current, cert: &[u8], key: &[u8]) -> Result<(), String> {
+pub fn replace(current: &Current, cert: &[u8], key: &[u8]) -> Result<(), KeyError> {
     current.set(serving(cert, key)?);
     Ok(())
 }
 
-fn serving(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, String> {
+fn serving(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, KeyError> {
     certified_key(
         &rustls::crypto::ring::default_provider(),
         cert,
@@ -117,17 +130,17 @@ fn serving(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, String
 pub fn server_config(
     current: Arc<Current>,
     client_ca: Option<&[u8]>,
-) -> Result<Arc<rustls::ServerConfig>, String> {
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = match client_ca {
         Some(pem) => {
             let mut roots = rustls::RootCertStore::empty();
             for c in CertificateDer::pem_slice_iter(pem) {
-                let c = c.map_err(|e| format!("the client CA: {e}"))?;
-                roots.add(c).map_err(|e| format!("the client CA: {e}"))?;
+                let c = c.map_err(TlsError::ClientCaPem)?;
+                roots.add(c).map_err(TlsError::ClientCa)?;
             }
             if roots.is_empty() {
-                return Err("the client CA file holds no certificate".into());
+                return Err(TlsError::NoClientCa);
             }
             rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
@@ -135,13 +148,13 @@ pub fn server_config(
             )
             .allow_unauthenticated()
             .build()
-            .map_err(|e| format!("the client CA: {e}"))?
+            .map_err(TlsError::Verifier)?
         }
         None => rustls::server::WebPkiClientVerifier::no_client_auth(),
     };
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(TlsError::Tls)?
         .with_client_cert_verifier(verifier)
         .with_cert_resolver(current);
     // HTTP/1.1 only: exec, attach and port-forward upgrade the connection.
