@@ -29,30 +29,33 @@ const DOCKER_HUB: &str = "index.docker.io";
 impl Keyring {
     /// Adds the docker config of one pull secret's data; an error names
     /// what is wrong with it.
-    pub fn add_secret(&mut self, data: &BTreeMap<String, Vec<u8>>) -> Result<(), String> {
+    pub fn add_secret(&mut self, data: &BTreeMap<String, Vec<u8>>) -> Result<(), SecretError> {
         let (key, raw) = if let Some(v) = data.get(".dockerconfigjson") {
             (".dockerconfigjson", v)
         } else if let Some(v) = data.get(".dockercfg") {
             (".dockercfg", v)
         } else {
-            return Err("neither .dockerconfigjson nor .dockercfg".into());
+            return Err(SecretError::NoConfig);
         };
-        let v: Value = serde_json::from_slice(raw).map_err(|e| format!("{key}: {e}"))?;
+        let v: Value =
+            serde_json::from_slice(raw).map_err(|source| SecretError::Json { key, source })?;
         let entries = if key == ".dockerconfigjson" {
             v.get("auths")
                 .cloned()
-                .ok_or_else(|| format!("{key}: no auths"))?
+                .ok_or(SecretError::NoAuths { key })?
         } else {
             v
         };
         let entries = entries
             .as_object()
-            .ok_or_else(|| format!("{key}: not an object"))?;
+            .ok_or(SecretError::NotAnObject { key })?;
         for (location, e) in entries {
-            self.add(
-                location,
-                cred(e).map_err(|m| format!("{key}: {location}: {m}"))?,
-            );
+            let c = cred(e).map_err(|problem| SecretError::Entry {
+                key,
+                location: location.clone(),
+                problem,
+            })?;
+            self.add(location, c);
         }
         Ok(())
     }
@@ -101,7 +104,40 @@ impl Keyring {
     }
 }
 
-fn cred(e: &Value) -> Result<Cred, String> {
+/// What is wrong with a pull secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("neither .dockerconfigjson nor .dockercfg")]
+    NoConfig,
+    #[error("{key}: {source}")]
+    Json {
+        key: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("{key}: no auths")]
+    NoAuths { key: &'static str },
+    #[error("{key}: not an object")]
+    NotAnObject { key: &'static str },
+    #[error("{key}: {location}: auth: {problem}")]
+    Entry {
+        key: &'static str,
+        location: String,
+        problem: AuthProblem,
+    },
+}
+
+/// An entry's `auth` that is not base64 of `user:password`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthProblem {
+    #[error("not base64")]
+    NotBase64,
+    #[error("not text")]
+    NotText,
+    #[error("not user:password")]
+    NoColon,
+}
+
+fn cred(e: &Value) -> Result<Cred, AuthProblem> {
     let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
     let mut c = Cred {
         username: s("username"),
@@ -111,12 +147,10 @@ fn cred(e: &Value) -> Result<Cred, String> {
     let auth = s("auth");
     if !auth.is_empty() {
         let bytes = serde_json::from_value::<k8s_openapi::ByteString>(Value::String(auth))
-            .map_err(|_| "auth: not base64".to_string())?
+            .map_err(|_| AuthProblem::NotBase64)?
             .0;
-        let text = String::from_utf8(bytes).map_err(|_| "auth: not text".to_string())?;
-        let (user, pass) = text
-            .split_once(':')
-            .ok_or_else(|| "auth: not user:password".to_string())?;
+        let text = String::from_utf8(bytes).map_err(|_| AuthProblem::NotText)?;
+        let (user, pass) = text.split_once(':').ok_or(AuthProblem::NoColon)?;
         c.username = user.to_string();
         c.password = pass.to_string();
     }
@@ -215,12 +249,18 @@ mod tests {
             "port differs"
         );
         let bad = Keyring::default().add_secret(&data(".dockerconfigjson", r#"{"x": 1}"#));
-        assert_eq!(bad, Err(".dockerconfigjson: no auths".into()));
+        assert_eq!(
+            bad.expect_err("no auths").to_string(),
+            ".dockerconfigjson: no auths"
+        );
         let bad = Keyring::default().add_secret(&data(
             ".dockerconfigjson",
             r#"{"auths": {"r.io": {"auth": "%%%"}}}"#,
         ));
-        assert_eq!(bad, Err(".dockerconfigjson: r.io: auth: not base64".into()));
+        assert_eq!(
+            bad.expect_err("bad auth").to_string(),
+            ".dockerconfigjson: r.io: auth: not base64"
+        );
         assert!(Keyring::default().add_secret(&BTreeMap::new()).is_err());
     }
 

@@ -412,6 +412,8 @@ async fn pleg_reports_the_pod_of_a_container_that_exited() {
 }
 
 /// The API server's objects, in memory.
+use agent::volumes::objects::FetchError;
+
 #[derive(Debug, Default)]
 struct FakeObjects {
     config_maps: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
@@ -423,20 +425,22 @@ impl agent::volumes::objects::ApiObjects for FakeObjects {
         &'a self,
         _ns: &'a str,
         name: &'a str,
-    ) -> agent::volumes::objects::BoxFut<'a, Result<agent::volumes::objects::Data, String>> {
+    ) -> agent::volumes::objects::BoxFut<'a, Result<agent::volumes::objects::Data, FetchError>>
+    {
         Box::pin(async move { Ok(self.config_maps.get(name).cloned()) })
     }
     fn secret<'a>(
         &'a self,
         _ns: &'a str,
         name: &'a str,
-    ) -> agent::volumes::objects::BoxFut<'a, Result<agent::volumes::objects::Data, String>> {
+    ) -> agent::volumes::objects::BoxFut<'a, Result<agent::volumes::objects::Data, FetchError>>
+    {
         Box::pin(async move { Ok(self.secrets.get(name).cloned()) })
     }
     fn token<'a>(
         &'a self,
         r: agent::volumes::objects::TokenRequest<'a>,
-    ) -> agent::volumes::objects::BoxFut<'a, Result<String, String>> {
+    ) -> agent::volumes::objects::BoxFut<'a, Result<String, FetchError>> {
         Box::pin(async move { Ok(format!("token-for-{}", r.pod_name)) })
     }
 }

@@ -198,24 +198,34 @@ fn unknown_fields(
 /// A pod the API server sent (already defaulted by it): its name, UID and
 /// node kept as they are; validated as a static pod is. The error names
 /// the field.
-pub fn api_pod(value: serde_json::Value) -> Result<Pod, String> {
+pub fn api_pod(value: serde_json::Value) -> Result<Pod, ApiPodError> {
     // Through the YAML value the manifests are decoded from: one decoder of
     // the whole Pod type in the binary, not a second one for JSON values
     // (that one cost 0.9 MiB of the static x86_64 binary).
-    let value = serde_yaml::to_value(&value).map_err(|e| e.to_string())?;
-    let mut pod = decode(value).map_err(|(path, message)| format!("{path}: {message}"))?;
+    let value = serde_yaml::to_value(&value)?;
+    let mut pod = decode(value).map_err(|(path, message)| ApiPodError::Field {
+        errors: vec![(path, message)],
+    })?;
     if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-        return Err("metadata.uid: required".into());
+        return Err(ApiPodError::Field {
+            errors: vec![("metadata.uid".into(), "required".into())],
+        });
     }
     apply_defaults(&mut pod);
-    crate::config::validate::api_pod(&pod).map_err(|errors| {
-        errors
-            .iter()
-            .map(|(field, message)| format!("{field}: {message}"))
-            .collect::<Vec<_>>()
-            .join("; ")
+    crate::config::validate::api_pod(&pod).map_err(|errors| ApiPodError::Field {
+        errors: errors.to_vec(),
     })?;
     Ok(pod)
+}
+
+/// An API server's pod picolet does not run: every field that is wrong,
+/// `<field>: <message>` joined by `; `.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiPodError {
+    #[error("{0}")]
+    Yaml(#[from] serde_yaml::Error),
+    #[error("{}", .errors.iter().map(|(f, m)| format!("{f}: {m}")).collect::<Vec<_>>().join("; "))]
+    Field { errors: Vec<(String, String)> },
 }
 
 /// A Pod from a decoded document; the error's field path and message.

@@ -112,6 +112,10 @@ pub enum ConfigError {
     ValueFrom(String),
     #[error("volume {0:?} is not prepared")]
     VolumeNotPrepared(String),
+    #[error("the pod has no spec")]
+    NoSpec,
+    #[error("resourceFieldRef: no container {0:?}")]
+    NoResourceContainer(String),
 }
 
 fn field_ref(pod: &Pod, path: &str, env: &ContainerEnv<'_>) -> Result<String, ConfigError> {
@@ -156,12 +160,12 @@ pub fn container_resource(
     resource: &str,
     divisor: Option<&str>,
     node: &NodeInfo,
-) -> Result<String, String> {
-    let spec = pod.spec.as_ref().ok_or("no spec")?;
+) -> Result<String, ConfigError> {
+    let spec = pod.spec.as_ref().ok_or(ConfigError::NoSpec)?;
     let c = all_containers(spec)
         .find(|c| c.name == container)
-        .ok_or_else(|| format!("resourceFieldRef: no container {container:?}"))?;
-    resource_field_ref(c, resource, divisor, node).map_err(|e| e.to_string())
+        .ok_or_else(|| ConfigError::NoResourceContainer(container.to_string()))?;
+    resource_field_ref(c, resource, divisor, node)
 }
 
 fn resource_field_ref(

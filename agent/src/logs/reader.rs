@@ -31,11 +31,16 @@ const FOLLOW_PERIOD: Duration = Duration::from_millis(250);
 /// Longest record line read (the runtime splits lines at 16 KiB).
 const MAX_LINE: usize = 1 << 20;
 
-fn flag(v: &str) -> Result<bool, String> {
+/// A query flag that is not a boolean.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a boolean")]
+struct NotBoolean(String);
+
+fn flag(v: &str) -> Result<bool, NotBoolean> {
     match v {
         "" | "true" | "1" => Ok(true),
         "false" | "0" => Ok(false),
-        _ => Err(format!("{v:?} is not a boolean")),
+        _ => Err(NotBoolean(v.to_string())),
     }
 }
 
@@ -51,9 +56,9 @@ pub fn parse_query(query: &str, now_ns: i64) -> Result<Options, (u16, String)> {
                 .map_err(|_| bad(format!("{k}: {v:?} is not an integer")))
         };
         match k.as_str() {
-            "follow" => o.follow = flag(&v).map_err(bad)?,
-            "previous" => o.previous = flag(&v).map_err(bad)?,
-            "timestamps" => o.timestamps = flag(&v).map_err(bad)?,
+            "follow" => o.follow = flag(&v).map_err(|e| bad(e.to_string()))?,
+            "previous" => o.previous = flag(&v).map_err(|e| bad(e.to_string()))?,
+            "timestamps" => o.timestamps = flag(&v).map_err(|e| bad(e.to_string()))?,
             "tailLines" | "tail" => {
                 if v == "all" && k == "tail" {
                     o.tail_lines = None;

@@ -105,15 +105,25 @@ pub fn token_review(token: &str) -> Value {
     })
 }
 
+/// The API server said no (a TokenReview or SubjectAccessReview): its
+/// reason, as it wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Refused {
+    pub reason: String,
+}
+
 /// The user of an answered TokenReview; Err with the server's reason when
 /// the token was not accepted.
-pub fn reviewed_identity(review: &Value) -> Result<Identity, String> {
+pub fn reviewed_identity(review: &Value) -> Result<Identity, Refused> {
     let status = &review["status"];
     if status["authenticated"] != true {
         let why = status["error"]
             .as_str()
             .unwrap_or("the token was not accepted");
-        return Err(why.to_string());
+        return Err(Refused {
+            reason: why.to_string(),
+        });
     }
     let u = &status["user"];
     let strings = |v: &Value| -> Vec<String> {
@@ -165,16 +175,18 @@ pub fn access_review(who: &Identity, what: &Attributes) -> Value {
 }
 
 /// An answered SubjectAccessReview: allowed, or why not.
-pub fn reviewed_access(review: &Value) -> Result<(), String> {
+pub fn reviewed_access(review: &Value) -> Result<(), Refused> {
     let status = &review["status"];
     if status["allowed"] == true && status["denied"] != true {
         return Ok(());
     }
-    Err(status["reason"]
-        .as_str()
-        .or(status["evaluationError"].as_str())
-        .unwrap_or_default()
-        .to_string())
+    Err(Refused {
+        reason: status["reason"]
+            .as_str()
+            .or(status["evaluationError"].as_str())
+            .unwrap_or_default()
+            .to_string(),
+    })
 }
 
 /// kubelet's 403 text.
@@ -257,7 +269,7 @@ pub struct Auth {
     pub allowed_ttl: Duration,
     pub denied_ttl: Duration,
     token_cache: std::sync::Mutex<Cache<[u8; 32], Option<Identity>>>,
-    access_cache: std::sync::Mutex<Cache<(Identity, Attributes), Result<(), String>>>,
+    access_cache: std::sync::Mutex<Cache<(Identity, Attributes), Result<(), Refused>>>,
 }
 
 impl Auth {

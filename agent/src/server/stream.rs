@@ -33,8 +33,13 @@ pub struct Options {
     pub ports: Vec<i32>,
 }
 
+/// A query value that is not what its key takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("port: {0:?} is not a port")]
+pub struct BadPort(pub String);
+
 /// Reads the query; Err names a bad value.
-pub fn options(query: &str) -> Result<Options, String> {
+pub fn options(query: &str) -> Result<Options, BadPort> {
     let mut o = Options::default();
     let on = |v: &str| matches!(v, "1" | "true" | "True" | "TRUE");
     for (k, v) in url_pairs(query) {
@@ -49,7 +54,7 @@ pub fn options(query: &str) -> Result<Options, String> {
                     .parse()
                     .ok()
                     .filter(|p| (1..=65535).contains(p))
-                    .ok_or_else(|| format!("port: {v:?} is not a port"))?;
+                    .ok_or_else(|| BadPort(v.clone()))?;
                 o.ports.push(p);
             }
             _ => {}

@@ -12,7 +12,12 @@ use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::kube::client::Client;
-use crate::volumes::objects::{ApiObjects, BoxFut, Data, TokenRequest};
+use crate::volumes::objects::{ApiObjects, BoxFut, Data, FetchError, TokenRequest};
+
+/// A TokenRequest answered without a token.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: no token in the answer")]
+struct NoToken(String);
 
 pub struct Objects {
     client: Arc<Client>,
@@ -35,11 +40,11 @@ impl Objects {
         }
     }
 
-    async fn get(&self, path: String) -> Result<Option<Value>, String> {
+    async fn get(&self, path: String) -> Result<Option<Value>, FetchError> {
         match self.client.get(&path).await {
             Ok(v) => Ok(Some(v)),
             Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => Ok(None),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(FetchError(Box::new(e))),
         }
     }
 }
@@ -92,7 +97,11 @@ pub fn token_request(r: &TokenRequest<'_>) -> Value {
 }
 
 impl ApiObjects for Objects {
-    fn config_map<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFut<'a, Result<Data, String>> {
+    fn config_map<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> BoxFut<'a, Result<Data, FetchError>> {
         Box::pin(async move {
             let v = self
                 .get(format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
@@ -101,7 +110,7 @@ impl ApiObjects for Objects {
         })
     }
 
-    fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFut<'a, Result<Data, String>> {
+    fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFut<'a, Result<Data, FetchError>> {
         Box::pin(async move {
             let v = self
                 .get(format!("/api/v1/namespaces/{ns}/secrets/{name}"))
@@ -110,7 +119,7 @@ impl ApiObjects for Objects {
         })
     }
 
-    fn token<'a>(&'a self, r: TokenRequest<'a>) -> BoxFut<'a, Result<String, String>> {
+    fn token<'a>(&'a self, r: TokenRequest<'a>) -> BoxFut<'a, Result<String, FetchError>> {
         Box::pin(async move {
             let key = format!(
                 "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
@@ -134,10 +143,10 @@ impl ApiObjects for Objects {
                 .client
                 .json(Method::POST, &path, Some(&token_request(&r)), None)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| FetchError(Box::new(e)))?;
             let token = answer["status"]["token"]
                 .as_str()
-                .ok_or_else(|| format!("{path}: no token in the answer"))?
+                .ok_or_else(|| FetchError(Box::new(NoToken(path))))?
                 .to_string();
             let life = Duration::from_secs(u64::try_from(r.seconds).unwrap_or(3600));
             crate::mutex::lock(&self.tokens).insert(key, (token.clone(), now + life * 4 / 5));

@@ -18,7 +18,47 @@ pub const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 
 /// Answers a downwardAPI `resourceFieldRef`: (container, resource,
 /// divisor) → value.
-pub type ResourceFn<'a> = dyn Fn(&str, &str, Option<&str>) -> Result<String, String> + 'a;
+pub type ResourceFn<'a> = dyn Fn(&str, &str, Option<&str>) -> Result<String, ResourceError> + 'a;
+
+/// A resourceFieldRef the caller could not answer (its own error, kept).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ResourceError(pub Box<dyn std::error::Error + Send + Sync>);
+
+/// Why a volume's files or a container's variables cannot be made from
+/// the pod's objects: kubelet's messages (a FailedMount, a
+/// CreateContainerConfigError).
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error("{kind} {name:?}: no key {key:?}")]
+    NoKey {
+        kind: &'static str,
+        name: String,
+        key: String,
+    },
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    #[error("{kind} {name:?} not fetched")]
+    NotFetched { kind: &'static str, name: String },
+    #[error("downwardAPI {path:?}: fieldPath {field:?} is not supported in a volume")]
+    Unsupported { path: String, field: String },
+    #[error("downwardAPI {0:?}: fieldRef or resourceFieldRef is required")]
+    NoRef(String),
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    #[error("service account token not fetched")]
+    TokenNotFetched,
+    #[error("volume {0:?}: not a projected kind")]
+    NotProjected(String),
+    #[error("invalid file path {0:?} in the volume")]
+    BadPath(String),
+    #[error("couldn't find key {key} in {kind} {object}")]
+    NoEnvKey {
+        key: String,
+        kind: &'static str,
+        object: String,
+    },
+}
 
 /// One file of a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,13 +173,13 @@ pub fn in_memory(v: &Volume) -> bool {
 /// The keys of an object as files: all of them, or `items` (a missing
 /// item key is an error unless `optional`).
 fn keys_to_files(
-    what: &str,
+    (kind, name): (&'static str, &str),
     data: &BTreeMap<String, Vec<u8>>,
     items: Option<&Vec<KeyToPath>>,
     mode: u32,
     optional: bool,
     out: &mut Files,
-) -> Result<(), String> {
+) -> Result<(), ProjectionError> {
     match items {
         None => {
             for (k, v) in data {
@@ -158,7 +198,11 @@ fn keys_to_files(
                     if optional {
                         continue;
                     }
-                    return Err(format!("{what}: no key {:?}", it.key));
+                    return Err(ProjectionError::NoKey {
+                        kind,
+                        name: name.to_string(),
+                        key: it.key.clone(),
+                    });
                 };
                 out.insert(
                     it.path.clone(),
@@ -180,16 +224,16 @@ fn mode_bits(m: i32) -> u32 {
 /// An object's keys into `out` (all, or `items`); a missing object or
 /// item key is an error unless `optional`.
 fn project(
-    kind: &str,
+    kind: &'static str,
     name: &str,
     found: Option<&Option<BTreeMap<String, Vec<u8>>>>,
     items: Option<&Vec<KeyToPath>>,
     optional: bool,
     mode: u32,
     out: &mut Files,
-) -> Result<(), String> {
+) -> Result<(), ProjectionError> {
     match object(kind, name, found, optional)? {
-        Some(d) => keys_to_files(&format!("{kind} {name:?}"), d, items, mode, optional, out),
+        Some(d) => keys_to_files((kind, name), d, items, mode, optional, out),
         None => Ok(()),
     }
 }
@@ -197,16 +241,17 @@ fn project(
 /// An object's data, or what a missing one means: nothing when optional,
 /// else an error naming it.
 fn object<'a>(
-    kind: &str,
+    kind: &'static str,
     name: &str,
     found: Option<&'a Option<BTreeMap<String, Vec<u8>>>>,
     optional: bool,
-) -> Result<Option<&'a BTreeMap<String, Vec<u8>>>, String> {
+) -> Result<Option<&'a BTreeMap<String, Vec<u8>>>, ProjectionError> {
+    let name = name.to_string();
     match found {
         Some(Some(d)) => Ok(Some(d)),
         _ if optional => Ok(None),
-        Some(None) => Err(format!("{kind} {name:?} not found")),
-        None => Err(format!("{kind} {name:?} not fetched")),
+        Some(None) => Err(ProjectionError::NotFound { kind, name }),
+        None => Err(ProjectionError::NotFetched { kind, name }),
     }
 }
 
@@ -247,7 +292,7 @@ fn downward(
     pod: &Pod,
     f: &DownwardAPIVolumeFile,
     resource: &ResourceFn<'_>,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, ProjectionError> {
     if let Some(r) = &f.field_ref {
         let m = &pod.metadata;
         let path = r.field_path.as_str();
@@ -269,11 +314,9 @@ fn downward(
             "metadata.annotations" => format_map(m.annotations.as_ref()),
             _ => label("metadata.labels['", &m.labels)
                 .or_else(|| label("metadata.annotations['", &m.annotations))
-                .ok_or_else(|| {
-                    format!(
-                        "downwardAPI {:?}: fieldPath {path:?} is not supported in a volume",
-                        f.path
-                    )
+                .ok_or_else(|| ProjectionError::Unsupported {
+                    path: f.path.clone(),
+                    field: path.to_string(),
                 })?
                 .into_bytes(),
         });
@@ -284,12 +327,10 @@ fn downward(
             &r.resource,
             r.divisor.as_ref().map(|d| d.0.as_str()),
         )
-        .map(String::into_bytes);
+        .map(String::into_bytes)
+        .map_err(ProjectionError::from);
     }
-    Err(format!(
-        "downwardAPI {:?}: fieldRef or resourceFieldRef is required",
-        f.path
-    ))
+    Err(ProjectionError::NoRef(f.path.clone()))
 }
 
 /// The files of volume `v` of `pod`. `resource(container, resource,
@@ -299,32 +340,33 @@ pub fn volume_files(
     v: &Volume,
     objects: &Objects,
     resource: &ResourceFn<'_>,
-) -> Result<Files, String> {
+) -> Result<Files, ProjectionError> {
     let mut out = Files::new();
     let mode_of = |m: Option<i32>| m.map_or(DEFAULT_MODE, mode_bits);
     // A configMap's or secret's keys.
-    let keys = |kind: &str, name: &str, items, optional: Option<bool>, mode, out: &mut Files| {
-        let found = match kind {
-            "secret" => objects.secrets.get(name),
-            _ => objects.config_maps.get(name),
+    let keys =
+        |kind: &'static str, name: &str, items, optional: Option<bool>, mode, out: &mut Files| {
+            let found = match kind {
+                "secret" => objects.secrets.get(name),
+                _ => objects.config_maps.get(name),
+            };
+            project(
+                kind,
+                name,
+                found,
+                items,
+                optional.unwrap_or(false),
+                mode,
+                out,
+            )
         };
-        project(
-            kind,
-            name,
-            found,
-            items,
-            optional.unwrap_or(false),
-            mode,
-            out,
-        )
-    };
     let downward_items = |items: Option<&Vec<DownwardAPIVolumeFile>>, mode, out: &mut Files| {
         for f in items.into_iter().flatten() {
             let data = downward(pod, f, resource)?;
             let mode = f.mode.map_or(mode, mode_bits);
             out.insert(f.path.clone(), File { data, mode });
         }
-        Ok::<_, String>(())
+        Ok::<_, ProjectionError>(())
     };
     if let Some(c) = &v.config_map {
         let mode = mode_of(c.default_mode);
@@ -379,13 +421,13 @@ pub fn volume_files(
                 let token = objects
                     .tokens
                     .get(&token_key(t))
-                    .ok_or_else(|| "service account token not fetched".to_string())?;
+                    .ok_or(ProjectionError::TokenNotFetched)?;
                 let data = token.clone().into_bytes();
                 out.insert(t.path.clone(), File { data, mode });
             }
         }
     } else {
-        return Err(format!("volume {:?}: not a projected kind", v.name));
+        return Err(ProjectionError::NotProjected(v.name.clone()));
     }
     for path in out.keys() {
         check_path(path)?;
@@ -395,14 +437,14 @@ pub fn volume_files(
 
 /// A file's path inside the volume: relative, no `..`, not starting with
 /// `..` (kubelet's own entries), at most 4096 bytes.
-fn check_path(path: &str) -> Result<(), String> {
+fn check_path(path: &str) -> Result<(), ProjectionError> {
     if path.is_empty()
         || path.len() > 4096
         || path.starts_with('/')
         || path.starts_with("..")
         || path.split('/').any(|p| p == ".." || p.is_empty())
     {
-        return Err(format!("invalid file path {path:?} in the volume"));
+        return Err(ProjectionError::BadPath(path.to_string()));
     }
     Ok(())
 }
@@ -422,7 +464,11 @@ pub struct ObjectEnv {
 /// pod's namespace `ns`. A missing object or key that is not optional is
 /// kubelet's error (a CreateContainerConfigError). envFrom keys that are
 /// not valid variable names are skipped, as kubelet does.
-pub fn env_from_objects(c: &Container, objects: &Objects, ns: &str) -> Result<ObjectEnv, String> {
+pub fn env_from_objects(
+    c: &Container,
+    objects: &Objects,
+    ns: &str,
+) -> Result<ObjectEnv, ProjectionError> {
     let text = |b: &Vec<u8>| String::from_utf8_lossy(b).into_owned();
     let mut out = ObjectEnv::default();
     for f in c.env_from.iter().flatten() {
@@ -479,7 +525,13 @@ pub fn env_from_objects(c: &Container, objects: &Objects, ns: &str) -> Result<Ob
                 out.refs.insert(e.name.clone(), text(v));
             }
             None if optional => {}
-            None => return Err(format!("couldn't find key {key} in {kind} {ns}/{name}")),
+            None => {
+                return Err(ProjectionError::NoEnvKey {
+                    key: key.clone(),
+                    kind,
+                    object: format!("{ns}/{name}"),
+                });
+            }
         }
     }
     Ok(out)
@@ -535,8 +587,10 @@ mod tests {
             .volumes
             .as_ref()
             .expect("volumes")[0];
-        let no_resources = |_: &str, _: &str, _: Option<&str>| Err("none".to_string());
-        let f = volume_files(&p, v, &objects(), &no_resources)?;
+        let no_resources = |_: &str, _: &str, _: Option<&str>| {
+            Err(ResourceError(Box::new(std::io::Error::other("none"))))
+        };
+        let f = volume_files(&p, v, &objects(), &no_resources).map_err(|e| e.to_string())?;
         Ok(f.into_iter()
             .map(|(k, v)| (k, String::from_utf8_lossy(&v.data).into_owned(), v.mode))
             .collect())
@@ -661,8 +715,10 @@ mod tests {
             "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "nope"}}}]}))
         .expect("container");
         assert_eq!(
-            env_from_objects(&c, &o, "shop"),
-            Err("couldn't find key nope in secret shop/db".into())
+            env_from_objects(&c, &o, "shop")
+                .expect_err("missing key")
+                .to_string(),
+            "couldn't find key nope in secret shop/db"
         );
     }
 }

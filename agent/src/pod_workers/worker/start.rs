@@ -18,6 +18,23 @@ use crate::volumes::{self, projection};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::path::PathBuf;
 
+/// Why a pod's configMap, secret, downwardAPI or projected volumes could
+/// not be set up (a FailedMount).
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("configMaps, secrets and service account tokens need an API server (cluster mode)")]
+    NoApiServer,
+    #[error(transparent)]
+    Fetch(#[from] crate::volumes::objects::FetchError),
+    #[error("volume {volume:?}: {source}")]
+    Project {
+        volume: String,
+        source: projection::ProjectionError,
+    },
+    #[error(transparent)]
+    Write(#[from] volumes::Error),
+}
+
 impl Worker {
     pub(super) fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), SyncError> {
         let cfg = &self.shared.config;
@@ -223,17 +240,14 @@ impl Worker {
     }
 
     /// The configMaps, secrets and tokens the pod refers to.
-    pub(super) async fn fetch_objects(&self, pod: &Pod) -> Result<projection::Objects, String> {
+    pub(super) async fn fetch_objects(&self, pod: &Pod) -> Result<projection::Objects, MountError> {
         let needs = projection::needs(pod);
         let mut out = projection::Objects::default();
         if needs.is_empty() {
             return Ok(out);
         }
         let Some(api) = self.shared.objects.as_ref() else {
-            return Err(
-                "configMaps, secrets and service account tokens need an API server (cluster mode)"
-                    .into(),
-            );
+            return Err(MountError::NoApiServer);
         };
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         for name in &needs.config_maps {
@@ -271,17 +285,23 @@ impl Worker {
         &self,
         pod: &Pod,
         objects: &projection::Objects,
-    ) -> Result<std::collections::BTreeMap<String, projection::Files>, String> {
+    ) -> Result<std::collections::BTreeMap<String, projection::Files>, MountError> {
         let node = &self.shared.node;
         let resource = |container: &str, res: &str, divisor: Option<&str>| {
             cri_config::container_resource(pod, container, res, divisor, node)
+                .map_err(|e| projection::ResourceError(Box::new(e)))
         };
         let mut out = std::collections::BTreeMap::new();
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
         for v in volumes.into_iter().flatten() {
             if projection::is_projected(v) {
-                let files = projection::volume_files(pod, v, objects, &resource)
-                    .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+                let files =
+                    projection::volume_files(pod, v, objects, &resource).map_err(|source| {
+                        MountError::Project {
+                            volume: v.name.clone(),
+                            source,
+                        }
+                    })?;
                 out.insert(v.name.clone(), files);
             }
         }
@@ -309,8 +329,11 @@ impl Worker {
         self.volumes_written = Some(std::time::Instant::now());
         let written = match self.fetch_objects(pod).await {
             Ok(objects) => self.project(pod, &objects).and_then(|files| {
-                volumes::write_projected(pod, &self.shared.config.data_dir, &files)
-                    .map_err(|e| e.to_string())
+                Ok(volumes::write_projected(
+                    pod,
+                    &self.shared.config.data_dir,
+                    &files,
+                )?)
             }),
             Err(e) => Err(e),
         };
@@ -361,14 +384,14 @@ impl Worker {
         let objects = match self.fetch_objects(pod).await {
             Ok(o) => o,
             Err(e) => {
-                self.mount_failed(c, &e);
+                self.mount_failed(c, &e.to_string());
                 return;
             }
         };
         let projected = match self.project(pod, &objects) {
             Ok(f) => f,
             Err(e) => {
-                self.mount_failed(c, &e);
+                self.mount_failed(c, &e.to_string());
                 return;
             }
         };
@@ -406,7 +429,7 @@ impl Worker {
         let object_env = match object_env {
             Ok(e) => e,
             Err(e) => {
-                self.config_failed(c, e);
+                self.config_failed(c, e.to_string());
                 return;
             }
         };
