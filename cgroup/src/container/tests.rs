@@ -112,7 +112,7 @@ fn v1_refuses_unified_and_writes_pids_and_hugepages() {
         unified: vec![("memory.high".into(), "1000".into())],
         ..Resources::default()
     };
-    let e = plan(&u, false, false, &none).expect_err("v1");
+    let e = plan(&u, false, false, &none).expect_err("v1").to_string();
     assert!(e.contains("unified[memory.high]"), "{e}");
 }
 
@@ -136,10 +136,14 @@ fn v2_converts_shares_swap_and_quota() {
     assert!(
         plan(&r, true, false, &none)
             .expect_err("swap < limit")
+            .to_string()
             .contains("swap (50)")
     );
     r.memory = None;
-    assert!(plan(&r, true, false, &none).is_err());
+    assert_eq!(
+        plan(&r, true, false, &none),
+        Err(PlanError::SwapWithoutLimit)
+    );
     // A period alone keeps the quota in force.
     let now = |_: &'static str, f: &str| (f == "cpu.max").then(|| "25000 100000\n".to_string());
     let p = Resources {

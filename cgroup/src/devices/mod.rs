@@ -56,18 +56,25 @@ impl Access {
     }
 }
 
+/// An access string with a letter outside `rwm`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("access {given:?}: want letters of \"rwm\"")]
+pub struct AccessError {
+    pub given: String,
+}
+
 impl std::str::FromStr for Access {
-    type Err = String;
+    type Err = AccessError;
 
     /// `"rwm"`, in any order; empty is the empty set.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, AccessError> {
         let mut a = Access::default();
         for c in s.chars() {
             a = a.union(match c {
                 'r' => Access::READ,
                 'w' => Access::WRITE,
                 'm' => Access::MKNOD,
-                _ => return Err(format!("access {s:?}: want letters of \"rwm\"")),
+                _ => return Err(AccessError { given: s.into() }),
             });
         }
         Ok(a)
