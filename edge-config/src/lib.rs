@@ -8,6 +8,7 @@
 
 mod api_port;
 pub mod config;
+mod error;
 pub mod eviction;
 pub mod labels;
 pub mod owner;
