@@ -20,8 +20,8 @@ use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Component, Path, PathBuf};
 
-use crate::Hierarchy;
 use crate::devices::{Kind, Rule, runtime_defaults};
+use crate::{Hierarchy, WrappedIoError};
 
 /// A container's limits as OCI `linux.resources` states them: `swap` is
 /// memory plus swap (v1's unit), `-1` is no limit.
@@ -293,7 +293,7 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
         .truncate(true)
         .open(path)
         .and_then(|mut f| f.write_all(value.as_bytes()))
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {value}: {e}", path.display())))
+        .map_err(WrappedIoError::write(path, value))
 }
 
 impl Hierarchy {
@@ -332,9 +332,7 @@ impl Hierarchy {
         match self {
             Hierarchy::V1(m) => {
                 for (_, dir) in self.container_dirs(path)? {
-                    fs::create_dir_all(&dir).map_err(|e| {
-                        io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display()))
-                    })?;
+                    fs::create_dir_all(&dir).map_err(WrappedIoError::op("mkdir", &dir))?;
                 }
                 if let Some((_, mp)) = m.iter().find(|(c, _)| c == "cpuset") {
                     fill_cpuset(mp, rel)?;
@@ -384,21 +382,17 @@ impl Hierarchy {
                         .write(true)
                         .truncate(true)
                         .open(&path)
-                        .map_err(|e| with_path(&path, &wr.value, e))?;
+                        .map_err(WrappedIoError::write(&path, &wr.value))?;
                     open.push((path, f));
                     open.len() - 1
                 }
             };
             let (path, f) = &mut open[at];
             f.write_all(wr.value.as_bytes())
-                .map_err(|e| with_path(path, &wr.value, e))?;
+                .map_err(WrappedIoError::write(path, &wr.value))?;
         }
         Ok(())
     }
-}
-
-fn with_path(path: &Path, value: &str, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {value}: {e}", path.display()))
 }
 
 /// v1 cpuset: a cgroup whose `cpuset.cpus` or `cpuset.mems` is empty takes
@@ -459,10 +453,7 @@ fn make_v2(root: &Path, rel: &Path) -> io::Result<()> {
         dir.push(part);
         match fs::create_dir(&dir) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("mkdir {}: {e}", dir.display()),
-                ));
+                return Err(WrappedIoError::op("mkdir", &dir)(e));
             }
             _ => {}
         }

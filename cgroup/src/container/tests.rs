@@ -247,3 +247,33 @@ fn v2_enables_only_the_missing_controllers() {
     assert!(root.join("k/c").is_dir());
     assert!(!root.join("k/c/cgroup.subtree_control").exists());
 }
+
+#[test]
+fn write_errors_keep_the_path_the_value_and_the_io_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let h = Hierarchy::V2(tmp.path().to_path_buf());
+    let r = Resources {
+        pids: Some(5),
+        ..Resources::default()
+    };
+    // No such cgroup: the open of pids.max fails.
+    let e = h.update_container("/k/c", &r).expect_err("no cgroup");
+    let file = tmp.path().join("k/c/pids.max");
+    assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{}: 5: ", file.display())),
+        "{e}"
+    );
+    match e.get_ref().and_then(|i| i.downcast_ref::<WrappedIoError>()) {
+        Some(WrappedIoError::Write {
+            path,
+            value,
+            source,
+        }) => {
+            assert_eq!((path, value.as_str()), (&file, "5"));
+            assert_eq!(source.raw_os_error(), Some(libc::ENOENT));
+        }
+        other => panic!("{other:?}"),
+    }
+}

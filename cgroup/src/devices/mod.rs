@@ -19,6 +19,8 @@ use std::path::Path;
 
 pub use program::{Insn, program};
 
+use crate::WrappedIoError;
+
 /// Block or character device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -243,10 +245,8 @@ pub fn runtime_defaults() -> Vec<Rule> {
 pub fn attach(cgroup: &Path, policy: &Policy) -> io::Result<()> {
     let insns = program(policy);
     let prog = bpf::load_device_program(&insns)?;
-    let dir = std::fs::File::open(cgroup)
-        .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", cgroup.display())))?;
-    bpf::attach_device_program(&dir, &prog)
-        .map_err(|e| io::Error::new(e.kind(), format!("attach to {}: {e}", cgroup.display())))
+    let dir = std::fs::File::open(cgroup).map_err(WrappedIoError::op("open", cgroup))?;
+    bpf::attach_device_program(&dir, &prog).map_err(WrappedIoError::op("attach to", cgroup))
 }
 
 #[cfg(test)]
