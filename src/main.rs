@@ -277,7 +277,7 @@ pub(crate) struct UpArgs {
 }
 
 /// `--node-labels`, checked as the config's `picolet.nodeLabels`.
-fn node_labels_arg(s: &str) -> Result<String, String> {
+fn node_labels_arg(s: &str) -> Result<String, edge_config::labels::LabelError> {
     edge_config::config::parse_node_labels(s).map(|_| s.to_string())
 }
 

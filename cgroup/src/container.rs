@@ -20,8 +20,8 @@ use std::fs;
 use std::io::{self, Write as _};
 use std::path::{Component, Path, PathBuf};
 
-use crate::Hierarchy;
 use crate::devices::{Kind, Rule, runtime_defaults};
+use crate::{Hierarchy, WrappedIoError};
 
 /// A container's limits as OCI `linux.resources` states them: `swap` is
 /// memory plus swap (v1's unit), `-1` is no limit.
@@ -53,6 +53,28 @@ pub struct Write {
     pub value: String,
 }
 
+/// Limits that cannot be written as they are stated; the message names the
+/// `linux.resources` field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// `memory.limit` or `memory.swap` below -1.
+    #[error("linux.resources.{field}: {value:?} is below -1")]
+    BelowMinusOne {
+        field: &'static str,
+        value: Option<i64>,
+    },
+    #[error("linux.resources.unified[{key}]: this machine's cgroups are v1 (unified needs v2)")]
+    UnifiedOnV1 { key: String },
+    #[error(
+        "linux.resources.memory: swap ({swap}) is below the limit ({limit}); it counts memory plus swap"
+    )]
+    SwapBelowLimit { swap: i64, limit: i64 },
+    #[error("linux.resources.memory.swap: set without a memory limit")]
+    SwapWithoutLimit,
+    #[error("linux.resources.unified[{key}]: not a file name")]
+    UnifiedNotAFile { key: String },
+}
+
 /// What a plan reads first: a file of the container's directory.
 pub type Read<'a> = &'a dyn Fn(&'static str, &str) -> Option<String>;
 
@@ -67,10 +89,15 @@ fn w(controller: &'static str, file: impl Into<String>, value: impl ToString) ->
 /// The writes for `r`, in order. `create`: a new cgroup (the device list
 /// is written only then). `read` gives a file's current content where the
 /// order or the value depends on it.
-pub fn plan(r: &Resources, v2: bool, create: bool, read: Read<'_>) -> Result<Vec<Write>, String> {
-    for (name, v) in [("memory.limit", r.memory), ("memory.swap", r.swap)] {
-        if v.is_some_and(|v| v < -1) {
-            return Err(format!("linux.resources.{name}: {v:?} is below -1"));
+pub fn plan(
+    r: &Resources,
+    v2: bool,
+    create: bool,
+    read: Read<'_>,
+) -> Result<Vec<Write>, PlanError> {
+    for (field, value) in [("memory.limit", r.memory), ("memory.swap", r.swap)] {
+        if value.is_some_and(|v| v < -1) {
+            return Err(PlanError::BelowMinusOne { field, value });
         }
     }
     let mut out = Vec::new();
@@ -87,7 +114,7 @@ fn plan_v1(
     create: bool,
     read: Read<'_>,
     out: &mut Vec<Write>,
-) -> Result<(), String> {
+) -> Result<(), PlanError> {
     if let Some(s) = r.cpu_shares.filter(|s| *s != 0) {
         out.push(w("cpu", "cpu.shares", s));
     }
@@ -125,9 +152,7 @@ fn plan_v1(
         ));
     }
     if let Some((k, _)) = r.unified.first() {
-        return Err(format!(
-            "linux.resources.unified[{k}]: this machine's cgroups are v1 (unified needs v2)"
-        ));
+        return Err(PlanError::UnifiedOnV1 { key: k.clone() });
     }
     if create {
         for d in r.devices.iter().chain(&runtime_defaults()) {
@@ -142,7 +167,7 @@ fn plan_v1(
     Ok(())
 }
 
-fn plan_v2(r: &Resources, read: Read<'_>, out: &mut Vec<Write>) -> Result<(), String> {
+fn plan_v2(r: &Resources, read: Read<'_>, out: &mut Vec<Write>) -> Result<(), PlanError> {
     if let Some(weight) = r.cpu_shares.map(shares_to_weight).filter(|w| *w != 0) {
         out.push(w("cpu", "cpu.weight", weight));
     }
@@ -166,9 +191,7 @@ fn plan_v2(r: &Resources, read: Read<'_>, out: &mut Vec<Write>) -> Result<(), St
             if s == -1 || l == -1 {
                 out.push(w("memory", "memory.swap.max", v2(s)));
             } else if s < l {
-                return Err(format!(
-                    "linux.resources.memory: swap ({s}) is below the limit ({l}); it counts memory plus swap"
-                ));
+                return Err(PlanError::SwapBelowLimit { swap: s, limit: l });
             } else {
                 // v1's memory + swap is v2's swap alone.
                 out.push(w("memory", "memory.swap.max", s - l));
@@ -182,7 +205,7 @@ fn plan_v2(r: &Resources, read: Read<'_>, out: &mut Vec<Write>) -> Result<(), St
             out.push(w("memory", "memory.max", v2(l)));
         }
         (None, Some(_)) => {
-            return Err("linux.resources.memory.swap: set without a memory limit".into());
+            return Err(PlanError::SwapWithoutLimit);
         }
         (None, None) => {}
     }
@@ -193,7 +216,7 @@ fn plan_v2(r: &Resources, read: Read<'_>, out: &mut Vec<Write>) -> Result<(), St
     for (k, v) in &r.unified {
         let plain = !k.is_empty() && !k.contains('/') && !k.starts_with('.');
         if !plain {
-            return Err(format!("linux.resources.unified[{k}]: not a file name"));
+            return Err(PlanError::UnifiedNotAFile { key: k.clone() });
         }
         out.push(Write {
             controller: "",
@@ -270,7 +293,7 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
         .truncate(true)
         .open(path)
         .and_then(|mut f| f.write_all(value.as_bytes()))
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {value}: {e}", path.display())))
+        .map_err(WrappedIoError::write(path, value))
 }
 
 impl Hierarchy {
@@ -309,9 +332,7 @@ impl Hierarchy {
         match self {
             Hierarchy::V1(m) => {
                 for (_, dir) in self.container_dirs(path)? {
-                    fs::create_dir_all(&dir).map_err(|e| {
-                        io::Error::new(e.kind(), format!("mkdir {}: {e}", dir.display()))
-                    })?;
+                    fs::create_dir_all(&dir).map_err(WrappedIoError::op("mkdir", &dir))?;
                 }
                 if let Some((_, mp)) = m.iter().find(|(c, _)| c == "cpuset") {
                     fill_cpuset(mp, rel)?;
@@ -361,21 +382,17 @@ impl Hierarchy {
                         .write(true)
                         .truncate(true)
                         .open(&path)
-                        .map_err(|e| with_path(&path, &wr.value, e))?;
+                        .map_err(WrappedIoError::write(&path, &wr.value))?;
                     open.push((path, f));
                     open.len() - 1
                 }
             };
             let (path, f) = &mut open[at];
             f.write_all(wr.value.as_bytes())
-                .map_err(|e| with_path(path, &wr.value, e))?;
+                .map_err(WrappedIoError::write(path, &wr.value))?;
         }
         Ok(())
     }
-}
-
-fn with_path(path: &Path, value: &str, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("{}: {value}: {e}", path.display()))
 }
 
 /// v1 cpuset: a cgroup whose `cpuset.cpus` or `cpuset.mems` is empty takes
@@ -436,10 +453,7 @@ fn make_v2(root: &Path, rel: &Path) -> io::Result<()> {
         dir.push(part);
         match fs::create_dir(&dir) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("mkdir {}: {e}", dir.display()),
-                ));
+                return Err(WrappedIoError::op("mkdir", &dir)(e));
             }
             _ => {}
         }

@@ -226,9 +226,58 @@ impl Hierarchy {
     }
 }
 
+/// An I/O error on a cgroup file or directory, as libcgroups'
+/// `WrappedIoError`: the path (and the value written) with the error whole
+/// as its source. The crate's functions return `io::Result` with this
+/// inside under the error's own kind ([`io::Error::get_ref`] downcasts to
+/// it), printed as the text they gave before.
+#[derive(Debug, thiserror::Error)]
+pub enum WrappedIoError {
+    #[error("{}: {value}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        value: String,
+        source: io::Error,
+    },
+    /// `mkdir`, `rmdir`, `open`, `attach to`.
+    #[error("{op} {}: {source}", path.display())]
+    Op {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+}
+
+impl WrappedIoError {
+    /// A write of `value` to `path` that failed.
+    pub(crate) fn write(path: &Path, value: &str) -> impl FnOnce(io::Error) -> io::Error {
+        let (path, value) = (path.to_path_buf(), value.to_string());
+        move |source| {
+            WrappedIoError::Write {
+                path,
+                value,
+                source,
+            }
+            .into()
+        }
+    }
+
+    /// `op` on `path` that failed.
+    pub(crate) fn op(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> io::Error {
+        let path = path.to_path_buf();
+        move |source| WrappedIoError::Op { op, path, source }.into()
+    }
+}
+
+impl From<WrappedIoError> for io::Error {
+    fn from(e: WrappedIoError) -> io::Error {
+        let (WrappedIoError::Write { source, .. } | WrappedIoError::Op { source, .. }) = &e;
+        io::Error::new(source.kind(), e)
+    }
+}
+
 fn write(path: &Path, value: &str) -> io::Result<()> {
-    fs::write(path, value)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {value}: {e}", path.display())))
+    fs::write(path, value).map_err(WrappedIoError::write(path, value))
 }
 
 /// rmdir of a cgroup directory and any empty child cgroups, deepest first.
@@ -246,10 +295,7 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
     match fs::remove_dir(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io::Error::new(
-            e.kind(),
-            format!("rmdir {}: {e}", dir.display()),
-        )),
+        Err(e) => Err(WrappedIoError::op("rmdir", dir)(e)),
     }
 }
 

@@ -5,7 +5,6 @@
 //! half-understood config.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,36 +18,7 @@ pub use crate::labels::parse_node_labels;
 use crate::quantity::{parse_duration, parse_quantity, parse_quantity_milli};
 pub use api_port::{Authentication, Authorization, AuthorizationMode};
 
-/// An error in a file: the file, the field path in it, what is wrong.
-/// Printed `<file>: <field.path>: <message>`. Config files and static pod
-/// manifests report their errors with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    pub file: PathBuf,
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() || self.field == "." {
-            write!(f, "{}: {}", self.file.display(), self.message)
-        } else {
-            write!(
-                f,
-                "{}: {}: {}",
-                self.file.display(),
-                self.field,
-                self.message
-            )
-        }
-    }
-}
-
-impl std::error::Error for FieldError {}
-
-/// An error in the config file.
-pub type ConfigError = FieldError;
+pub use crate::error::{ConfigError, FieldError};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -318,23 +288,23 @@ impl Config {
     /// Loads `path`. A missing file gives the defaults when `must_exist` is
     /// false (the default path); otherwise it is an error.
     pub fn load(path: &Path, must_exist: bool) -> Result<Self, ConfigError> {
-        let err = |field: &str, message: String| ConfigError {
-            file: path.to_path_buf(),
-            field: field.into(),
-            message,
-        };
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => {
                 return Ok(Self::default());
             }
-            Err(e) => return Err(err("", format!("cannot read: {e}"))),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    file: path.to_path_buf(),
+                    source,
+                });
+            }
         };
-        Self::parse(&text, path)
+        Ok(Self::parse(&text, path)?)
     }
 
     /// Parses config text (YAML or JSON); `file` names it in errors.
-    pub fn parse(text: &str, file: &Path) -> Result<Self, ConfigError> {
+    pub fn parse(text: &str, file: &Path) -> Result<Self, FieldError> {
         let raw: Raw = if text.trim().is_empty() {
             Raw::default()
         } else {
@@ -343,7 +313,7 @@ impl Config {
                 let field = e.path().to_string();
                 let inner = e.into_inner().to_string();
                 // serde_yaml appends " at line L column C"; keep it, it helps.
-                ConfigError {
+                FieldError {
                     file: file.to_path_buf(),
                     field,
                     message: inner,
@@ -353,8 +323,8 @@ impl Config {
         Self::from_raw(raw, file)
     }
 
-    fn from_raw(raw: Raw, file: &Path) -> Result<Self, ConfigError> {
-        let err = |field: &str, message: String| ConfigError {
+    fn from_raw(raw: Raw, file: &Path) -> Result<Self, FieldError> {
+        let err = |field: &str, message: String| FieldError {
             file: file.to_path_buf(),
             field: field.into(),
             message,
@@ -376,7 +346,7 @@ impl Config {
             ));
         }
         let dur =
-            |field: &str, v: &Option<String>, default: &str| -> Result<Duration, ConfigError> {
+            |field: &str, v: &Option<String>, default: &str| -> Result<Duration, FieldError> {
                 let s = v.as_deref().unwrap_or(default);
                 parse_duration(s).ok_or_else(|| {
                     err(
@@ -385,7 +355,7 @@ impl Config {
                     )
                 })
             };
-        let ip = |field: &str, v: &Option<String>, default: &str| -> Result<IpAddr, ConfigError> {
+        let ip = |field: &str, v: &Option<String>, default: &str| -> Result<IpAddr, FieldError> {
             let s = v.as_deref().unwrap_or(default);
             s.parse()
                 .map_err(|_| err(field, format!("{s:?} is not an IP address")))
@@ -538,7 +508,8 @@ impl Config {
         }
         let mut node_labels = BTreeMap::new();
         for (k, v) in p.node_labels.iter().flatten() {
-            check_node_label(k, v).map_err(|m| err(&format!("picolet.nodeLabels.{k}"), m))?;
+            check_node_label(k, v)
+                .map_err(|m| err(&format!("picolet.nodeLabels.{k}"), m.to_string()))?;
             node_labels.insert(k.clone(), v.clone());
         }
         let mut register_with_taints = Vec::new();
@@ -712,8 +683,8 @@ mod tests {
     use super::*;
     use crate::quantity::Threshold;
 
-    fn parse(text: &str) -> Result<Config, String> {
-        Config::parse(text, Path::new("/etc/picolet/config.yaml")).map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<Config, FieldError> {
+        Config::parse(text, Path::new("/etc/picolet/config.yaml"))
     }
 
     #[test]
@@ -840,7 +811,7 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            let e = parse(text).expect_err(text);
+            let e = parse(text).expect_err(text).to_string();
             assert!(
                 e.contains(want),
                 "{text:?}: got {e:?}, want it to contain {want:?}"
@@ -890,11 +861,35 @@ mod tests {
     fn missing_default_file_is_defaults_but_missing_named_file_is_an_error() {
         let p = Path::new("/nonexistent/picolet.yaml");
         assert_eq!(Config::load(p, false).expect("defaults"), Config::default());
+        let e = Config::load(p, true).expect_err("must exist");
         assert!(
-            Config::load(p, true)
-                .expect_err("must exist")
-                .to_string()
-                .contains("/nonexistent/picolet.yaml")
+            e.to_string()
+                .starts_with("/nonexistent/picolet.yaml: cannot read: "),
+            "{e}"
         );
+        // The I/O error stays whole: the caller can tell its kind.
+        assert!(
+            matches!(&e, ConfigError::Read { file, source }
+                if file == p && source.kind() == std::io::ErrorKind::NotFound),
+            "{e:?}"
+        );
+        // A bad field is the FieldError, printed as before.
+        let dir = std::env::temp_dir().join(format!("picolet-config-{}", std::process::id()));
+        fs_write(&dir.join("c.yaml"), "maxPods: many\n");
+        let e = Config::load(&dir.join("c.yaml"), true).expect_err("bad field");
+        assert!(
+            matches!(&e, ConfigError::Field(f) if f.field == "maxPods"),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: maxPods: ", dir.join("c.yaml").display()))
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn fs_write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
     }
 }

@@ -3,13 +3,30 @@
 
 use std::collections::BTreeMap;
 
+/// A node label refused as the API server or NodeRestriction would.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    #[error("label key {key:?} is not a qualified name")]
+    Key { key: String },
+    #[error("label value {value:?} of {key:?} is not a valid label value")]
+    Value { key: String, value: String },
+    /// In a namespace a node may not set labels in.
+    #[error(
+        "label {key:?}: a node may not set labels in the kubernetes.io or k8s.io namespaces but kubelet's own and kubelet.kubernetes.io/ or node.kubernetes.io/ ones (the API server's NodeRestriction refuses them)"
+    )]
+    Restricted { key: String },
+    /// A `--node-labels` item without `=`.
+    #[error("{item:?} is not key=value")]
+    NotKeyValue { item: String },
+}
+
 /// Checks a label (key, value) as the API server does: a key is an
 /// optional DNS-subdomain prefix and `/`, then a name of at most 63
 /// alphanumerics, `-`, `_`, `.` (alphanumeric at both ends); a value is
 /// such a name or empty. Labels a node may not set under NodeRestriction
 /// (the kubernetes.io and k8s.io namespaces but kubelet's own labels and
 /// `kubelet.`/`node.kubernetes.io/`) are refused, as kubelet refuses them.
-pub fn check_node_label(key: &str, value: &str) -> Result<(), String> {
+pub fn check_node_label(key: &str, value: &str) -> Result<(), LabelError> {
     let name_ok = |n: &str| {
         n.len() <= 63
             && n.bytes()
@@ -30,12 +47,13 @@ pub fn check_node_label(key: &str, value: &str) -> Result<(), String> {
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         })
     {
-        return Err(format!("label key {key:?} is not a qualified name"));
+        return Err(LabelError::Key { key: key.into() });
     }
     if !value.is_empty() && !name_ok(value) {
-        return Err(format!(
-            "label value {value:?} of {key:?} is not a valid label value"
-        ));
+        return Err(LabelError::Value {
+            key: key.into(),
+            value: value.into(),
+        });
     }
     if let Some(p) = prefix {
         let in_ns = |ns: &str| p == ns || p.ends_with(&format!(".{ns}"));
@@ -57,21 +75,19 @@ pub fn check_node_label(key: &str, value: &str) -> Result<(), String> {
             && !in_ns("kubelet.kubernetes.io")
             && !in_ns("node.kubernetes.io")
         {
-            return Err(format!(
-                "label {key:?}: a node may not set labels in the kubernetes.io or k8s.io namespaces but kubelet's own and kubelet.kubernetes.io/ or node.kubernetes.io/ ones (the API server's NodeRestriction refuses them)"
-            ));
+            return Err(LabelError::Restricted { key: key.into() });
         }
     }
     Ok(())
 }
 
 /// Parses kubelet's `--node-labels` (`key=value,key2=value2`).
-pub fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_node_labels(s: &str) -> Result<BTreeMap<String, String>, LabelError> {
     let mut out = BTreeMap::new();
     for kv in s.split(',').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| format!("{kv:?} is not key=value"))?;
+            .ok_or_else(|| LabelError::NotKeyValue { item: kv.into() })?;
         check_node_label(k, v)?;
         out.insert(k.to_string(), v.to_string());
     }
@@ -95,9 +111,20 @@ mod tests {
         assert!(
             parse_node_labels("site")
                 .expect_err("no =")
+                .to_string()
                 .contains("not key=value")
         );
-        assert!(parse_node_labels("k8s.io/x=1").is_err());
-        assert!(parse_node_labels("Bad_Prefix/x=1").is_err());
+        assert_eq!(
+            parse_node_labels("k8s.io/x=1"),
+            Err(LabelError::Restricted {
+                key: "k8s.io/x".into()
+            })
+        );
+        assert_eq!(
+            parse_node_labels("Bad_Prefix/x=1"),
+            Err(LabelError::Key {
+                key: "Bad_Prefix/x".into()
+            })
+        );
     }
 }

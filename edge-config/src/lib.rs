@@ -7,6 +7,7 @@
 //! subcommands together with it.
 
 pub mod config;
+mod error;
 pub mod eviction;
 pub mod labels;
 pub mod owner;

@@ -22,11 +22,53 @@ pub struct Owner {
 /// How long a second owner waits for the first to let go.
 pub const WAIT: Duration = Duration::from_secs(5);
 
+/// Why the root could not be taken; every message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// `create` (the folder), `open`, `write` (the pid).
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "another picolet {who} owns this state root: {} is locked by pid {holder} \
+         (waited {}s); stop that one first",
+        path.display(),
+        waited.as_secs()
+    )]
+    Held {
+        who: String,
+        path: PathBuf,
+        /// The pid in the file, `?` when it names none.
+        holder: String,
+        waited: Duration,
+    },
+    #[error("lock {}: {source}", path.display())]
+    Lock {
+        path: PathBuf,
+        source: nix::errno::Errno,
+    },
+}
+
 /// Takes `path` (created with its folder) for this process; `who` names
 /// the role in the error ("shim", "agent").
+///
+/// The message only: the shim's and the agent's `Owner` errors hold text.
+/// [`acquire`] keeps the error's parts.
 pub fn claim(path: &Path, who: &str, wait: Duration) -> Result<Owner, String> {
+    acquire(path, who, wait).map_err(|e| e.to_string())
+}
+
+/// [`claim`] with a typed error.
+pub fn acquire(path: &Path, who: &str, wait: Duration) -> Result<Owner, OwnerError> {
+    let io = |op, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OwnerError::Io { op, path, source }
+    };
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        fs::create_dir_all(dir).map_err(io("create", dir))?;
     }
     let deadline = Instant::now() + wait;
     loop {
@@ -36,14 +78,14 @@ pub fn claim(path: &Path, who: &str, wait: Duration) -> Result<Owner, String> {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| format!("open {}: {e}", path.display()))?;
+            .map_err(io("open", path))?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(mut lock) => {
                 let pid = format!("{}\n", std::process::id());
                 lock.set_len(0)
                     .and_then(|()| lock.rewind())
                     .and_then(|()| lock.write_all(pid.as_bytes()))
-                    .map_err(|e| format!("write {}: {e}", path.display()))?;
+                    .map_err(io("write", path))?;
                 return Ok(Owner {
                     _lock: lock,
                     path: path.to_path_buf(),
@@ -55,15 +97,19 @@ pub fn claim(path: &Path, who: &str, wait: Duration) -> Result<Owner, String> {
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
                 let holder = fs::read_to_string(path).unwrap_or_default();
                 let holder = holder.trim();
-                return Err(format!(
-                    "another picolet {who} owns this state root: {} is locked by pid {} \
-                     (waited {}s); stop that one first",
-                    path.display(),
-                    if holder.is_empty() { "?" } else { holder },
-                    wait.as_secs()
-                ));
+                return Err(OwnerError::Held {
+                    who: who.to_string(),
+                    path: path.to_path_buf(),
+                    holder: if holder.is_empty() { "?" } else { holder }.to_string(),
+                    waited: wait,
+                });
             }
-            Err((_, e)) => return Err(format!("lock {}: {e}", path.display())),
+            Err((_, source)) => {
+                return Err(OwnerError::Lock {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
         }
     }
 }
@@ -83,6 +129,21 @@ mod tests {
                 && e.contains("picolet shim"),
             "{e}"
         );
+        assert_eq!(
+            e,
+            format!(
+                "another picolet shim owns this state root: {} is locked by pid {} \
+                 (waited 0s); stop that one first",
+                path.display(),
+                std::process::id()
+            )
+        );
+        let held = acquire(&path, "agent", Duration::ZERO).expect_err("typed");
+        assert!(
+            matches!(&held, OwnerError::Held { who, holder, .. }
+                if who == "agent" && *holder == std::process::id().to_string()),
+            "{held:?}"
+        );
         drop(first);
         let again = claim(&path, "shim", Duration::ZERO).expect("free again");
         assert_eq!(
@@ -90,6 +151,18 @@ mod tests {
             format!("{}\n", std::process::id())
         );
         drop(again);
+        // A file where the folder goes: the I/O error and its kind stay whole.
+        let e = acquire(&path.join("x.lock"), "shim", Duration::ZERO).expect_err("not a dir");
+        assert!(
+            matches!(&e, OwnerError::Io { op: "create", path: p, source }
+                if *p == path && source.kind() == std::io::ErrorKind::AlreadyExists),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("create {}: ", path.display())),
+            "{e}"
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

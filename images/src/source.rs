@@ -130,7 +130,7 @@ impl Source {
                 .map_err(|e| self.bad(format!("bad entry path: {e}")))?
                 .into_owned();
             let path = clean(&raw)
-                .map_err(|why| self.entry_err(&raw.display().to_string(), why))?
+                .map_err(|why| self.entry_err(&raw.display().to_string(), why.to_string()))?
                 .to_string_lossy()
                 .into_owned();
             match entry.header().entry_type() {

@@ -185,7 +185,7 @@ impl<'a> Unpacker<'a> {
             .path()
             .map_err(|e| self.err(Path::new("?"), format!("bad path: {e}")))?
             .into_owned();
-        let rel = clean(&raw).map_err(|why| self.err(&raw, why))?;
+        let rel = clean(&raw).map_err(|why| self.err(&raw, why.to_string()))?;
         let Some(name) = rel.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
             // The root itself ("./"): keep our root's mode.
             return Ok(());
@@ -429,16 +429,25 @@ impl<'a> Unpacker<'a> {
     }
 }
 
+/// An entry path that does not stay under the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CleanError {
+    #[error("'..' in path: path escapes the layer root")]
+    ParentDir,
+    #[error("unsupported path prefix")]
+    Prefix,
+}
+
 /// Cleans an entry path to a relative path under the root. Leading `/` and
 /// `.` are dropped; `..` anywhere is rejected.
-pub(crate) fn clean(p: &Path) -> std::result::Result<PathBuf, String> {
+pub(crate) fn clean(p: &Path) -> std::result::Result<PathBuf, CleanError> {
     let mut out = PathBuf::new();
     for c in p.components() {
         match c {
             Component::RootDir | Component::CurDir => {}
             Component::Normal(n) => out.push(n),
-            Component::ParentDir => return Err("'..' in path: path escapes the layer root".into()),
-            Component::Prefix(_) => return Err("unsupported path prefix".into()),
+            Component::ParentDir => return Err(CleanError::ParentDir),
+            Component::Prefix(_) => return Err(CleanError::Prefix),
         }
     }
     Ok(out)
@@ -626,6 +635,6 @@ mod tests {
             PathBuf::from("a/b")
         );
         assert_eq!(clean(Path::new("./")).expect("ok"), PathBuf::new());
-        assert!(clean(Path::new("a/../b")).is_err());
+        assert_eq!(clean(Path::new("a/../b")), Err(CleanError::ParentDir));
     }
 }

@@ -82,17 +82,25 @@ fn parse_params(s: &str) -> Option<HashMap<String, String>> {
     }
 }
 
+/// Why a token endpoint's answer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("token answer: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("token answer has no token")]
+    NoToken,
+}
+
 /// A token endpoint's answer: `token` or `access_token`, lifetime in
 /// seconds (60 when absent, as the spec says).
-pub fn parse_token(body: &[u8]) -> Result<(String, Duration), String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(body).map_err(|e| format!("token answer: {e}"))?;
+pub fn parse_token(body: &[u8]) -> Result<(String, Duration), TokenError> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(TokenError::NotJson)?;
     let token = v["token"]
         .as_str()
         .filter(|t| !t.is_empty())
         .or_else(|| v["access_token"].as_str())
         .filter(|t| !t.is_empty())
-        .ok_or("token answer has no token")?;
+        .ok_or(TokenError::NoToken)?;
     let secs = v["expires_in"].as_u64().unwrap_or(60).max(60);
     Ok((token.to_string(), Duration::from_secs(secs)))
 }
@@ -166,15 +174,20 @@ mod tests {
     #[test]
     fn token_answers() {
         assert_eq!(
-            parse_token(br#"{"token":"abc","expires_in":300}"#),
-            Ok(("abc".into(), Duration::from_secs(300)))
+            parse_token(br#"{"token":"abc","expires_in":300}"#).expect("token"),
+            ("abc".into(), Duration::from_secs(300))
         );
         assert_eq!(
-            parse_token(br#"{"access_token":"xyz"}"#),
-            Ok(("xyz".into(), Duration::from_secs(60)))
+            parse_token(br#"{"access_token":"xyz"}"#).expect("access_token"),
+            ("xyz".into(), Duration::from_secs(60))
         );
-        assert!(parse_token(br#"{"token":""}"#).is_err());
-        assert!(parse_token(b"<html>").is_err());
+        assert!(matches!(
+            parse_token(br#"{"token":""}"#),
+            Err(TokenError::NoToken)
+        ));
+        let e = parse_token(b"<html>").expect_err("not JSON");
+        assert!(matches!(e, TokenError::NotJson(_)), "{e}");
+        assert!(e.to_string().starts_with("token answer: "), "{e}");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! sent to a CDN: the `Authorization` header stays behind when the host
 //! changes), every wait bounded.
 
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -13,8 +15,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, InvalidDnsNameError, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
 use crate::auth::{Challenge, TokenCache, parse_challenge, parse_token};
@@ -99,29 +101,97 @@ impl ServerCertVerifier for AnyCert {
     }
 }
 
+/// A host's TLS settings (`configs.<host>.tls`) that could not be used;
+/// the messages name the file.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsError {
+    #[error("{0}")]
+    Versions(#[source] rustls::Error),
+    #[error("ca_file {}: {source}", path.display())]
+    CaRead { path: PathBuf, source: io::Error },
+    #[error("ca_file {}: {source}", path.display())]
+    CaPem { path: PathBuf, source: pem::Error },
+    #[error("ca_file {}: {source}", path.display())]
+    CaAdd {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("ca_file {}: no certificate", path.display())]
+    NoCa { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cert_file {}: {source}", path.display())]
+    Cert { path: PathBuf, source: pem::Error },
+    #[error("key_file {}: {source}", path.display())]
+    Key { path: PathBuf, source: pem::Error },
+    #[error("client certificate: {0}")]
+    ClientAuth(#[source] rustls::Error),
+}
+
+/// Why an endpoint cannot be reached at all.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnError {
+    #[error("server name {host:?}: {source}")]
+    ServerName {
+        host: String,
+        source: InvalidDnsNameError,
+    },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// A request that got no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SendError {
+    #[error("dial {authority}: timed out")]
+    DialTimeout { authority: String },
+    #[error("dial {authority}: {source}")]
+    Dial {
+        authority: String,
+        source: io::Error,
+    },
+    #[error("TLS with {authority}: {source}")]
+    Tls {
+        authority: String,
+        source: io::Error,
+    },
+    #[error("{authority}: no answer in time")]
+    NoAnswer { authority: String },
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
 /// A TLS client configuration for one host's `configs` entry.
-fn tls_config(cfg: Option<&HostConfig>) -> Result<Arc<rustls::ClientConfig>, String> {
+fn tls_config(cfg: Option<&HostConfig>) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let algs = provider.signature_verification_algorithms;
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
+        .map_err(TlsError::Versions)?;
     let tls = cfg.map(|c| &c.tls);
     let builder = if tls.is_some_and(|t| t.insecure_skip_verify) {
         builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyCert(algs)))
     } else if let Some(ca) = tls.and_then(|t| t.ca_file.as_ref()) {
-        let pem = std::fs::read(ca).map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
+        let path = || ca.clone();
+        let pem = std::fs::read(ca).map_err(|source| TlsError::CaRead {
+            path: path(),
+            source,
+        })?;
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
+            let cert = cert.map_err(|source| TlsError::CaPem {
+                path: path(),
+                source,
+            })?;
+            roots.add(cert).map_err(|source| TlsError::CaAdd {
+                path: path(),
+                source,
+            })?;
         }
         if roots.is_empty() {
-            return Err(format!("ca_file {}: no certificate", ca.display()));
+            return Err(TlsError::NoCa { path: path() });
         }
         builder.with_root_certificates(roots)
     } else {
@@ -129,16 +199,26 @@ fn tls_config(cfg: Option<&HostConfig>) -> Result<Arc<rustls::ClientConfig>, Str
     };
     let mut config = match tls.and_then(|t| t.client.as_ref()) {
         Some((cert, key)) => {
-            let read =
-                |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+            let read = |p: &Path| {
+                std::fs::read(p).map_err(|source| TlsError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })
+            };
             let chain = CertificateDer::pem_slice_iter(&read(cert)?)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("cert_file {}: {e}", cert.display()))?;
-            let key = PrivateKeyDer::from_pem_slice(&read(key)?)
-                .map_err(|e| format!("key_file {}: {e}", key.display()))?;
+                .map_err(|source| TlsError::Cert {
+                    path: cert.clone(),
+                    source,
+                })?;
+            let key =
+                PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|source| TlsError::Key {
+                    path: key.clone(),
+                    source,
+                })?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("client certificate: {e}"))?
+                .map_err(TlsError::ClientAuth)?
         }
         None => builder.with_no_client_auth(),
     };
@@ -154,10 +234,14 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn new(endpoint: &Endpoint, cfg: Option<&HostConfig>) -> Result<Self, String> {
+    pub fn new(endpoint: &Endpoint, cfg: Option<&HostConfig>) -> Result<Self, ConnError> {
         let tls = if endpoint.https {
-            let name = ServerName::try_from(endpoint.host().to_string())
-                .map_err(|e| format!("server name {:?}: {e}", endpoint.host()))?;
+            let name = ServerName::try_from(endpoint.host().to_string()).map_err(|source| {
+                ConnError::ServerName {
+                    host: endpoint.host().to_string(),
+                    source,
+                }
+            })?;
             Some((tokio_rustls::TlsConnector::from(tls_config(cfg)?), name))
         } else {
             None
@@ -174,17 +258,23 @@ impl Conn {
 
     /// Sends one request on a new connection; the answer's body streams
     /// from it.
-    async fn send<B>(&self, req: Request<B>) -> Result<Response<Incoming>, String>
+    async fn send<B>(&self, req: Request<B>) -> Result<Response<Incoming>, SendError>
     where
         B: hyper::body::Body + Send + 'static,
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let authority = || self.endpoint.authority.clone();
         let addr = (self.endpoint.host().to_string(), self.endpoint.port());
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
             .await
-            .map_err(|_| format!("dial {}: timed out", self.endpoint.authority))?
-            .map_err(|e| format!("dial {}: {e}", self.endpoint.authority))?;
+            .map_err(|_| SendError::DialTimeout {
+                authority: authority(),
+            })?
+            .map_err(|source| SendError::Dial {
+                authority: authority(),
+                source,
+            })?;
         let _ = tcp.set_nodelay(true);
         let exchange = async {
             match &self.tls {
@@ -192,7 +282,10 @@ impl Conn {
                     let tls = connector
                         .connect(name.clone(), tcp)
                         .await
-                        .map_err(|e| format!("TLS with {}: {e}", self.endpoint.authority))?;
+                        .map_err(|source| SendError::Tls {
+                            authority: authority(),
+                            source,
+                        })?;
                     request_on(TokioIo::new(tls), req).await
                 }
                 None => request_on(TokioIo::new(tcp), req).await,
@@ -200,11 +293,13 @@ impl Conn {
         };
         tokio::time::timeout(CONNECT_TIMEOUT + IDLE_TIMEOUT, exchange)
             .await
-            .map_err(|_| format!("{}: no answer in time", self.endpoint.authority))?
+            .map_err(|_| SendError::NoAnswer {
+                authority: authority(),
+            })?
     }
 }
 
-async fn request_on<I, B>(io: I, req: Request<B>) -> Result<Response<Incoming>, String>
+async fn request_on<I, B>(io: I, req: Request<B>) -> Result<Response<Incoming>, SendError>
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     B: hyper::body::Body + Send + 'static,
@@ -216,12 +311,11 @@ where
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(READ_BUFFER)
         .handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    sender.send_request(req).await.map_err(|e| e.to_string())
+    Ok(sender.send_request(req).await?)
 }
 
 /// Reads a small body (an error or a token), at most [`MAX_SMALL_BODY`].
@@ -618,6 +712,31 @@ mod tests {
             form_encode(&[("scope", "repository:a/b:pull"), ("service", "r e")]),
             "scope=repository%3Aa%2Fb%3Apull&service=r%20e"
         );
+    }
+
+    #[test]
+    fn tls_file_errors_name_the_file_and_keep_the_io_error() {
+        let ca = Path::new("/nonexistent/picolet/ca.crt");
+        let cfg = HostConfig {
+            auth: None,
+            tls: crate::config::Tls {
+                ca_file: Some(ca.to_path_buf()),
+                ..Default::default()
+            },
+        };
+        let e = tls_config(Some(&cfg)).expect_err("no CA file");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("ca_file {}: ", ca.display())),
+            "{e}"
+        );
+        match e {
+            TlsError::CaRead { path, source } => {
+                assert_eq!(path, ca);
+                assert_eq!(source.kind(), io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -22,10 +22,58 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde::Deserialize;
 
-use crate::Credential;
+use crate::{AuthFieldError, Credential};
 
 /// Largest registries.yaml read.
 const MAX_FILE: u64 = 1 << 20;
+
+/// An endpoint URL that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("{url:?}: only http:// and https:// endpoints")]
+    Scheme { url: String },
+    #[error("{url:?}: no valid host")]
+    Host { url: String },
+}
+
+/// An error in registries.yaml text; the message names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml::Error),
+    /// `mirrors.<registry>.endpoint[<index>]` (`at` is `mirrors."<registry>"`).
+    #[error("{at}.endpoint[{index}]: {source}")]
+    Endpoint {
+        at: String,
+        index: usize,
+        source: EndpointError,
+    },
+    #[error("{at}.rewrite[{pattern:?}]: {source}")]
+    Rewrite {
+        at: String,
+        pattern: String,
+        source: regex::Error,
+    },
+    /// `configs.<host>.auth` (`at` is `configs."<host>"`).
+    #[error("{at}.auth: {source}")]
+    Auth { at: String, source: AuthFieldError },
+    #[error("{at}.tls: cert_file and key_file go together")]
+    ClientPair { at: String },
+}
+
+/// A registries.yaml that could not be loaded; the message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {size} bytes, larger than the {MAX_FILE} allowed", path.display())]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("{}: {source}", path.display())]
+    Parse { path: PathBuf, source: ParseError },
+}
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -87,13 +135,13 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// Parses `https://host[:port][/path]` (a bare `host[:port]` is HTTPS).
-    pub fn parse(url: &str) -> Result<Self, String> {
+    pub fn parse(url: &str) -> Result<Self, EndpointError> {
         let (https, rest) = if let Some(r) = url.strip_prefix("https://") {
             (true, r)
         } else if let Some(r) = url.strip_prefix("http://") {
             (false, r)
         } else if url.contains("://") {
-            return Err(format!("{url:?}: only http:// and https:// endpoints"));
+            return Err(EndpointError::Scheme { url: url.into() });
         } else {
             (true, url)
         };
@@ -102,7 +150,7 @@ impl Endpoint {
             None => (rest, ""),
         };
         if authority.is_empty() || authority.contains(['@', '?', '#', ' ']) {
-            return Err(format!("{url:?}: no valid host"));
+            return Err(EndpointError::Host { url: url.into() });
         }
         let api = if path.ends_with("/v2") {
             path.to_string()
@@ -187,28 +235,35 @@ pub struct Registries {
 impl Registries {
     /// Reads `path`; a missing file is an empty configuration. Errors name
     /// the file and the field.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
+        let io = |source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let size = match std::fs::metadata(path) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(e) => return Err(io(e)),
         };
         if size > MAX_FILE {
-            return Err(format!(
-                "{}: {size} bytes, larger than the {MAX_FILE} allowed",
-                path.display()
-            ));
+            return Err(LoadError::TooLarge {
+                path: path.to_path_buf(),
+                size,
+            });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        Self::parse(&text).map_err(|source| LoadError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Parses registries.yaml text; errors name the field.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ParseError> {
         let file: FileYaml = if text.trim().is_empty() {
             FileYaml::default()
         } else {
-            serde_yaml::from_str(text).map_err(|e| e.to_string())?
+            serde_yaml::from_str(text)?
         };
         let mut mirrors = BTreeMap::new();
         for (registry, m) in file.mirrors {
@@ -217,17 +272,24 @@ impl Registries {
                 .endpoint
                 .iter()
                 .enumerate()
-                .map(|(i, e)| {
-                    Endpoint::parse(e).map_err(|why| format!("{at}.endpoint[{i}]: {why}"))
+                .map(|(index, e)| {
+                    Endpoint::parse(e).map_err(|source| ParseError::Endpoint {
+                        at: at.clone(),
+                        index,
+                        source,
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let rewrites = m
                 .rewrite
                 .into_iter()
-                .map(|(pattern, to)| {
-                    Regex::new(&pattern)
-                        .map(|re| (re, to))
-                        .map_err(|e| format!("{at}.rewrite[{pattern:?}]: {e}"))
+                .map(|(pattern, to)| match Regex::new(&pattern) {
+                    Ok(re) => Ok((re, to)),
+                    Err(source) => Err(ParseError::Rewrite {
+                        at: at.clone(),
+                        pattern,
+                        source,
+                    }),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             mirrors.insert(
@@ -243,7 +305,12 @@ impl Registries {
             let at = format!("configs.{host:?}");
             let auth = c
                 .auth
-                .map(|a| credential(a).map_err(|why| format!("{at}.auth: {why}")))
+                .map(|a| {
+                    credential(a).map_err(|source| ParseError::Auth {
+                        at: at.clone(),
+                        source,
+                    })
+                })
                 .transpose()?;
             let tls = match c.tls {
                 None => Tls::default(),
@@ -253,7 +320,7 @@ impl Registries {
                         (Some(c), Some(k)) => Some((c, k)),
                         (None, None) => None,
                         _ => {
-                            return Err(format!("{at}.tls: cert_file and key_file go together"));
+                            return Err(ParseError::ClientPair { at });
                         }
                     },
                     insecure_skip_verify: t.insecure_skip_verify,
@@ -315,7 +382,7 @@ impl Registries {
     }
 }
 
-fn credential(a: AuthYaml) -> Result<Credential, String> {
+fn credential(a: AuthYaml) -> Result<Credential, AuthFieldError> {
     let mut c = Credential {
         username: a.username,
         password: a.password,
@@ -466,9 +533,33 @@ configs:
             ),
         ];
         for (text, want) in cases {
-            let err = Registries::parse(text).expect_err(text);
+            let err = Registries::parse(text).expect_err(text).to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn load_errors_name_the_file_and_keep_the_io_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let none = Registries::load(&dir.path().join("none.yaml")).expect("no file");
+        assert_eq!(none.plan("quay.io", "a/b").len(), 1);
+        let e = Registries::load(dir.path()).expect_err("a directory");
+        match &e {
+            LoadError::Io { path, source } => {
+                assert_eq!(path, dir.path());
+                assert_eq!(source.kind(), std::io::ErrorKind::IsADirectory);
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = dir.path().join("registries.yaml");
+        std::fs::write(&bad, "configs: {h: {tls: {key_file: /k}}}").expect("write");
+        assert_eq!(
+            Registries::load(&bad).expect_err("bad").to_string(),
+            format!(
+                "{}: configs.\"h\".tls: cert_file and key_file go together",
+                bad.display()
+            )
+        );
     }
 
     #[test]
@@ -479,6 +570,11 @@ configs:
         assert_eq!((e.host(), e.port(), e.api.as_str()), ("reg.lan", 80, "/v2"));
         let e = Endpoint::parse("https://reg.lan/v2/").expect("v2");
         assert_eq!(e.api, "/v2");
-        assert!(Endpoint::parse("https:///v2").is_err());
+        assert_eq!(
+            Endpoint::parse("https:///v2"),
+            Err(EndpointError::Host {
+                url: "https:///v2".into()
+            })
+        );
     }
 }

@@ -83,15 +83,26 @@ impl Credential {
     }
 }
 
+/// Why a docker `auth` field (`base64(username:password)`) was refused.
+/// Each message starts with the field's name, so a caller prefixes only
+/// where the field sits (`auths."host".auth: not base64`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthFieldError {
+    #[error("auth: not base64")]
+    NotBase64(#[source] base64::DecodeError),
+    #[error("auth: not text")]
+    NotText(#[source] std::string::FromUtf8Error),
+    #[error("auth: not username:password")]
+    NoColon,
+}
+
 /// Decodes a docker `auth` field: `base64(username:password)`.
-pub fn decode_auth(auth: &str) -> Result<(String, String), String> {
+pub fn decode_auth(auth: &str) -> Result<(String, String), AuthFieldError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(auth.trim())
-        .map_err(|_| "auth: not base64".to_string())?;
-    let text = String::from_utf8(bytes).map_err(|_| "auth: not text".to_string())?;
-    let (u, p) = text
-        .split_once(':')
-        .ok_or_else(|| "auth: not username:password".to_string())?;
+        .map_err(AuthFieldError::NotBase64)?;
+    let text = String::from_utf8(bytes).map_err(AuthFieldError::NotText)?;
+    let (u, p) = text.split_once(':').ok_or(AuthFieldError::NoColon)?;
     Ok((u.to_string(), p.to_string()))
 }
 
@@ -136,6 +147,10 @@ mod tests {
             decode_auth("ZWRnZTpwdWxsLW1l"),
             Ok(("edge".into(), "pull-me".into()))
         );
-        assert!(decode_auth("ZWRnZQ==").is_err());
+        assert_eq!(decode_auth("ZWRnZQ=="), Err(AuthFieldError::NoColon));
+        assert_eq!(
+            decode_auth("!!").map_err(|e| e.to_string()),
+            Err("auth: not base64".to_string())
+        );
     }
 }

@@ -119,9 +119,9 @@ impl Puller {
             .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
         let mut cur = self.registries.lock().unwrap_or_else(|p| p.into_inner());
         if cur.0 != stamp {
-            let parsed = Registries::load(path).map_err(|message| Error {
+            let parsed = Registries::load(path).map_err(|e| Error {
                 kind: Kind::Other,
-                message,
+                message: e.to_string(),
             })?;
             tracing::info!(path = %path.display(), "registry configuration loaded");
             *cur = (stamp, Arc::new(parsed));
@@ -201,7 +201,7 @@ impl Puller {
     ) -> Result<(Remote, bool), Error> {
         let host = registries.host(&attempt.endpoint.authority);
         let name = reference.to_string();
-        let bad = |message: String| Error {
+        let bad = |message: &dyn std::fmt::Display| Error {
             kind: Kind::Other,
             message: format!("{name} ({}): {message}", attempt.endpoint.authority),
         };
@@ -215,13 +215,13 @@ impl Puller {
             _ => match host.and_then(|h| h.auth.clone()) {
                 Some(c) => Some(c),
                 None if own => match &self.opts.auth_file {
-                    Some(f) => dockercfg::lookup(f, &reference.domain).map_err(bad)?,
+                    Some(f) => dockercfg::lookup(f, &reference.domain).map_err(|e| bad(&e))?,
                     None => None,
                 },
                 None => None,
             },
         };
-        let conn = Conn::new(&attempt.endpoint, host).map_err(bad)?;
+        let conn = Conn::new(&attempt.endpoint, host).map_err(|e| bad(&e))?;
         Ok((
             Remote::new(
                 conn,

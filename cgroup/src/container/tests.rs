@@ -112,7 +112,7 @@ fn v1_refuses_unified_and_writes_pids_and_hugepages() {
         unified: vec![("memory.high".into(), "1000".into())],
         ..Resources::default()
     };
-    let e = plan(&u, false, false, &none).expect_err("v1");
+    let e = plan(&u, false, false, &none).expect_err("v1").to_string();
     assert!(e.contains("unified[memory.high]"), "{e}");
 }
 
@@ -136,10 +136,14 @@ fn v2_converts_shares_swap_and_quota() {
     assert!(
         plan(&r, true, false, &none)
             .expect_err("swap < limit")
+            .to_string()
             .contains("swap (50)")
     );
     r.memory = None;
-    assert!(plan(&r, true, false, &none).is_err());
+    assert_eq!(
+        plan(&r, true, false, &none),
+        Err(PlanError::SwapWithoutLimit)
+    );
     // A period alone keeps the quota in force.
     let now = |_: &'static str, f: &str| (f == "cpu.max").then(|| "25000 100000\n".to_string());
     let p = Resources {
@@ -242,4 +246,34 @@ fn v2_enables_only_the_missing_controllers() {
     );
     assert!(root.join("k/c").is_dir());
     assert!(!root.join("k/c/cgroup.subtree_control").exists());
+}
+
+#[test]
+fn write_errors_keep_the_path_the_value_and_the_io_error() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let h = Hierarchy::V2(tmp.path().to_path_buf());
+    let r = Resources {
+        pids: Some(5),
+        ..Resources::default()
+    };
+    // No such cgroup: the open of pids.max fails.
+    let e = h.update_container("/k/c", &r).expect_err("no cgroup");
+    let file = tmp.path().join("k/c/pids.max");
+    assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{}: 5: ", file.display())),
+        "{e}"
+    );
+    match e.get_ref().and_then(|i| i.downcast_ref::<WrappedIoError>()) {
+        Some(WrappedIoError::Write {
+            path,
+            value,
+            source,
+        }) => {
+            assert_eq!((path, value.as_str()), (&file, "5"));
+            assert_eq!(source.raw_os_error(), Some(libc::ENOENT));
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -19,6 +19,8 @@ use std::path::Path;
 
 pub use program::{Insn, program};
 
+use crate::WrappedIoError;
+
 /// Block or character device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
@@ -56,18 +58,25 @@ impl Access {
     }
 }
 
+/// An access string with a letter outside `rwm`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("access {given:?}: want letters of \"rwm\"")]
+pub struct AccessError {
+    pub given: String,
+}
+
 impl std::str::FromStr for Access {
-    type Err = String;
+    type Err = AccessError;
 
     /// `"rwm"`, in any order; empty is the empty set.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, AccessError> {
         let mut a = Access::default();
         for c in s.chars() {
             a = a.union(match c {
                 'r' => Access::READ,
                 'w' => Access::WRITE,
                 'm' => Access::MKNOD,
-                _ => return Err(format!("access {s:?}: want letters of \"rwm\"")),
+                _ => return Err(AccessError { given: s.into() }),
             });
         }
         Ok(a)
@@ -236,10 +245,8 @@ pub fn runtime_defaults() -> Vec<Rule> {
 pub fn attach(cgroup: &Path, policy: &Policy) -> io::Result<()> {
     let insns = program(policy);
     let prog = bpf::load_device_program(&insns)?;
-    let dir = std::fs::File::open(cgroup)
-        .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", cgroup.display())))?;
-    bpf::attach_device_program(&dir, &prog)
-        .map_err(|e| io::Error::new(e.kind(), format!("attach to {}: {e}", cgroup.display())))
+    let dir = std::fs::File::open(cgroup).map_err(WrappedIoError::op("open", cgroup))?;
+    bpf::attach_device_program(&dir, &prog).map_err(WrappedIoError::op("attach to", cgroup))
 }
 
 #[cfg(test)]

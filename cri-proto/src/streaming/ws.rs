@@ -62,14 +62,23 @@ fn channel_of(stream_type: &str) -> Option<u8> {
 /// One frame: (fin, opcode, payload unmasked).
 pub type WsFrame = (bool, u8, Vec<u8>);
 
+/// A frame the peer should not have sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WsError {
+    #[error("websocket: reserved bits set (no extension was agreed)")]
+    Reserved,
+    #[error("websocket: a frame of {len} bytes (at most {MAX_MESSAGE})")]
+    TooLarge { len: usize },
+}
+
 /// Takes one frame off the front of `buf` when a whole one is there.
-pub fn decode(buf: &mut Vec<u8>) -> Result<Option<WsFrame>, String> {
+pub fn decode(buf: &mut Vec<u8>) -> Result<Option<WsFrame>, WsError> {
     if buf.len() < 2 {
         return Ok(None);
     }
     let (fin, opcode) = (buf[0] & 0x80 != 0, buf[0] & 0x0f);
     if buf[0] & 0x70 != 0 {
-        return Err("websocket: reserved bits set (no extension was agreed)".into());
+        return Err(WsError::Reserved);
     }
     let masked = buf[1] & 0x80 != 0;
     let (len, mut at) = match buf[1] & 0x7f {
@@ -82,9 +91,7 @@ pub fn decode(buf: &mut Vec<u8>) -> Result<Option<WsFrame>, String> {
         n => (usize::from(n), 2),
     };
     if len > MAX_MESSAGE {
-        return Err(format!(
-            "websocket: a frame of {len} bytes (at most {MAX_MESSAGE})"
-        ));
+        return Err(WsError::TooLarge { len });
     }
     let mask = if masked {
         if buf.len() < at + 4 {
@@ -487,7 +494,14 @@ mod tests {
             }
         }
         let mut huge = vec![0x82, 127, 0, 0, 0, 0, 0x10, 0, 0, 0];
-        assert!(decode(&mut huge).is_err(), "a 256 MiB frame is refused");
+        assert_eq!(
+            decode(&mut huge).map_err(|e| e.to_string()),
+            Err(format!(
+                "websocket: a frame of {} bytes (at most {MAX_MESSAGE})",
+                256 << 20
+            )),
+            "a 256 MiB frame is refused"
+        );
     }
 
     #[tokio::test]

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{Config, ConfigError};
+use super::{Config, FieldError};
 
 /// Parses a duration field (name, value, default).
 pub(crate) type DurationField<'a> =
-    &'a dyn Fn(&str, &Option<String>, &str) -> Result<Duration, ConfigError>;
+    &'a dyn Fn(&str, &Option<String>, &str) -> Result<Duration, FieldError>;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -127,8 +127,8 @@ pub(crate) fn parse(
     authentication: Option<RawAuthentication>,
     authorization: Option<RawAuthorization>,
     dur: DurationField<'_>,
-    err: &dyn Fn(&str, String) -> ConfigError,
-) -> Result<(Authentication, Authorization), ConfigError> {
+    err: &dyn Fn(&str, String) -> FieldError,
+) -> Result<(Authentication, Authorization), FieldError> {
     let authn = authentication.unwrap_or_default();
     let webhook = authn.webhook.unwrap_or_default();
     let authentication = Authentication {
@@ -169,10 +169,10 @@ pub(crate) fn parse(
 mod tests {
     use std::path::Path;
 
-    use crate::config::{AuthorizationMode, Config};
+    use crate::config::{AuthorizationMode, Config, FieldError};
 
-    fn parse(text: &str) -> Result<Config, String> {
-        Config::parse(text, Path::new("c.yaml")).map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<Config, FieldError> {
+        Config::parse(text, Path::new("c.yaml"))
     }
 
     #[test]
@@ -229,7 +229,7 @@ mod tests {
             ("tlsCertFile: /s.crt", "tlsPrivateKeyFile"),
             ("tlsPrivateKeyFile: /s.key", "tlsCertFile"),
         ] {
-            let e = parse(text).expect_err(text);
+            let e = parse(text).expect_err(text).to_string();
             assert!(e.contains(field), "{text}: {e}");
         }
     }
