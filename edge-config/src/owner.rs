@@ -54,15 +54,7 @@ pub enum OwnerError {
 
 /// Takes `path` (created with its folder) for this process; `who` names
 /// the role in the error ("shim", "agent").
-///
-/// The message only: the shim's and the agent's `Owner` errors hold text.
-/// [`acquire`] keeps the error's parts.
-pub fn claim(path: &Path, who: &str, wait: Duration) -> Result<Owner, String> {
-    acquire(path, who, wait).map_err(|e| e.to_string())
-}
-
-/// [`claim`] with a typed error.
-pub fn acquire(path: &Path, who: &str, wait: Duration) -> Result<Owner, OwnerError> {
+pub fn claim(path: &Path, who: &str, wait: Duration) -> Result<Owner, OwnerError> {
     let io = |op, path: &Path| {
         let path = path.to_path_buf();
         move |source| OwnerError::Io { op, path, source }
@@ -123,7 +115,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("picolet-owner-{}", std::process::id()));
         let path = dir.join("sub/shim.lock");
         let first = claim(&path, "shim", Duration::ZERO).expect("first");
-        let e = claim(&path, "shim", Duration::from_millis(200)).expect_err("second");
+        let e = claim(&path, "shim", Duration::from_millis(200))
+            .expect_err("second")
+            .to_string();
         assert!(
             e.contains(&format!("locked by pid {}", std::process::id()))
                 && e.contains("picolet shim"),
@@ -138,7 +132,7 @@ mod tests {
                 std::process::id()
             )
         );
-        let held = acquire(&path, "agent", Duration::ZERO).expect_err("typed");
+        let held = claim(&path, "agent", Duration::ZERO).expect_err("typed");
         assert!(
             matches!(&held, OwnerError::Held { who, holder, .. }
                 if who == "agent" && *holder == std::process::id().to_string()),
@@ -152,7 +146,7 @@ mod tests {
         );
         drop(again);
         // A file where the folder goes: the I/O error and its kind stay whole.
-        let e = acquire(&path.join("x.lock"), "shim", Duration::ZERO).expect_err("not a dir");
+        let e = claim(&path.join("x.lock"), "shim", Duration::ZERO).expect_err("not a dir");
         assert!(
             matches!(&e, OwnerError::Io { op: "create", path: p, source }
                 if *p == path && source.kind() == std::io::ErrorKind::AlreadyExists),

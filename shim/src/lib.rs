@@ -51,8 +51,8 @@ pub enum ShimError {
     Join(#[from] tokio::task::JoinError),
     #[error("cannot recover runtime state: {0}")]
     Runtime(#[from] Error),
-    #[error("{0}")]
-    Owner(String),
+    #[error(transparent)]
+    Owner(#[from] edge_config::owner::OwnerError),
     #[error("cannot listen for streaming on {addr}: {source}")]
     Streaming {
         addr: std::net::SocketAddr,
@@ -76,8 +76,7 @@ pub async fn serve(
     let _owner = tokio::task::spawn_blocking(move || {
         edge_config::owner::claim(&lock, "shim", edge_config::owner::WAIT)
     })
-    .await?
-    .map_err(ShimError::Owner)?;
+    .await??;
     let store_dir = paths.image_store();
     let store =
         tokio::task::spawn_blocking(move || ImageStore::open_with(store_dir, store)).await??;

@@ -43,8 +43,10 @@ pub enum Error {
         what: String,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Owner(String),
+    #[error(transparent)]
+    Owner(#[from] edge_config::owner::OwnerError),
+    #[error("claim the data dir: {0}")]
+    Join(#[source] tokio::task::JoinError),
     #[error("TLS bootstrap: {0}")]
     Bootstrap(#[source] certificate::Error),
     #[error(transparent)]
@@ -85,8 +87,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         edge_config::owner::claim(&lock, "agent", edge_config::owner::WAIT)
     })
     .await
-    .map_err(|e| Error::Owner(format!("claim the data dir: {e}")))?
-    .map_err(Error::Owner)?;
+    .map_err(Error::Join)??;
     // Pod dirs (volumes, etc-hosts) are root's alone, fixed at every start.
     let pods_root = config.data_dir.join("agent");
     edge_config::private_dir(&pods_root).map_err(|source| Error::Io {
