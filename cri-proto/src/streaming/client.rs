@@ -39,12 +39,13 @@ pub async fn connect_ws(
     url: &str,
     protocols: &[&'static str],
 ) -> io::Result<(WsSession, &'static str)> {
+    use base64::Engine as _;
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u8(1);
     let mut nonce = h.finish().to_le_bytes().to_vec();
     nonce.extend_from_slice(&h.finish().rotate_left(17).to_le_bytes());
-    let key = super::ws::base64(&nonce);
+    let key = base64::engine::general_purpose::STANDARD.encode(&nonce);
     let extra = [
         ("Sec-WebSocket-Version", "13".to_string()),
         ("Sec-WebSocket-Key", key.clone()),
