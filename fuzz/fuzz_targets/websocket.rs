@@ -18,7 +18,7 @@ use cri_proto::streaming::{
 };
 
 /// Reads `parts` in order: the frames, then the error if one ended it.
-fn read(parts: &[&[u8]]) -> (Vec<WsFrame>, Option<String>) {
+fn read(parts: &[&[u8]]) -> (Vec<WsFrame>, Option<ws::WsError>) {
     let mut buf = Vec::new();
     let mut frames = Vec::new();
     for p in parts {

@@ -9,7 +9,7 @@
 //! instant.
 #![no_main]
 
-use agent::x509;
+use agent::certificate::x509;
 
 /// The instants an X.509 time can name (GeneralizedTime has 4 digits for
 /// the year): 0000-01-01 to 9999-12-31, in seconds since the epoch.
