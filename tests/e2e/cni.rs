@@ -10,7 +10,7 @@
 //! there, and a second namespace joined to it by a veth pair stands in for a
 //! LAN peer and a router. Nothing touches the real host's network.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -6,10 +6,8 @@
 //! PullImage with credentials through the real shim. Root: layers are
 //! unpacked with their owners and whiteouts.
 
-mod common;
-#[path = "registry_e2e/peers.rs"]
+use crate::common;
 mod peers;
-#[path = "registry_e2e/token_server.rs"]
 mod token_server;
 
 use std::process::{Command, Stdio};

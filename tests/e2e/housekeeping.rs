@@ -4,7 +4,7 @@
 //! thresholds, through CRI RemoveImage) and node-pressure eviction. Root
 //! only.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use images::{ImageStore, Platform, Reference, StoreOptions};
 use registry::{Credential, Options, Progress, Puller};
 
-use crate::token_server::{self, TokenServer};
+use super::token_server::{self, TokenServer};
 
 pub(crate) const USER: &str = "edge";
 pub(crate) const PASSWORD: &str = "pull-me";

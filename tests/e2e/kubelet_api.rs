@@ -2,7 +2,7 @@
 //! self-signed certificate, client certificates, containerLogs, /run,
 //! the read-only port, and the connection limits, through curl.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

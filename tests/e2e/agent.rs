@@ -1,7 +1,7 @@
 //! End-to-end: `picolet agent` with the real shim, real containers from the
 //! project's busybox image, static pods from a folder. Root only.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

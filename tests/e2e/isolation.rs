@@ -2,7 +2,7 @@
 //! shim`: per-pod namespaces, PID namespace modes, the RuntimeDefault seccomp
 //! profile. Root.
 
-mod common;
+use crate::common;
 use common::cri;
 use common::rt::{logs, new_pod, ready_shim, sh, wait_log};
 use cri_proto::v1::{ExecSyncRequest, ListPodSandboxRequest};

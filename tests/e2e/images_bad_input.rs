@@ -2,7 +2,7 @@
 //! was; a kill -9 during an import leaves no partial image and a store that
 //! `picolet check --store` verifies; the preload folder.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! /dev/kmsg and the cgroup, with real containers and the real shim.
 //! Root only.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

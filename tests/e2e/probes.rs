@@ -3,7 +3,7 @@
 //! s_server`) started by the test on 127.0.0.1, and the agent driving the
 //! real shim. Root only.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! recorded bytes (the real peer) and by our own client
 //! (`cri_proto::streaming::client`, what `picolet ctl` uses). Root.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -21,8 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `echo piped-in | crictl exec -i ID sh -c 'cat; echo done; exit 4'`
 /// (crictl v1.29.0): its upgrade request and what it sent after it.
-const CRICTL_EXEC_HTTP: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-exec-i.http");
-const CRICTL_EXEC_SPDY: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-exec-i.spdy");
+const CRICTL_EXEC_HTTP: &[u8] =
+    include_bytes!("../../cri-proto/testdata/crictl-1.29.0-exec-i.http");
+const CRICTL_EXEC_SPDY: &[u8] =
+    include_bytes!("../../cri-proto/testdata/crictl-1.29.0-exec-i.spdy");
 
 /// A running pod-network container that sleeps; returns (pod, container).
 async fn sleeper(shim: &common::Shim, c: &mut Client, name: &str, cmd: &str) -> (String, String) {
@@ -223,9 +225,9 @@ async fn crictl_exec_bytes_are_served() {
 /// -c 'cat; echo done; exit 4'` (a throwaway Go program over cri-tools'
 /// vendored client-go): its upgrade request and its frames after it.
 const CLIENT_GO_WS_HTTP: &[u8] =
-    include_bytes!("../cri-proto/testdata/client-go-0.29-ws-exec-i.http");
+    include_bytes!("../../cri-proto/testdata/client-go-0.29-ws-exec-i.http");
 const CLIENT_GO_WS_FRAMES: &[u8] =
-    include_bytes!("../cri-proto/testdata/client-go-0.29-ws-exec-i.ws");
+    include_bytes!("../../cri-proto/testdata/client-go-0.29-ws-exec-i.ws");
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_go_websocket_exec_bytes_are_served() {

@@ -3,7 +3,7 @@
 //! ExecSync, graceful stop, recovery after kill -9, bad requests, images in
 //! use, the event stream. Root.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! conformance suite) found wrong in the real `picolet shim`, one test per
 //! finding, each failing on the code critest failed. Root.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
