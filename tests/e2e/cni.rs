@@ -449,7 +449,7 @@ fn wait_in(shim: &Shim, command: &str) -> i32 {
     let f = shim.dir.path().join(format!("in-{command}"));
     let mut pid = None;
     eventually(
-        &format!("the slow plugin in {command}"),
+        format!("the slow plugin in {command}"),
         Duration::from_secs(20),
         || {
             pid = std::fs::read_to_string(&f)
