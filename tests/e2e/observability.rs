@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::agent::{Agent, container, free_port};
+use common::agent::{Agent, container};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -143,6 +143,7 @@ spec:
         sample(&scrape(), "container_cpu_usage_seconds_total", &busy).expect("busy cpu"),
         cgroup_cpu(),
     );
+    // The interval the growth is measured over (not a wait for anything).
     std::thread::sleep(Duration::from_secs(3));
     let (m1, c1) = (
         sample(&scrape(), "container_cpu_usage_seconds_total", &busy).expect("busy cpu"),
@@ -243,6 +244,7 @@ spec:
         serde_json::from_str(&agent.get("/stats/summary").expect("/stats/summary")).expect("json")
     };
     summary();
+    // The interval the CPU rate is measured over (not a wait for anything).
     std::thread::sleep(Duration::from_millis(1500));
     let sum = summary();
     assert_eq!(sum["node"]["nodeName"], "e2e");
@@ -386,7 +388,6 @@ spec:
     // A real Prometheus scrapes it and answers a query: the read-only port
     // over plain HTTP, and the API port over TLS with a client certificate
     // (checking the agent's self-signed certificate for 127.0.0.1).
-    let prom_port = free_port();
     let serving = agent.shim.root().join("agent/pki/picolet-serving.crt");
     std::fs::write(
         dir.join("prometheus.yml"),
@@ -410,27 +411,55 @@ spec:
             "--storage.tsdb.path={}",
             dir.join("tsdb").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        // Port 0: it logs the port it got.
+        .arg("--web.listen-address=127.0.0.1:0")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("prometheus.log")).expect("log"))
         .spawn()
         .expect("prometheus (Debian prometheus package)");
+    let prom = Stopped(Some(prom));
+    let prom_log = || std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    // `msg="Listening on" address=127.0.0.1:PORT`
+    let prom_port: u16 = common::eventually(
+        "Prometheus to listen",
+        Duration::from_secs(30),
+        || {
+            let log = prom_log();
+            let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
+            let addr = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("address="))?;
+            addr.rsplit(':').next()?.parse().ok()
+        },
+        prom_log,
+    );
     let query = "/api/v1/query?query=container_memory_working_set_bytes%7Bpod%3D%22stats-e2e%22%2Ccontainer%3D%22mem%22%7D";
     let tls_query = "/api/v1/query?query=container_cpu_usage_seconds_total%7Bjob%3D%22picolet-tls%22%2Cpod%3D%22stats-e2e%22%7D";
-    let answered = (0..120).any(|_| {
-        std::thread::sleep(Duration::from_millis(500));
-        let has = |q: &str, want: &str| {
-            http_get(prom_port, q)
-                .is_some_and(|b| b.contains("\"status\":\"success\"") && b.contains(want))
-        };
-        has(query, "\"container\":\"mem\"") && has(tls_query, "\"job\":\"picolet-tls\"")
-    });
-    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
-    common::terminate(prom);
-    assert!(
-        answered,
-        "Prometheus never returned the series; its log:\n{log}"
+    common::eventually(
+        "Prometheus to return the series",
+        Duration::from_secs(60),
+        || {
+            let has = |q: &str, want: &str| {
+                http_get(prom_port, q)
+                    .is_some_and(|b| b.contains("\"status\":\"success\"") && b.contains(want))
+            };
+            has(query, "\"container\":\"mem\"") && has(tls_query, "\"job\":\"picolet-tls\"")
+        },
+        || format!("its log:\n{}", prom_log()),
     );
+    drop(prom);
+}
+
+/// A child stopped (SIGTERM, then SIGKILL) when this goes, also when the
+/// test fails.
+struct Stopped(Option<std::process::Child>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            common::terminate(c);
+        }
+    }
 }
 
 fn http_get(port: u16, path: &str) -> Option<String> {
