@@ -75,9 +75,22 @@ fn sample(text: &str, name: &str, want: &[&str]) -> Option<f64> {
         .and_then(|(_, v)| v.split(' ').next()?.parse().ok())
 }
 
-#[test]
-fn cadvisor_metrics_match_the_cgroups_and_prometheus_scrapes_them() {
-    require_root!();
+/// An agent whose client CA signed `crt` and `key`, and its pod `stats`
+/// running: `busy` spins, `mem` writes 32 MiB to a memory-backed emptyDir
+/// under a 64Mi limit.
+struct Stats {
+    agent: Agent,
+    pod: serde_json::Value,
+    uid: String,
+    busy_id: String,
+    crt: std::path::PathBuf,
+    key: std::path::PathBuf,
+    /// Holds the CA and the client certificate: bind it (`_pki`, not `..`)
+    /// for as long as they are used.
+    _pki: tempfile::TempDir,
+}
+
+fn stats_pod() -> Stats {
     let pki = tempfile::tempdir().expect("tmp");
     let [ca, crt, key] = common::agent::client_ca(pki.path(), "prom", "prometheus", "monitoring");
     let agent = Agent::start(&format!(
@@ -109,16 +122,57 @@ spec:
       limits: {memory: 64Mi}
 "#,
     );
-    let p = agent.wait_pod("stats", "running", T, |p| {
+    let pod = agent.wait_pod("stats", "running", T, |p| {
         container(p, "busy")["state"]["running"].is_object()
             && container(p, "mem")["state"]["running"].is_object()
     });
-    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
-    let busy_id = container(&p, "busy")["containerID"]
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
+    let busy_id = container(&pod, "busy")["containerID"]
         .as_str()
         .and_then(|c| c.split_once("://"))
         .map(|(_, id)| id.to_string())
         .expect("id");
+    Stats {
+        agent,
+        pod,
+        uid,
+        busy_id,
+        crt,
+        key,
+        _pki: pki,
+    }
+}
+
+/// The `busy` container's series.
+const BUSY: [&str; 3] = [
+    "container=\"busy\"",
+    "pod=\"stats-e2e\"",
+    "namespace=\"default\"",
+];
+
+/// The `mem` container's series.
+const MEM: [&str; 2] = ["container=\"mem\"", "pod=\"stats-e2e\""];
+
+/// Waits until the 32 MiB the `mem` container wrote count as its working set.
+fn wait_for_mem(agent: &Agent) {
+    agent.wait("32 MiB in the mem container's working set", T, || {
+        let text = agent.get("/metrics/cadvisor").expect("/metrics/cadvisor");
+        sample(&text, "container_memory_working_set_bytes", &MEM)
+            .is_some_and(|v| v >= 32.0 * 1048576.0)
+    });
+}
+
+#[test]
+fn cadvisor_metrics_match_the_cgroups() {
+    require_root!();
+    let Stats {
+        agent,
+        pod: p,
+        uid,
+        busy_id,
+        _pki,
+        ..
+    } = stats_pod();
     // 64Mi limit on one container, nothing else: Burstable.
     assert_eq!(p["status"]["qosClass"], "Burstable");
     let pod_cg = format!("{}/kubepods/burstable/pod{uid}", agent.cgroup_root());
@@ -131,11 +185,7 @@ spec:
             .expect("number")
             / 1e9
     };
-    let busy = [
-        "container=\"busy\"",
-        "pod=\"stats-e2e\"",
-        "namespace=\"default\"",
-    ];
+    let busy = BUSY;
     let scrape = || agent.get("/metrics/cadvisor").expect("/metrics/cadvisor");
 
     // CPU: the metric's growth over an interval matches the cgroup's.
@@ -213,6 +263,42 @@ spec:
     assert!(sample(&text, "container_threads", &busy).is_some_and(|v| v >= 1.0));
     assert!(sample(&text, "container_file_descriptors", &busy).is_some_and(|v| v >= 1.0));
 
+    // promtool's checker accepts the exposition.
+    let dir = agent.dir();
+    std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");
+    let check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(dir.join("cadvisor.prom")).expect("open"))
+        .output()
+        .expect("promtool (Debian prometheus package)");
+    // It parses, and the only lint finding is cAdvisor's own name for a
+    // counter without `_total` (kubelet's /metrics/cadvisor has it too;
+    // renaming it would break existing dashboards).
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let findings: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| *l != "container_memory_failcnt counter metrics should have \"_total\" suffix")
+        .collect();
+    assert!(
+        findings.is_empty()
+            && (check.status.success() || report.contains("container_memory_failcnt")),
+        "promtool check metrics: {report}"
+    );
+}
+
+#[test]
+fn resource_metrics_and_the_summary_report_the_pod() {
+    require_root!();
+    let Stats {
+        agent, uid, _pki, ..
+    } = stats_pod();
+    let busy = BUSY;
+    wait_for_mem(&agent);
     // /metrics/resource, as metrics-server reads it; promtool finds nothing.
     let res = agent.get("/metrics/resource").expect("/metrics/resource");
     let pod = ["namespace=\"default\"", "pod=\"stats-e2e\""];
@@ -292,34 +378,12 @@ spec:
         .and_then(|vs| vs.iter().find(|v| v["name"] == "mem"))
         .expect("the mem emptyDir in the summary");
     assert!(mem_vol["usedBytes"].as_u64() >= Some(32 << 20), "{mem_vol}");
+}
 
-    // promtool's checker accepts the exposition.
-    let dir = agent.dir();
-    std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");
-    let check = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(dir.join("cadvisor.prom")).expect("open"))
-        .output()
-        .expect("promtool (Debian prometheus package)");
-    // It parses, and the only lint finding is cAdvisor's own name for a
-    // counter without `_total` (kubelet's /metrics/cadvisor has it too;
-    // renaming it would break existing dashboards).
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let findings: Vec<&str> = report
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter(|l| *l != "container_memory_failcnt counter metrics should have \"_total\" suffix")
-        .collect();
-    assert!(
-        findings.is_empty()
-            && (check.status.success() || report.contains("container_memory_failcnt")),
-        "promtool check metrics: {report}"
-    );
-
+#[test]
+fn the_agents_own_metrics_and_openmetrics_pass_promtool() {
+    require_root!();
+    let Stats { agent, _pki, .. } = stats_pod();
     // The agent's own metrics, kubelet's names; promtool finds nothing.
     let own = agent.get("/metrics").expect("/metrics");
     assert!(
@@ -384,7 +448,19 @@ spec:
     );
     assert!(om.ends_with("# EOF\n"));
     assert!(om.contains("# TYPE container_cpu_usage_seconds counter\n"));
+}
 
+#[test]
+fn prometheus_scrapes_the_read_only_and_the_tls_port() {
+    require_root!();
+    let Stats {
+        agent,
+        crt,
+        key,
+        _pki,
+        ..
+    } = stats_pod();
+    let dir = agent.dir();
     // A real Prometheus scrapes it and answers a query: the read-only port
     // over plain HTTP, and the API port over TLS with a client certificate
     // (checking the agent's self-signed certificate for 127.0.0.1).
