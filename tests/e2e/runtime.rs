@@ -518,7 +518,7 @@ async fn a_sandbox_whose_namespaces_went_with_a_reboot_is_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn malformed_requests_get_the_right_codes() {
+async fn malformed_sandbox_requests_get_the_right_codes() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
     let pod = cri::pod(
@@ -556,6 +556,23 @@ async fn malformed_requests_get_the_right_codes() {
         .await
         .expect_err("same pod twice");
     assert_eq!(err.code(), Code::AlreadyExists);
+
+    cri::teardown(&mut c, &pod_id).await;
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_container_requests_get_the_right_codes() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "codes",
+        &logs(&shim, "codes"),
+        false,
+        &shim.cgroup_parent("codes"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
 
     let create = |sandbox: &str, cfg| CreateContainerRequest {
         pod_sandbox_id: sandbox.into(),
@@ -609,7 +626,8 @@ async fn malformed_requests_get_the_right_codes() {
         .expect_err("bad capability");
     assert_eq!(err.code(), Code::InvalidArgument);
 
-    let id = cri::create(
+    // A container named "a" exists: another is a name clash.
+    cri::create(
         &mut c,
         &pod_id,
         &pod,
@@ -637,6 +655,28 @@ async fn malformed_requests_get_the_right_codes() {
         }
     }
     assert_eq!(won, 1, "creations of one name that succeeded");
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn start_stop_and_remove_get_the_right_codes() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "codes",
+        &logs(&shim, "codes"),
+        false,
+        &shim.cgroup_parent("codes"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("a", "busybox", &["sleep", "30"]),
+    )
+    .await;
     cri::start(&mut c, &id).await;
     let err = c
         .start_container(StartContainerRequest {
@@ -671,7 +711,6 @@ async fn malformed_requests_get_the_right_codes() {
     })
     .await
     .expect("remove unknown");
-    cri::teardown(&mut c, &pod_id).await;
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
