@@ -156,17 +156,26 @@ fn probed(name: &str, probe: &str) -> String {
     )
 }
 
-#[test]
-fn probe_handlers_report_like_kubelet() {
-    require_root!();
-    let agent = Agent::start("");
+/// What the probes of [`start_probes_pod`] talk to, held for the test.
+struct ProbeTargets {
+    /// A port that refuses connections.
+    closed: u16,
+    _closed_socket: std::os::fd::OwnedFd,
+    _hung: std::net::TcpListener,
+    _grpc_rt: tokio::runtime::Runtime,
+    _https: Https,
+}
+
+/// The pod `probes`: a busybox httpd (`web`) and one sleeping container
+/// per probe handler and outcome, each with a readiness probe.
+fn start_probes_pod(agent: &Agent) -> ProbeTargets {
     let www = agent.host_dir().join("www");
     std::fs::create_dir_all(www.join("cgi-bin")).expect("mkdir");
     std::fs::write(www.join("ok.html"), "ok\n").expect("write");
     // busybox httpd in the pod takes a port number; `closed` refuses
-    // connections for as long as `_closed` lives.
+    // connections for as long as its socket lives.
     let port = reserved_port();
-    let (_closed, closed) = refusing_port();
+    let (closed_socket, closed) = refusing_port();
     // A port that accepts connections (kernel backlog) but never answers.
     let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let hung_port = hung.local_addr().expect("addr").port();
@@ -185,7 +194,7 @@ fn probe_handlers_report_like_kubelet() {
             "#!/bin/sh\nprintf 'Status: 302 Found\\r\\nLocation: http://127.0.0.2:{closed}/\\r\\n\\r\\nmoved\\n'\n"
         ),
     );
-    let (grpc_port, _grpc_rt) = grpc_health_server();
+    let (grpc_port, grpc_rt) = grpc_health_server();
     let https = Https::start(&agent.dir());
 
     let mut spec = format!(
@@ -238,6 +247,21 @@ fn probe_handlers_report_like_kubelet() {
         spec.push_str(&probed(name, &probe));
     }
     agent.write_manifest("probes.yaml", &spec);
+    ProbeTargets {
+        closed,
+        _closed_socket: closed_socket,
+        _hung: hung,
+        _grpc_rt: grpc_rt,
+        _https: https,
+    }
+}
+
+#[test]
+fn probe_handlers_report_like_kubelet() {
+    require_root!();
+    let agent = Agent::start("");
+    let targets = start_probes_pod(&agent);
+    let closed = targets.closed;
 
     let good = ["web", "haway", "https", "tcpopen", "execok", "grpcok"];
     let bad: [(&str, &str); 9] = [
@@ -334,7 +358,7 @@ fn probe_handlers_report_like_kubelet() {
         !after.contains("probes-e2e"),
         "a deleted pod's probe series go: {after}"
     );
-    drop(hung);
+    drop(targets);
 }
 
 #[test]
