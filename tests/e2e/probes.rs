@@ -3,14 +3,14 @@
 //! s_server`) started by the test on 127.0.0.1, and the agent driving the
 //! real shim. Root only.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::agent::{Agent, container, free_port};
+use common::agent::{Agent, container, reserved_port};
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(60);
@@ -67,24 +67,32 @@ impl Https {
             .status()
             .expect("openssl (apt install openssl)");
         assert!(ok.success(), "openssl req");
-        let port = free_port();
-        let child = Command::new("openssl")
-            .args(["s_server", "-quiet", "-www", "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
+        // Port 0: s_server says which port it got (`ACCEPT 127.0.0.1:PORT`).
+        let said = dir.join("s_server.out");
+        let mut child = Command::new("openssl")
+            .args(["s_server", "-www", "-accept", "127.0.0.1:0"])
             .arg("-cert")
             .arg(&cert)
             .arg("-key")
             .arg(&key)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&said).expect("s_server output"))
             .stderr(Stdio::null())
             .spawn()
             .expect("openssl s_server");
-        common::eventually(
+        let port = common::eventually(
             "s_server to listen",
             Duration::from_secs(10),
-            || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-            String::new,
+            || {
+                let out = std::fs::read_to_string(&said).unwrap_or_default();
+                let line = out.lines().find(|l| l.starts_with("ACCEPT "))?;
+                line.rsplit(':').next()?.trim().parse::<u16>().ok()
+            },
+            || {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::fs::read_to_string(&said).unwrap_or_default()
+            },
         );
         Https { child, port }
     }
@@ -95,6 +103,25 @@ impl Drop for Https {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A port on 127.0.0.1 bound and never listened on, so that connections
+/// to it are refused, for as long as the socket lives.
+fn refusing_port() -> (std::os::fd::OwnedFd, u16) {
+    use nix::sys::socket::{
+        AddressFamily, SockFlag, SockType, SockaddrIn, bind, getsockname, socket,
+    };
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, 0)).expect("bind port 0");
+    let addr: SockaddrIn = getsockname(fd.as_raw_fd()).expect("getsockname");
+    (fd, addr.port())
 }
 
 /// Events of container `name` with `reason`.
@@ -129,14 +156,26 @@ fn probed(name: &str, probe: &str) -> String {
     )
 }
 
-#[test]
-fn probe_handlers_report_like_kubelet() {
-    require_root!();
-    let agent = Agent::start("");
+/// What the probes of [`start_probes_pod`] talk to, held for the test.
+struct ProbeTargets {
+    /// A port that refuses connections.
+    closed: u16,
+    _closed_socket: std::os::fd::OwnedFd,
+    _hung: std::net::TcpListener,
+    _grpc_rt: tokio::runtime::Runtime,
+    _https: Https,
+}
+
+/// The pod `probes`: a busybox httpd (`web`) and one sleeping container
+/// per probe handler and outcome, each with a readiness probe.
+fn start_probes_pod(agent: &Agent) -> ProbeTargets {
     let www = agent.host_dir().join("www");
     std::fs::create_dir_all(www.join("cgi-bin")).expect("mkdir");
     std::fs::write(www.join("ok.html"), "ok\n").expect("write");
-    let (port, closed) = (free_port(), free_port());
+    // busybox httpd in the pod takes a port number; `closed` refuses
+    // connections for as long as its socket lives.
+    let port = reserved_port();
+    let (closed_socket, closed) = refusing_port();
     // A port that accepts connections (kernel backlog) but never answers.
     let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let hung_port = hung.local_addr().expect("addr").port();
@@ -155,7 +194,7 @@ fn probe_handlers_report_like_kubelet() {
             "#!/bin/sh\nprintf 'Status: 302 Found\\r\\nLocation: http://127.0.0.2:{closed}/\\r\\n\\r\\nmoved\\n'\n"
         ),
     );
-    let (grpc_port, _grpc_rt) = grpc_health_server();
+    let (grpc_port, grpc_rt) = grpc_health_server();
     let https = Https::start(&agent.dir());
 
     let mut spec = format!(
@@ -208,6 +247,21 @@ fn probe_handlers_report_like_kubelet() {
         spec.push_str(&probed(name, &probe));
     }
     agent.write_manifest("probes.yaml", &spec);
+    ProbeTargets {
+        closed,
+        _closed_socket: closed_socket,
+        _hung: hung,
+        _grpc_rt: grpc_rt,
+        _https: https,
+    }
+}
+
+#[test]
+fn probe_handlers_report_like_kubelet() {
+    require_root!();
+    let agent = Agent::start("");
+    let targets = start_probes_pod(&agent);
+    let closed = targets.closed;
 
     let good = ["web", "haway", "https", "tcpopen", "execok", "grpcok"];
     let bad: [(&str, &str); 9] = [
@@ -304,7 +358,7 @@ fn probe_handlers_report_like_kubelet() {
         !after.contains("probes-e2e"),
         "a deleted pod's probe series go: {after}"
     );
-    drop(hung);
+    drop(targets);
 }
 
 #[test]
@@ -364,7 +418,21 @@ spec:
     // startup probe has not succeeded, so it is neither started nor killed.
     let p = agent.wait_pod("health", "live ready", T, |p| ready(p, "live"));
     assert_eq!(container(&p, "slow")["started"], false);
-    std::thread::sleep(Duration::from_secs(4));
+    // Held for 4 s: several periods of the startup probe, and of the
+    // liveness probe that would fail at once.
+    common::consistently(
+        "slow held by the startup probe",
+        Duration::from_secs(4),
+        || {
+            agent.pod("health").is_some_and(|p| {
+                let slow = container(&p, "slow");
+                (&slow["started"], &slow["ready"], &slow["restartCount"])
+                    == (&false.into(), &false.into(), &0.into())
+                    && condition(&p, "Ready") == "False"
+            })
+        },
+        || format!("pod: {:#}", agent.pod("health").unwrap_or_default()),
+    );
     let p = agent.pod("health").expect("pod");
     let slow = container(&p, "slow");
     assert_eq!(

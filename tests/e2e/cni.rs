@@ -10,7 +10,7 @@
 //! there, and a second namespace joined to it by a veth pair stands in for a
 //! LAN peer and a router. Nothing touches the real host's network.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -449,7 +449,7 @@ fn wait_in(shim: &Shim, command: &str) -> i32 {
     let f = shim.dir.path().join(format!("in-{command}"));
     let mut pid = None;
     eventually(
-        &format!("the slow plugin in {command}"),
+        format!("the slow plugin in {command}"),
         Duration::from_secs(20),
         || {
             pid = std::fs::read_to_string(&f)

@@ -9,7 +9,7 @@
 //! dropped capability, resources on the sandbox and the container, and its
 //! emptyDir, /etc/hosts and termination-log mounts. Root.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -24,12 +24,12 @@ use cri_proto::v1::{
 use prost::Message;
 
 const RUN_POD_SANDBOX: &[u8] =
-    include_bytes!("../cri-proto/testdata/kubelet-1.26.5-run-pod-sandbox.pb");
+    include_bytes!("../../cri-proto/testdata/kubelet-1.26.5-run-pod-sandbox.pb");
 const CREATE_CONTAINER: &[u8] =
-    include_bytes!("../cri-proto/testdata/kubelet-1.26.5-create-container.pb");
-const EXEC_SYNC: &[u8] = include_bytes!("../cri-proto/testdata/kubelet-1.26.5-exec-sync.pb");
+    include_bytes!("../../cri-proto/testdata/kubelet-1.26.5-create-container.pb");
+const EXEC_SYNC: &[u8] = include_bytes!("../../cri-proto/testdata/kubelet-1.26.5-exec-sync.pb");
 const STOP_CONTAINER: &[u8] =
-    include_bytes!("../cri-proto/testdata/kubelet-1.26.5-stop-container.pb");
+    include_bytes!("../../cri-proto/testdata/kubelet-1.26.5-stop-container.pb");
 
 /// Where the recording kubelet kept its pods (`--root-dir`).
 const KUBELET_ROOT: &str = "/tmp/k8s/kubelet-picolet";

@@ -3,7 +3,7 @@
 //! root, children that die with `up`, a replaced pod's ordering and
 //! restart back-off across agent restarts. Root only.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use images::{ImageStore, Platform, Reference, StoreOptions};
 use registry::{Credential, Options, Progress, Puller};
 
-use crate::token_server::{self, TokenServer};
+use super::token_server::{self, TokenServer};
 
 pub(crate) const USER: &str = "edge";
 pub(crate) const PASSWORD: &str = "pull-me";
@@ -133,14 +133,10 @@ impl Registry {
             .prefix("picolet-registry-")
             .tempdir()
             .expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let addr = format!("127.0.0.1:{port}");
         let pki = tls.then(|| Pki::make(dir.path(), "registry"));
         let mut config = format!(
-            "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\nhttp:\n  addr: {addr}\n",
+            // Port 0: the kernel's pick, which it logs (at info).
+            "version: 0.1\nlog: {{level: info}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\nhttp:\n  addr: 127.0.0.1:0\n",
             dir.path().join("data").display()
         );
         if let Some(p) = &pki {
@@ -171,22 +167,31 @@ impl Registry {
             );
         }
         std::fs::write(dir.path().join("config.yml"), config).expect("config");
-        let log = std::fs::File::create(dir.path().join("registry.log")).expect("log");
-        let child = Command::new("docker-registry")
+        let log_path = dir.path().join("registry.log");
+        let log = std::fs::File::create(&log_path).expect("log");
+        let mut child = Command::new("docker-registry")
             .arg("serve")
             .arg(dir.path().join("config.yml"))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start docker-registry");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "docker-registry did not listen on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // `listening on 127.0.0.1:PORT` once it has bound its port.
+        let addr = crate::common::eventually(
+            "docker-registry to listen",
+            Duration::from_secs(20),
+            || {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let at = log.find("listening on 127.0.0.1:")? + "listening on ".len();
+                let end = log[at..].find(|c: char| c != '.' && c != ':' && !c.is_ascii_digit())?;
+                Some(log[at..at + end].to_string())
+            },
+            || {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            },
+        );
         Self {
             child,
             dir,

@@ -1,7 +1,7 @@
 //! Shared set-up of the runtime end-to-end tests (shim + CRI client).
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::cri::{self, Client};
 use super::{Shim, test_images};
@@ -29,20 +29,23 @@ pub fn logs(shim: &Shim, pod: &str) -> PathBuf {
     shim.dir.path().join("pods").join(pod)
 }
 
+/// Waits (20 s at most) until the file at `path` contains `needle`;
+/// returns its text then.
 pub async fn wait_log(path: &std::path::Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never contained {needle:?}:\n{text}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    super::eventually_async(
+        format_args!("{} to contain {needle:?}", path.display()),
+        Duration::from_secs(20),
+        async || {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if text.contains(needle) {
+                Ok(text)
+            } else {
+                Err(text)
+            }
+        },
+        String::new,
+    )
+    .await
 }
 
 pub fn cgroup_file(controller: &str, cgroup: &str, file: &str) -> String {

@@ -2,7 +2,7 @@
 //! cgroup and live updates, OOM kills reported, CRI stats against known
 //! allocations. Root.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -185,7 +185,7 @@ async fn stats_reflect_a_known_allocation_and_writable_layer() {
     );
     // A loopback-only pod (no CNI config here) has no interface to report:
     // no network usage rather than one without a default interface (which
-    // the kubelet dereferences). cni_e2e checks a pod with one.
+    // the kubelet dereferences). the cni tests check a pod with one.
     assert!(linux.network.is_none(), "{:?}", linux.network);
     assert_eq!(linux.containers.len(), 1);
     assert_eq!(

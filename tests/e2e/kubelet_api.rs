@@ -2,7 +2,7 @@
 //! self-signed certificate, client certificates, containerLogs, /run,
 //! the read-only port, and the connection limits, through curl.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -86,11 +86,19 @@ fn the_api_port_takes_client_certificates_and_serves_logs() {
     let (code, body) = curl(&agent, &format!("{logs}?limitBytes=11"), &me);
     assert_eq!((code.as_str(), body.as_str()), ("200", "line1\nline2"));
     // stdout and stderr are two pipes: "oops" may land after "tick1".
-    let deadline = Instant::now() + T;
-    while !curl(&agent, logs, &me).1.contains("tick5\n") {
-        assert!(Instant::now() < deadline, "no tick5 in the log");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::eventually(
+        "tick5 in the log",
+        T,
+        || {
+            let (code, body) = curl(&agent, logs, &me);
+            if body.contains("tick5\n") {
+                Ok(())
+            } else {
+                Err(format!("{code}: {body}"))
+            }
+        },
+        || agent.log(),
+    );
     let (_, body) = curl(&agent, &format!("{logs}?tailLines=2"), &me);
     assert_eq!(body.lines().count(), 2, "{body:?}");
     assert!(body.starts_with("tick"), "{body:?}");
@@ -148,7 +156,22 @@ fn the_api_port_takes_client_certificates_and_serves_logs() {
     let idle: Vec<std::net::TcpStream> = (0..256)
         .map(|_| std::net::TcpStream::connect(("127.0.0.1", agent.api_port)).expect("connect"))
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    // The agent takes a slot as it accepts a connection: wait until it has
+    // accepted all 256.
+    let agent_pid = agent.child.as_ref().expect("agent running").id();
+    common::eventually(
+        "the agent to accept the 256 connections",
+        T,
+        || {
+            let n = accepted(agent_pid, agent.api_port);
+            if n >= 256 {
+                Ok(())
+            } else {
+                Err(format!("{n} accepted"))
+            }
+        },
+        || agent.log(),
+    );
     let mut extra = std::net::TcpStream::connect(("127.0.0.1", agent.api_port)).expect("connect");
     extra
         .set_read_timeout(Some(Duration::from_secs(3)))
@@ -179,4 +202,26 @@ fn the_api_port_takes_client_certificates_and_serves_logs() {
     drop(idle);
     let (code, _) = curl(&agent, "/healthz", &me);
     assert_eq!(code, "200", "the port answers again");
+}
+
+/// Connections to `port` that process `pid` has accepted: sockets of its
+/// network namespace with that local port, established, and with an inode
+/// (one still in the listen backlog has none until `accept`).
+fn accepted(pid: u32, port: u16) -> usize {
+    let port = format!(":{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 9 && f[1].ends_with(&port) && f[3] == "01" && f[9] != "0"
+        })
+        .count()
 }

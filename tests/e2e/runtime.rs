@@ -3,7 +3,7 @@
 //! ExecSync, graceful stop, recovery after kill -9, bad requests, images in
 //! use, the event stream. Root.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -338,6 +338,21 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
     let monitor = pid_with_cmdline(&format!(" monitor create --id {long} "))
         .expect("the monitor's command line names its container");
     let spawner = parent_of(monitor).expect("the monitor's parent");
+    // The short container's shell once it has exec'd, or none if it has
+    // exited already (a slow machine).
+    let short_sh = common::eventually_async(
+        "the short container's shell, or its exit",
+        Duration::from_secs(20),
+        async || {
+            if let Some(pid) = pid_with_cmdline(" -c sleep 2; echo bye; exit 7") {
+                return Some(Some(pid));
+            }
+            let st = cri::status(&mut c, &short).await;
+            (st.state == ContainerState::ContainerExited as i32).then_some(None)
+        },
+        String::new,
+    )
+    .await;
     assert!(
         cmdline(spawner).contains(" monitor spawner "),
         "the monitor's parent is {:?}",
@@ -359,8 +374,16 @@ async fn containers_survive_a_shim_kill9_and_state_is_recovered() {
         || cmdline(spawner),
     );
     assert!(is_alive(monitor), "the monitor died with the shim");
-    // The short container exits while the shim is down.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The short container exits while the shim is down: its monitor has
+    // reaped it.
+    if let Some(pid) = short_sh {
+        common::eventually(
+            "the short container to exit and be reaped",
+            Duration::from_secs(10),
+            || !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            || cmdline(pid),
+        );
+    }
     shim.spawn();
     let mut c = cri::client(&shim.socket()).await;
 
@@ -495,7 +518,7 @@ async fn a_sandbox_whose_namespaces_went_with_a_reboot_is_not_ready() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn malformed_requests_get_the_right_codes() {
+async fn malformed_sandbox_requests_get_the_right_codes() {
     require_root!();
     let (shim, mut c) = ready_shim().await;
     let pod = cri::pod(
@@ -533,6 +556,23 @@ async fn malformed_requests_get_the_right_codes() {
         .await
         .expect_err("same pod twice");
     assert_eq!(err.code(), Code::AlreadyExists);
+
+    cri::teardown(&mut c, &pod_id).await;
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_container_requests_get_the_right_codes() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "codes",
+        &logs(&shim, "codes"),
+        false,
+        &shim.cgroup_parent("codes"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
 
     let create = |sandbox: &str, cfg| CreateContainerRequest {
         pod_sandbox_id: sandbox.into(),
@@ -586,7 +626,8 @@ async fn malformed_requests_get_the_right_codes() {
         .expect_err("bad capability");
     assert_eq!(err.code(), Code::InvalidArgument);
 
-    let id = cri::create(
+    // A container named "a" exists: another is a name clash.
+    cri::create(
         &mut c,
         &pod_id,
         &pod,
@@ -614,6 +655,28 @@ async fn malformed_requests_get_the_right_codes() {
         }
     }
     assert_eq!(won, 1, "creations of one name that succeeded");
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn start_stop_and_remove_get_the_right_codes() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let pod = cri::pod(
+        "codes",
+        &logs(&shim, "codes"),
+        false,
+        &shim.cgroup_parent("codes"),
+    );
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+    let id = cri::create(
+        &mut c,
+        &pod_id,
+        &pod,
+        cri::container("a", "busybox", &["sleep", "30"]),
+    )
+    .await;
     cri::start(&mut c, &id).await;
     let err = c
         .start_container(StartContainerRequest {
@@ -648,7 +711,6 @@ async fn malformed_requests_get_the_right_codes() {
     })
     .await
     .expect("remove unknown");
-    cri::teardown(&mut c, &pod_id).await;
     cri::teardown(&mut c, &pod_id).await;
     shim.assert_host_clean();
 }
@@ -801,35 +863,40 @@ async fn a_create_container_whose_client_went_away_is_finished_and_listed() {
     let call = tokio::spawn(async move { gone.create_container(req).await });
     // Cut the call (its connection with it) once its monitor is making the
     // container, before the monitor's handshake.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while creating_monitors(&shim).is_empty() {
-        assert!(Instant::now() < deadline, "no monitor ever started");
-        assert!(
-            !call.is_finished(),
-            "CreateContainer ended before it was cut"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    // Polled every millisecond: the window ends at the handshake.
+    common::eventually_async(
+        "a monitor making the container",
+        common::wait::Patience {
+            timeout: Duration::from_secs(20),
+            poll: Duration::from_millis(1),
+        },
+        async || {
+            assert!(
+                !call.is_finished(),
+                "CreateContainer ended before it was cut"
+            );
+            !creating_monitors(&shim).is_empty()
+        },
+        String::new,
+    )
+    .await;
     call.abort();
     let _ = call.await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let listed = loop {
-        let listed = c
-            .list_containers(ListContainersRequest::default())
-            .await
-            .expect("list")
-            .into_inner()
-            .containers;
-        if !listed.is_empty() {
-            break listed;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the container being made was never listed; monitors: {:?}",
-            creating_monitors(&shim)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let listed = common::eventually_async(
+        "the container being made to be listed",
+        Duration::from_secs(20),
+        async || {
+            let listed = c
+                .list_containers(ListContainersRequest::default())
+                .await
+                .expect("list")
+                .into_inner()
+                .containers;
+            (!listed.is_empty()).then_some(listed)
+        },
+        || format!("monitors: {:?}", creating_monitors(&shim)),
+    )
+    .await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].state, ContainerState::ContainerCreated as i32);
     // What a returning client does with it: start it, as any created container.

@@ -4,12 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub mod agent;
 pub mod containerd;
 pub mod cri;
 pub mod rt;
+pub mod wait;
+
+pub use wait::{consistently, eventually, eventually_async};
 
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::{Image, ImageSpec, ImageStatusRequest, ListImagesRequest};
@@ -416,7 +419,13 @@ impl Shim {
                     }
                 }
             }
-            std::thread::sleep(Duration::from_millis(100));
+            // Killed processes leave their cgroups when they are reaped.
+            wait::within(Duration::from_secs(2), || {
+                dirs.iter().all(|d| {
+                    std::fs::read_to_string(d.join("cgroup.procs"))
+                        .map_or(true, |p| p.trim().is_empty())
+                })
+            });
             dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
             for d in dirs {
                 let _ = std::fs::remove_dir(d);
@@ -560,12 +569,10 @@ pub fn terminate(mut c: Child) {
         nix::unistd::Pid::from_raw(i32::try_from(c.id()).expect("pid")),
         nix::sys::signal::Signal::SIGTERM,
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = c.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if wait::within(Duration::from_secs(5), || {
+        matches!(c.try_wait(), Ok(Some(_)))
+    }) {
+        return;
     }
     let _ = c.kill();
     let _ = c.wait();
@@ -575,38 +582,6 @@ pub fn spec(image: &str) -> ImageSpec {
     ImageSpec {
         image: image.to_string(),
         ..Default::default()
-    }
-}
-
-/// Polls `cond` every 20 ms until it holds; after `timeout`, panics naming
-/// `what` with what `context` says then (a log, the last value seen).
-pub fn eventually(
-    what: &str,
-    timeout: Duration,
-    mut cond: impl FnMut() -> bool,
-    context: impl FnOnce() -> String,
-) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        if Instant::now() >= deadline {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}\n{}",
-                context()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits until `cond` holds, polling.
-pub async fn wait_for(what: &str, timeout: Duration, mut cond: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

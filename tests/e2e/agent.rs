@@ -1,7 +1,7 @@
 //! End-to-end: `picolet agent` with the real shim, real containers from the
 //! project's busybox image, static pods from a folder. Root only.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -165,7 +165,15 @@ fn crash_loop_backs_off_and_on_failure_succeeds() {
         .expect("Initialized");
     assert_eq!(init["status"], "True");
     // Still Succeeded a few syncs later: nothing restarted.
-    std::thread::sleep(Duration::from_secs(3));
+    common::consistently(
+        "once Succeeded, nothing run again",
+        Duration::from_secs(3),
+        || {
+            agent.pod("once").is_some_and(|p| phase(&p) == "Succeeded")
+                && read(&agent, "order") == "i1\ni2\napp\n"
+        },
+        || agent.log(),
+    );
     let p = agent.pod("once").expect("pod");
     assert_eq!(phase(&p), "Succeeded");
     assert_eq!(read(&agent, "order"), "i1\ni2\napp\n");
@@ -238,7 +246,18 @@ fn bad_manifests_are_reported_and_a_good_pod_keeps_running() {
         "a forged line: {log}"
     );
     // The good pod is untouched: same container, still running.
-    std::thread::sleep(Duration::from_secs(3));
+    common::consistently(
+        "the good pod running, the same container, alone",
+        Duration::from_secs(3),
+        || {
+            let pods = agent.pods();
+            pods.len() == 1
+                && agent
+                    .pod("good")
+                    .is_some_and(|p| running(&p) && container(&p, "main")["containerID"] == id)
+        },
+        || agent.log(),
+    );
     let p = agent.pod("good").expect("good pod");
     assert!(running(&p));
     assert_eq!(container(&p, "main")["containerID"], id);
@@ -276,7 +295,17 @@ fn killed_agent_restarts_nothing_and_cleans_up_orphans() {
     agent.remove_manifest("steady.yaml");
     agent.spawn();
     let p = agent.wait_pod("flaky", "seen again", T, running);
-    std::thread::sleep(Duration::from_secs(3));
+    common::consistently(
+        "flaky not restarted by the new agent",
+        Duration::from_secs(3),
+        || {
+            agent.pod("flaky").is_some_and(|q| {
+                container(&q, "main")["containerID"] == flaky_id
+                    && container(&q, "main")["restartCount"] == 1
+            })
+        },
+        || agent.log(),
+    );
     let p2 = agent.pod("flaky").expect("flaky");
     for q in [&p, &p2] {
         assert_eq!(
@@ -547,8 +576,22 @@ fn up_supervises_shim_and_agent() {
                 .iter()
                 .any(|(p, cmd)| cmd.contains(role) && *p != pid)
         });
-        // The agent sees the same container, not restarted.
-        std::thread::sleep(Duration::from_secs(2));
+        // The agent sees the same container, not restarted: whenever it
+        // answers with the pod running, for a while, and then.
+        common::consistently(
+            format_args!("the same container after killing{role}"),
+            Duration::from_secs(2),
+            || {
+                let pods = up.try_items("/pods").unwrap_or_default();
+                let Some(p) = pods.iter().find(|p| p["metadata"]["name"] == "sup-e2e") else {
+                    return true;
+                };
+                !running(p)
+                    || (container(p, "main")["containerID"] == id
+                        && container(p, "main")["restartCount"] == 0)
+            },
+            || up.log(),
+        );
         let p = up.wait_pod("sup", "Running after the restart", T, running);
         assert_eq!(
             container(&p, "main")["containerID"],

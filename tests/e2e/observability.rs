@@ -2,11 +2,11 @@
 //! /dev/kmsg and the cgroup, with real containers and the real shim.
 //! Root only.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::agent::{Agent, container, free_port};
+use common::agent::{Agent, container};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -75,9 +75,22 @@ fn sample(text: &str, name: &str, want: &[&str]) -> Option<f64> {
         .and_then(|(_, v)| v.split(' ').next()?.parse().ok())
 }
 
-#[test]
-fn cadvisor_metrics_match_the_cgroups_and_prometheus_scrapes_them() {
-    require_root!();
+/// An agent whose client CA signed `crt` and `key`, and its pod `stats`
+/// running: `busy` spins, `mem` writes 32 MiB to a memory-backed emptyDir
+/// under a 64Mi limit.
+struct Stats {
+    agent: Agent,
+    pod: serde_json::Value,
+    uid: String,
+    busy_id: String,
+    crt: std::path::PathBuf,
+    key: std::path::PathBuf,
+    /// Holds the CA and the client certificate: bind it (`_pki`, not `..`)
+    /// for as long as they are used.
+    _pki: tempfile::TempDir,
+}
+
+fn stats_pod() -> Stats {
     let pki = tempfile::tempdir().expect("tmp");
     let [ca, crt, key] = common::agent::client_ca(pki.path(), "prom", "prometheus", "monitoring");
     let agent = Agent::start(&format!(
@@ -109,16 +122,57 @@ spec:
       limits: {memory: 64Mi}
 "#,
     );
-    let p = agent.wait_pod("stats", "running", T, |p| {
+    let pod = agent.wait_pod("stats", "running", T, |p| {
         container(p, "busy")["state"]["running"].is_object()
             && container(p, "mem")["state"]["running"].is_object()
     });
-    let uid = p["metadata"]["uid"].as_str().expect("uid").to_string();
-    let busy_id = container(&p, "busy")["containerID"]
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
+    let busy_id = container(&pod, "busy")["containerID"]
         .as_str()
         .and_then(|c| c.split_once("://"))
         .map(|(_, id)| id.to_string())
         .expect("id");
+    Stats {
+        agent,
+        pod,
+        uid,
+        busy_id,
+        crt,
+        key,
+        _pki: pki,
+    }
+}
+
+/// The `busy` container's series.
+const BUSY: [&str; 3] = [
+    "container=\"busy\"",
+    "pod=\"stats-e2e\"",
+    "namespace=\"default\"",
+];
+
+/// The `mem` container's series.
+const MEM: [&str; 2] = ["container=\"mem\"", "pod=\"stats-e2e\""];
+
+/// Waits until the 32 MiB the `mem` container wrote count as its working set.
+fn wait_for_mem(agent: &Agent) {
+    agent.wait("32 MiB in the mem container's working set", T, || {
+        let text = agent.get("/metrics/cadvisor").expect("/metrics/cadvisor");
+        sample(&text, "container_memory_working_set_bytes", &MEM)
+            .is_some_and(|v| v >= 32.0 * 1048576.0)
+    });
+}
+
+#[test]
+fn cadvisor_metrics_match_the_cgroups() {
+    require_root!();
+    let Stats {
+        agent,
+        pod: p,
+        uid,
+        busy_id,
+        _pki,
+        ..
+    } = stats_pod();
     // 64Mi limit on one container, nothing else: Burstable.
     assert_eq!(p["status"]["qosClass"], "Burstable");
     let pod_cg = format!("{}/kubepods/burstable/pod{uid}", agent.cgroup_root());
@@ -131,11 +185,7 @@ spec:
             .expect("number")
             / 1e9
     };
-    let busy = [
-        "container=\"busy\"",
-        "pod=\"stats-e2e\"",
-        "namespace=\"default\"",
-    ];
+    let busy = BUSY;
     let scrape = || agent.get("/metrics/cadvisor").expect("/metrics/cadvisor");
 
     // CPU: the metric's growth over an interval matches the cgroup's.
@@ -143,6 +193,7 @@ spec:
         sample(&scrape(), "container_cpu_usage_seconds_total", &busy).expect("busy cpu"),
         cgroup_cpu(),
     );
+    // The interval the growth is measured over (not a wait for anything).
     std::thread::sleep(Duration::from_secs(3));
     let (m1, c1) = (
         sample(&scrape(), "container_cpu_usage_seconds_total", &busy).expect("busy cpu"),
@@ -212,6 +263,42 @@ spec:
     assert!(sample(&text, "container_threads", &busy).is_some_and(|v| v >= 1.0));
     assert!(sample(&text, "container_file_descriptors", &busy).is_some_and(|v| v >= 1.0));
 
+    // promtool's checker accepts the exposition.
+    let dir = agent.dir();
+    std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");
+    let check = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(dir.join("cadvisor.prom")).expect("open"))
+        .output()
+        .expect("promtool (Debian prometheus package)");
+    // It parses, and the only lint finding is cAdvisor's own name for a
+    // counter without `_total` (kubelet's /metrics/cadvisor has it too;
+    // renaming it would break existing dashboards).
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let findings: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| *l != "container_memory_failcnt counter metrics should have \"_total\" suffix")
+        .collect();
+    assert!(
+        findings.is_empty()
+            && (check.status.success() || report.contains("container_memory_failcnt")),
+        "promtool check metrics: {report}"
+    );
+}
+
+#[test]
+fn resource_metrics_and_the_summary_report_the_pod() {
+    require_root!();
+    let Stats {
+        agent, uid, _pki, ..
+    } = stats_pod();
+    let busy = BUSY;
+    wait_for_mem(&agent);
     // /metrics/resource, as metrics-server reads it; promtool finds nothing.
     let res = agent.get("/metrics/resource").expect("/metrics/resource");
     let pod = ["namespace=\"default\"", "pod=\"stats-e2e\""];
@@ -243,6 +330,7 @@ spec:
         serde_json::from_str(&agent.get("/stats/summary").expect("/stats/summary")).expect("json")
     };
     summary();
+    // The interval the CPU rate is measured over (not a wait for anything).
     std::thread::sleep(Duration::from_millis(1500));
     let sum = summary();
     assert_eq!(sum["node"]["nodeName"], "e2e");
@@ -290,34 +378,12 @@ spec:
         .and_then(|vs| vs.iter().find(|v| v["name"] == "mem"))
         .expect("the mem emptyDir in the summary");
     assert!(mem_vol["usedBytes"].as_u64() >= Some(32 << 20), "{mem_vol}");
+}
 
-    // promtool's checker accepts the exposition.
-    let dir = agent.dir();
-    std::fs::write(dir.join("cadvisor.prom"), &text).expect("write");
-    let check = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(dir.join("cadvisor.prom")).expect("open"))
-        .output()
-        .expect("promtool (Debian prometheus package)");
-    // It parses, and the only lint finding is cAdvisor's own name for a
-    // counter without `_total` (kubelet's /metrics/cadvisor has it too;
-    // renaming it would break existing dashboards).
-    let report = format!(
-        "{}{}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
-    let findings: Vec<&str> = report
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter(|l| *l != "container_memory_failcnt counter metrics should have \"_total\" suffix")
-        .collect();
-    assert!(
-        findings.is_empty()
-            && (check.status.success() || report.contains("container_memory_failcnt")),
-        "promtool check metrics: {report}"
-    );
-
+#[test]
+fn the_agents_own_metrics_and_openmetrics_pass_promtool() {
+    require_root!();
+    let Stats { agent, _pki, .. } = stats_pod();
     // The agent's own metrics, kubelet's names; promtool finds nothing.
     let own = agent.get("/metrics").expect("/metrics");
     assert!(
@@ -382,11 +448,22 @@ spec:
     );
     assert!(om.ends_with("# EOF\n"));
     assert!(om.contains("# TYPE container_cpu_usage_seconds counter\n"));
+}
 
+#[test]
+fn prometheus_scrapes_the_read_only_and_the_tls_port() {
+    require_root!();
+    let Stats {
+        agent,
+        crt,
+        key,
+        _pki,
+        ..
+    } = stats_pod();
+    let dir = agent.dir();
     // A real Prometheus scrapes it and answers a query: the read-only port
     // over plain HTTP, and the API port over TLS with a client certificate
     // (checking the agent's self-signed certificate for 127.0.0.1).
-    let prom_port = free_port();
     let serving = agent.shim.root().join("agent/pki/picolet-serving.crt");
     std::fs::write(
         dir.join("prometheus.yml"),
@@ -410,27 +487,55 @@ spec:
             "--storage.tsdb.path={}",
             dir.join("tsdb").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+        // Port 0: it logs the port it got.
+        .arg("--web.listen-address=127.0.0.1:0")
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(dir.join("prometheus.log")).expect("log"))
         .spawn()
         .expect("prometheus (Debian prometheus package)");
+    let prom = Stopped(Some(prom));
+    let prom_log = || std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    // `msg="Listening on" address=127.0.0.1:PORT`
+    let prom_port: u16 = common::eventually(
+        "Prometheus to listen",
+        Duration::from_secs(30),
+        || {
+            let log = prom_log();
+            let line = log.lines().find(|l| l.contains("msg=\"Listening on\""))?;
+            let addr = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("address="))?;
+            addr.rsplit(':').next()?.parse().ok()
+        },
+        prom_log,
+    );
     let query = "/api/v1/query?query=container_memory_working_set_bytes%7Bpod%3D%22stats-e2e%22%2Ccontainer%3D%22mem%22%7D";
     let tls_query = "/api/v1/query?query=container_cpu_usage_seconds_total%7Bjob%3D%22picolet-tls%22%2Cpod%3D%22stats-e2e%22%7D";
-    let answered = (0..120).any(|_| {
-        std::thread::sleep(Duration::from_millis(500));
-        let has = |q: &str, want: &str| {
-            http_get(prom_port, q)
-                .is_some_and(|b| b.contains("\"status\":\"success\"") && b.contains(want))
-        };
-        has(query, "\"container\":\"mem\"") && has(tls_query, "\"job\":\"picolet-tls\"")
-    });
-    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
-    common::terminate(prom);
-    assert!(
-        answered,
-        "Prometheus never returned the series; its log:\n{log}"
+    common::eventually(
+        "Prometheus to return the series",
+        Duration::from_secs(60),
+        || {
+            let has = |q: &str, want: &str| {
+                http_get(prom_port, q)
+                    .is_some_and(|b| b.contains("\"status\":\"success\"") && b.contains(want))
+            };
+            has(query, "\"container\":\"mem\"") && has(tls_query, "\"job\":\"picolet-tls\"")
+        },
+        || format!("its log:\n{}", prom_log()),
     );
+    drop(prom);
+}
+
+/// A child stopped (SIGTERM, then SIGKILL) when this goes, also when the
+/// test fails.
+struct Stopped(Option<std::process::Child>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            common::terminate(c);
+        }
+    }
 }
 
 fn http_get(port: u16, path: &str) -> Option<String> {

@@ -2,7 +2,7 @@
 //! conformance suite) found wrong in the real `picolet shim`, one test per
 //! finding, each failing on the code critest failed. Root.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -63,7 +63,12 @@ async fn reopen_container_log_returns_once_the_new_file_is_open() {
     );
     wait_log(&log, "stdout F line").await;
     let old = std::fs::read_to_string(&rotated).expect("rotated");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::consistently(
+        "the rotated file unchanged",
+        Duration::from_millis(300),
+        || std::fs::read_to_string(&rotated).is_ok_and(|now| now == old),
+        String::new,
+    );
     assert_eq!(
         std::fs::read_to_string(&rotated).expect("rotated"),
         old,
@@ -76,7 +81,16 @@ async fn reopen_container_log_returns_once_the_new_file_is_open() {
     std::fs::rename(&log, &rotated).expect("rename");
     let mut c2 = c.clone();
     let call = tokio::spawn(async move { c2.reopen_container_log(reopen).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The call runs on another worker meanwhile (multi-thread runtime).
+    common::consistently(
+        "ReopenContainerLog waiting for the stopped monitor",
+        Duration::from_millis(500),
+        || !call.is_finished(),
+        || {
+            let _ = kill(monitor, Signal::SIGCONT);
+            String::new()
+        },
+    );
     let waited = !call.is_finished();
     kill(monitor, Signal::SIGCONT).expect("continue the monitor");
     assert!(

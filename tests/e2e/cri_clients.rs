@@ -3,7 +3,7 @@
 //! peers are not packaged: a test that only used our own Rust client would
 //! agree with our server whatever it did. Root (the shim).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -15,7 +15,7 @@ use prost::Message;
 /// crictl v1.29.0 (grpc-go 1.58.3), `crictl version`: preface, SETTINGS,
 /// SETTINGS ack, HEADERS with `:authority: %2Frun%2Fpicolet%2Fpicolet.sock`,
 /// DATA (an empty VersionRequest).
-const CRICTL_VERSION: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-version.h2");
+const CRICTL_VERSION: &[u8] = include_bytes!("../../cri-proto/testdata/crictl-1.29.0-version.h2");
 const PREFACE_LEN: usize = 24;
 
 fn read_frame(s: &mut UnixStream) -> (u8, u8, u32, Vec<u8>) {

@@ -6,10 +6,8 @@
 //! PullImage with credentials through the real shim. Root: layers are
 //! unpacked with their owners and whiteouts.
 
-mod common;
-#[path = "registry_e2e/peers.rs"]
+use crate::common;
 mod peers;
-#[path = "registry_e2e/token_server.rs"]
 mod token_server;
 
 use std::process::{Command, Stdio};
@@ -651,13 +649,14 @@ async fn kill9_during_a_pull_leaves_a_whole_store_and_the_next_pull_resumes() {
         .spawn()
         .expect("ctl pull");
     let partial = shim.store().join("partial");
-    common::wait_for(
+    common::eventually_async(
         "the pull to be downloading",
         Duration::from_secs(60),
         async || {
             std::fs::read_dir(&partial)
                 .is_ok_and(|d| d.flatten().any(|e| e.metadata().is_ok_and(|m| m.len() > 0)))
         },
+        String::new,
     )
     .await;
     shim.kill9();

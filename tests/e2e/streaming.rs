@@ -3,9 +3,10 @@
 //! recorded bytes (the real peer) and by our own client
 //! (`cri_proto::streaming::client`, what `picolet ctl` uses). Root.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
+use std::path::Path;
 use std::time::Duration;
 
 use common::cri::{self, Client};
@@ -21,8 +22,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `echo piped-in | crictl exec -i ID sh -c 'cat; echo done; exit 4'`
 /// (crictl v1.29.0): its upgrade request and what it sent after it.
-const CRICTL_EXEC_HTTP: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-exec-i.http");
-const CRICTL_EXEC_SPDY: &[u8] = include_bytes!("../cri-proto/testdata/crictl-1.29.0-exec-i.spdy");
+const CRICTL_EXEC_HTTP: &[u8] =
+    include_bytes!("../../cri-proto/testdata/crictl-1.29.0-exec-i.http");
+const CRICTL_EXEC_SPDY: &[u8] =
+    include_bytes!("../../cri-proto/testdata/crictl-1.29.0-exec-i.spdy");
 
 /// A running pod-network container that sleeps; returns (pod, container).
 async fn sleeper(shim: &common::Shim, c: &mut Client, name: &str, cmd: &str) -> (String, String) {
@@ -223,9 +226,9 @@ async fn crictl_exec_bytes_are_served() {
 /// -c 'cat; echo done; exit 4'` (a throwaway Go program over cri-tools'
 /// vendored client-go): its upgrade request and its frames after it.
 const CLIENT_GO_WS_HTTP: &[u8] =
-    include_bytes!("../cri-proto/testdata/client-go-0.29-ws-exec-i.http");
+    include_bytes!("../../cri-proto/testdata/client-go-0.29-ws-exec-i.http");
 const CLIENT_GO_WS_FRAMES: &[u8] =
-    include_bytes!("../cri-proto/testdata/client-go-0.29-ws-exec-i.ws");
+    include_bytes!("../../cri-proto/testdata/client-go-0.29-ws-exec-i.ws");
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_go_websocket_exec_bytes_are_served() {
@@ -361,22 +364,20 @@ async fn port_forward_carries_bytes_both_ways_on_two_connections_at_once() {
     let session = std::sync::Arc::new(session);
     // nc listens a moment after the container starts: until a forwarded
     // connection is taken (nc -e cat ends it at our EOF), retry.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (ours, theirs) = tokio::io::duplex(1024);
-        drop(ours);
-        let msg = client::forward(&session, 99, 9000, theirs)
-            .await
-            .expect("forward");
-        if msg.is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nc never listened: {msg}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::eventually_async(
+        "nc to listen",
+        Duration::from_secs(20),
+        async || {
+            let (ours, theirs) = tokio::io::duplex(1024);
+            drop(ours);
+            let msg = client::forward(&session, 99, 9000, theirs)
+                .await
+                .expect("forward");
+            if msg.is_empty() { Ok(()) } else { Err(msg) }
+        },
+        String::new,
+    )
+    .await;
     let mut runs = Vec::new();
     for n in 0..2u8 {
         let session = session.clone();
@@ -476,14 +477,39 @@ async fn a_tty_container_has_a_terminal_that_attach_types_into_and_resizes() {
     let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
     cri::start(&mut c, &id).await;
     let url = attach_url(&mut c, &id, true).await;
-    // The shell reads its terminal: a pause, then what a user would type.
+    // Once the shell waits for its terminal, what a user would type; the
+    // terminal stays open until the shell has exited.
+    let sh = common::eventually(
+        "the container's shell",
+        Duration::from_secs(20),
+        || {
+            pids_of(&shim.cgroup_parent("ttyc"))
+                .into_iter()
+                .find(|p| comm(*p) == "sh")
+        },
+        String::new,
+    );
+    common::eventually(
+        "the shell to wait for input",
+        Duration::from_secs(20),
+        || waits_for_input(sh),
+        String::new,
+    );
     let (mut typing, keys) = tokio::io::duplex(1024);
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(700)).await;
         let _ = typing
             .write_all(b"stty size; tty; echo term=$TERM\rexit 3\r")
             .await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            common::eventually(
+                "the shell to exit",
+                Duration::from_secs(20),
+                || !Path::new(&format!("/proc/{sh}")).exists(),
+                String::new,
+            )
+        })
+        .await;
+        drop(typing);
     });
     let size = TermSize {
         width: 91,
@@ -561,20 +587,32 @@ async fn ctl_logs_follow_prints_every_line_across_a_rotation_until_the_exit() {
     .await;
     cri::start(&mut c, &id).await;
     let log_path = cri::status(&mut c, &id).await.log_path;
-    let socket = shim.socket();
-    let follow = tokio::task::spawn_blocking({
-        let id = id.clone();
-        move || {
-            std::process::Command::new(common::picolet())
-                .args(["ctl", "--socket"])
-                .arg(&socket)
-                .args(["logs", "-f", &id])
-                .output()
-                .expect("ctl logs -f")
-        }
-    });
-    // Rotate as kubelet does: rename, then ReopenContainerLog.
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    let follower = std::process::Command::new(common::picolet())
+        .args(["ctl", "--socket"])
+        .arg(shim.socket())
+        .args(["logs", "-f", &id])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ctl logs -f");
+    // Rotate as kubelet does (rename, then ReopenContainerLog) once the
+    // follower has the log open and the container has written to it.
+    let ctl = follower.id();
+    common::eventually(
+        "ctl logs -f following a log with lines in it",
+        Duration::from_secs(20),
+        || {
+            let open = std::fs::read_dir(format!("/proc/{ctl}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == Path::new(&log_path)));
+            open && std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains("line-2"))
+        },
+        String::new,
+    );
+    let follow =
+        tokio::task::spawn_blocking(move || follower.wait_with_output().expect("ctl logs -f"));
     std::fs::rename(&log_path, format!("{log_path}.1")).expect("rotate");
     c.reopen_container_log(cri_proto::v1::ReopenContainerLogRequest {
         container_id: id.clone(),
@@ -626,4 +664,45 @@ async fn bad_streaming_requests_are_refused_by_name() {
         .expect_err("no common protocol");
     assert!(e.to_string().contains("403"), "{e}");
     cri::teardown(&mut c, &pod_id).await;
+}
+
+/// The processes in the cgroups under `parent` (a pod's), any hierarchy.
+fn pids_of(parent: &str) -> Vec<i32> {
+    let mut roots: Vec<std::path::PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join(parent.trim_start_matches('/')))
+        .collect();
+    roots.push(Path::new("/sys/fs/cgroup").join(parent.trim_start_matches('/')));
+    let mut pids = Vec::new();
+    let mut stack: Vec<_> = roots.into_iter().filter(|r| r.is_dir()).collect();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Whether `pid` sleeps waiting for input: in a read of its terminal or in
+/// poll/select (busybox's line editing polls before it reads).
+fn waits_for_input(pid: i32) -> bool {
+    let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    ["n_tty_read", "wait_woken", "poll", "select"]
+        .iter()
+        .any(|w| wchan.contains(w))
 }

@@ -4,7 +4,7 @@
 //! thresholds, through CRI RemoveImage) and node-pressure eviction. Root
 //! only.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -79,34 +79,52 @@ fn chatty_logs_rotate_compress_and_stay_within_max_files() {
         .join("main");
 
     // Watch until two compressed files were seen; never more than 3 files.
-    let deadline = Instant::now() + Duration::from_secs(40);
     let mut most = 0;
     let mut gz_seen = std::collections::BTreeSet::new();
-    while gz_seen.len() < 2 {
-        let files = log_files(&dir);
-        most = most.max(files.len());
-        assert!(files.len() <= 3, "over containerLogMaxFiles: {files:?}");
-        for f in &files {
-            if f.extension().is_some_and(|e| e == "gz") {
-                gz_seen.insert(f.clone());
+    common::eventually(
+        "two compressed log files",
+        Duration::from_secs(40),
+        || {
+            let files = log_files(&dir);
+            most = most.max(files.len());
+            assert!(files.len() <= 3, "over containerLogMaxFiles: {files:?}");
+            for f in &files {
+                if f.extension().is_some_and(|e| e == "gz") {
+                    gz_seen.insert(f.clone());
+                }
             }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no rotation: {files:?}\n{}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(most, 3);
-    // Just after a rotation: the next one is ~3 s away.
-    std::thread::sleep(Duration::from_millis(300));
-    let files = log_files(&dir);
-    // The oldest compressed file went when the second one came.
-    assert!(
-        !files.contains(gz_seen.iter().next().expect("first gz")),
-        "{files:?}"
+            if gz_seen.len() >= 2 {
+                Ok(())
+            } else {
+                Err(format!("{files:?}"))
+            }
+        },
+        || agent.log(),
     );
+    assert_eq!(most, 3);
+    // The oldest compressed file goes when the second one comes (the next
+    // rotation is ~3 s away); the new live file gets its first line.
+    let first_gz = gz_seen.iter().next().expect("first gz");
+    let files = common::eventually(
+        "the oldest compressed file removed, a line in each file",
+        Duration::from_secs(2),
+        || {
+            let files = log_files(&dir);
+            if !files.contains(first_gz)
+                && files.iter().all(|f| {
+                    // Read without text_of's panics: a file may go meanwhile.
+                    f.extension().is_some_and(|e| e == "gz")
+                        || std::fs::read_to_string(f).is_ok_and(|t| t.contains('\n'))
+                })
+            {
+                Ok(files)
+            } else {
+                Err(format!("{files:?}"))
+            }
+        },
+        || agent.log(),
+    );
+    assert!(!files.contains(first_gz), "{files:?}");
 
     // No line lost or doubled across the files that are left: read oldest
     // to newest, the numbers count up by one. The first ones are gone.

@@ -20,7 +20,7 @@
 //!   `mounts_cannot_be_pointed_into_proc`
 //! - CVE-2022-29162 (inheritable capabilities): `no_capability_is_inheritable`
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

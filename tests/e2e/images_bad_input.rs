@@ -2,12 +2,12 @@
 //! was; a kill -9 during an import leaves no partial image and a store that
 //! `picolet check --store` verifies; the preload folder.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Shim, test_images, wait_for};
+use common::{Shim, eventually_async, test_images};
 use serde_json::Value;
 
 /// Copies an OCI layout so a test can break it.
@@ -210,7 +210,7 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
         .expect("ctl import");
     // Kill the shim while the import is writing blobs or unpacking.
     let store = shim.store();
-    wait_for(
+    eventually_async(
         "import to be under way",
         Duration::from_secs(60),
         async || {
@@ -218,6 +218,7 @@ async fn kill9_during_import_leaves_no_partial_image_and_a_retry_succeeds() {
                 || std::fs::read_dir(store.join("snapshots/tmp"))
                     .is_ok_and(|mut d| d.next().is_some())
         },
+        String::new,
     )
     .await;
     shim.kill9();
@@ -323,14 +324,18 @@ async fn preload_folder_imports_at_start_and_on_arrival_and_survives_corrupt_fil
     std::fs::write(shim.images_dir().join("notes.txt"), b"ignored").expect("write");
     shim.spawn();
 
-    wait_for("preloaded busybox", Duration::from_secs(30), async || {
-        shim.status("busybox:1.36").await.is_some()
-    })
+    eventually_async(
+        "preloaded busybox",
+        Duration::from_secs(30),
+        async || shim.status("busybox:1.36").await.is_some(),
+        String::new,
+    )
     .await;
-    wait_for(
+    eventually_async(
         "corrupt archive logged",
         Duration::from_secs(10),
         async || shim.log().contains("corrupt.tar"),
+        String::new,
     )
     .await;
 
@@ -340,7 +345,7 @@ async fn preload_folder_imports_at_start_and_on_arrival_and_survives_corrupt_fil
     let layered_tar = shim.dir.path().join("layered.tar");
     xtask::tar_dir(&t.layered_layout, &layered_tar).expect("tar");
     std::fs::rename(&layered_tar, shim.images_dir().join("layered.tar")).expect("move in");
-    wait_for(
+    eventually_async(
         "layered preloaded on arrival",
         Duration::from_secs(30),
         async || {
@@ -348,28 +353,39 @@ async fn preload_folder_imports_at_start_and_on_arrival_and_survives_corrupt_fil
                 .await
                 .is_some()
         },
+        String::new,
     )
     .await;
 
     // A restart skips what was imported already and still lists everything.
     // (The preloader records an archive right after its import commits.)
     let state = shim.store().join("preload.json");
-    wait_for(
+    eventually_async(
         "preload state recorded",
         Duration::from_secs(10),
         async || std::fs::read_to_string(&state).is_ok_and(|s| s.contains("layered.tar")),
+        String::new,
     )
     .await;
     shim.kill9();
     let log_len = shim.log().len();
     shim.spawn();
-    wait_for(
+    eventually_async(
         "images listed after restart",
         Duration::from_secs(10),
         async || shim.list().await.len() == 2,
+        String::new,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::consistently(
+        "no import again after the restart",
+        Duration::from_millis(500),
+        || {
+            let new_log = &shim.log()[log_len..];
+            !new_log.contains("preloaded") && !new_log.contains("corrupt.tar")
+        },
+        || shim.log()[log_len..].to_string(),
+    );
     let new_log = shim.log()[log_len..].to_string();
     assert!(
         !new_log.contains("preloaded"),

@@ -147,18 +147,20 @@ pub async fn wait_state(
     state: ContainerState,
     timeout: std::time::Duration,
 ) -> ContainerStatus {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let s = status(c, id).await;
-        if s.state == state as i32 {
-            return s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "container {id} never reached {state:?}: {s:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    super::eventually_async(
+        format_args!("container {id} to reach {state:?}"),
+        timeout,
+        async || {
+            let s = status(c, id).await;
+            if s.state == state as i32 {
+                Ok(s)
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+        String::new,
+    )
+    .await
 }
 
 /// Creates and starts a container, waits (20 s at most) for it to exit,

@@ -34,7 +34,7 @@ impl TokenServer {
     pub fn start(dir: &Path, user: &str, password: &str) -> Self {
         let key = dir.join("token.key");
         let cert = dir.join("token.crt");
-        crate::peers::run(
+        super::peers::run(
             Command::new("openssl")
                 .args([
                     "genpkey",
@@ -46,7 +46,7 @@ impl TokenServer {
                 ])
                 .arg(&key),
         );
-        crate::peers::run(
+        super::peers::run(
             Command::new("openssl")
                 .args([
                     "req",

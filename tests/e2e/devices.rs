@@ -7,7 +7,7 @@
 //! `picolet ctl exec` and `picolet ctl logs`, and ctl's stop, rm, stopp,
 //! rmp, inspect, inspectp and stats on a pod nobody else manages. Root.
 
-mod common;
+use crate::common;
 
 use common::cri;
 use common::{Shim, test_images};

@@ -2,7 +2,7 @@
 //! shim`: per-pod namespaces, PID namespace modes, the RuntimeDefault seccomp
 //! profile. Root.
 
-mod common;
+use crate::common;
 use common::cri;
 use common::rt::{logs, new_pod, ready_shim, sh, wait_log};
 use cri_proto::v1::{ExecSyncRequest, ListPodSandboxRequest};
@@ -403,13 +403,9 @@ async fn pid_namespace_modes_pod_and_target_share_processes() {
     )
     .await;
     cri::start(&mut c, &b).await;
-    let ps = |id: &str| ExecSyncRequest {
-        container_id: id.to_string(),
-        cmd: vec!["ps".into()],
-        timeout: 10,
-    };
-    let out = String::from_utf8_lossy(&c.exec_sync(ps(&b)).await.expect("ps").into_inner().stdout)
-        .into_owned();
+    // A process just started may not have exec'd yet (`[sleep]`, no
+    // arguments): ps until the container's own is there.
+    let out = ps_shows(&mut c, &b, &["sleep 301", "sleep 302"]).await;
     assert!(
         out.contains("sleep 301") && out.contains("sleep 302"),
         "POD mode must share processes:\n{out}"
@@ -424,8 +420,7 @@ async fn pid_namespace_modes_pod_and_target_share_processes() {
     )
     .await;
     cri::start(&mut c, &t).await;
-    let out = String::from_utf8_lossy(&c.exec_sync(ps(&t)).await.expect("ps").into_inner().stdout)
-        .into_owned();
+    let out = ps_shows(&mut c, &t, &["sleep 301", "sleep 303"]).await;
     assert!(
         out.contains("sleep 301") && out.contains("sleep 303"),
         "TARGET must see its target:\n{out}"
@@ -438,9 +433,7 @@ async fn pid_namespace_modes_pod_and_target_share_processes() {
     )
     .await;
     cri::start(&mut c, &own).await;
-    let out =
-        String::from_utf8_lossy(&c.exec_sync(ps(&own)).await.expect("ps").into_inner().stdout)
-            .into_owned();
+    let out = ps_shows(&mut c, &own, &["sleep 304"]).await;
     assert!(
         out.contains("sleep 304") && !out.contains("sleep 301"),
         "CONTAINER must be alone:\n{out}"
@@ -450,6 +443,34 @@ async fn pid_namespace_modes_pod_and_target_share_processes() {
 }
 
 /// `cmd` as uid/gid 65534 (nobody): its status and stderr.
+/// `ps` in container `id`, run until its output shows every one of `want`.
+async fn ps_shows(c: &mut cri::Client, id: &str, want: &[&str]) -> String {
+    common::eventually_async(
+        format_args!("ps in {id} to show {want:?}"),
+        std::time::Duration::from_secs(10),
+        async || {
+            let out = c
+                .exec_sync(ExecSyncRequest {
+                    container_id: id.to_string(),
+                    cmd: vec!["ps".into()],
+                    timeout: 10,
+                })
+                .await
+                .expect("ps")
+                .into_inner()
+                .stdout;
+            let out = String::from_utf8_lossy(&out).into_owned();
+            if want.iter().all(|w| out.contains(w)) {
+                Ok(out)
+            } else {
+                Err(out)
+            }
+        },
+        String::new,
+    )
+    .await
+}
+
 fn as_nobody(cmd: &[&str]) -> (bool, String) {
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])

@@ -2,7 +2,7 @@
 //! socket, images imported with `picolet ctl import` and the preload folder.
 //! Root: unpacking whiteouts and ownership, mounting overlayfs.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -35,12 +35,26 @@ pub struct Agent {
     pub default_network: bool,
 }
 
-/// A free port on 127.0.0.1 (bound, read, released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+/// A port on 127.0.0.1 for a program that only takes a port number (0
+/// means "off" for the agent's read-only port; `up` starts the agent again
+/// after a kill, on the same numbers; busybox httpd in a pod): the kernel's
+/// pick, left in TIME_WAIT. Where a program can bind port 0 and say which
+/// port it got, or take a bound socket, the tests do that instead.
+///
+/// The accepted end closes first, so the TIME_WAIT socket holds the port:
+/// the kernel then hands it to no bind to port 0 (another test's server,
+/// another reservation) for 60 s, while a server binding it by number with
+/// SO_REUSEADDR (Rust's std and tokio, Go, busybox, openssl all set it)
+/// gets it. What is left of the race: an outgoing connection's source
+/// port, or a program binding this number on purpose.
+pub fn reserved_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    let addr = listener.local_addr().expect("bound address");
+    let client = std::net::TcpStream::connect(addr).expect("connect to ourselves");
+    let (accepted, _) = listener.accept().expect("accept");
+    drop(accepted);
+    drop(client);
+    addr.port()
 }
 
 impl Agent {
@@ -152,14 +166,16 @@ impl Agent {
     }
 
     pub fn spawn(&mut self) {
-        // `up` restarts a killed agent itself, and that one would bind new
-        // ports; with no log there is nothing to read them from: pick them.
+        // The agent binds port 0 and logs the port it got; but `up` restarts
+        // a killed agent itself, and that one would bind new ports, and
+        // with no log there is nothing to read them from: reserve them.
         let fixed = self.stderr_unread || self.command == "up";
-        // The read-only port has no "pick one" (0 is off): always chosen.
+        // The read-only port has no "pick one" (0 is off): always reserved.
         if fixed {
-            (self.healthz_port, self.port, self.api_port) = (free_port(), free_port(), free_port());
+            (self.healthz_port, self.port, self.api_port) =
+                (reserved_port(), reserved_port(), reserved_port());
         } else {
-            (self.healthz_port, self.port, self.api_port) = (0, free_port(), 0);
+            (self.healthz_port, self.port, self.api_port) = (0, reserved_port(), 0);
         }
         let log_start = self.log().len();
         self.write_config();
@@ -348,25 +364,28 @@ impl Agent {
         timeout: Duration,
         cond: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            // Not answering yet (restarting) counts as "not yet".
-            let pod = self.try_items("/pods").ok().and_then(|p| find_pod(p, name));
-            if let Some(p) = pod.as_ref()
-                && cond(p)
-            {
-                return p.clone();
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out waiting for {name}: {what}\npod: {}\nagent log:\n{}\nshim log tail:\n{}",
-                    serde_json::to_string_pretty(&pod).unwrap_or_default(),
+        super::eventually(
+            format_args!("{name}: {what}"),
+            timeout,
+            || {
+                // Not answering yet (restarting) counts as "not yet".
+                let pod = self.try_items("/pods").ok().and_then(|p| find_pod(p, name));
+                match pod {
+                    Some(p) if cond(&p) => Ok(p),
+                    other => Err(format!(
+                        "pod: {}",
+                        serde_json::to_string_pretty(&other).unwrap_or_default()
+                    )),
+                }
+            },
+            || {
+                format!(
+                    "agent log:\n{}\nshim log tail:\n{}",
                     self.log(),
                     tail(&self.shim.log(), 30)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                )
+            },
+        )
     }
 
     /// Waits until `cond()` holds.
