@@ -41,6 +41,38 @@ pub enum Error {
         path: std::path::PathBuf,
         source: nix::Error,
     },
+    /// A system call that names no one path failed (unshare, kill, pipe).
+    #[error("internal error: {op}: {source}")]
+    Errno { op: String, source: nix::Error },
+    /// An I/O call that names no one path failed: a thread or helper
+    /// process that did not start, a signal through a pidfd, a socket.
+    #[error("internal error: {op}: {source}")]
+    Os { op: String, source: std::io::Error },
+    /// JSON the shim makes itself did not encode or decode.
+    #[error("internal error: {op}: {source}")]
+    Json {
+        op: String,
+        source: serde_json::Error,
+    },
+    /// A record on disk that does not decode.
+    #[error("internal error: corrupt state file {}: {source}", path.display())]
+    Corrupt {
+        path: std::path::PathBuf,
+        source: serde_json::Error,
+    },
+    /// A worker task panicked or was cancelled.
+    #[error("internal error: {op}: {source}")]
+    Task {
+        op: String,
+        source: tokio::task::JoinError,
+    },
+    /// A host helper's own typed error (`host` comes before this module,
+    /// so it arrives boxed; `source()` reaches it).
+    #[error("internal error: {op}: {source}")]
+    Host {
+        op: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Pod networking: a bad CNI config, a plugin that failed.
     #[error("pod network: {0}")]
     Cni(#[from] crate::cni::CniError),
@@ -53,6 +85,30 @@ impl Error {
     pub fn io(op: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.to_path_buf();
         move |source| Error::Io { op, path, source }
+    }
+
+    /// `.map_err(Error::errno("unshare pod namespaces"))`.
+    pub fn errno(op: impl Into<String>) -> impl FnOnce(nix::Error) -> Error {
+        let op = op.into();
+        move |source| Error::Errno { op, source }
+    }
+
+    /// `.map_err(Error::os("spawn namespace thread"))`.
+    pub fn os(op: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let op = op.into();
+        move |source| Error::Os { op, source }
+    }
+
+    /// `.map_err(Error::json("encode spec"))`.
+    pub fn json(op: impl Into<String>) -> impl FnOnce(serde_json::Error) -> Error {
+        let op = op.into();
+        move |source| Error::Json { op, source }
+    }
+
+    /// `.map_err(Error::task("start container x"))`.
+    pub fn task(op: impl Into<String>) -> impl FnOnce(tokio::task::JoinError) -> Error {
+        let op = op.into();
+        move |source| Error::Task { op, source }
     }
 
     /// `.map_err(Error::sys("mount rootfs at", &dir))`.
@@ -99,15 +155,26 @@ impl From<Error> for Status {
             Error::Cni(crate::cni::CniError::BadBandwidth { .. }) => Code::InvalidArgument,
             // containerd's code for a plugin's failure.
             Error::Cni(_) => Code::Unknown,
-            Error::Io { .. } | Error::Sys { .. } | Error::Internal(_) => Code::Internal,
+            Error::Io { .. }
+            | Error::Sys { .. }
+            | Error::Errno { .. }
+            | Error::Os { .. }
+            | Error::Json { .. }
+            | Error::Corrupt { .. }
+            | Error::Task { .. }
+            | Error::Host { .. }
+            | Error::Internal(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
     }
 }
 
 impl From<tokio::task::JoinError> for Error {
-    fn from(e: tokio::task::JoinError) -> Self {
-        Error::Internal(format!("worker task failed: {e}"))
+    fn from(source: tokio::task::JoinError) -> Self {
+        Error::Task {
+            op: "worker task failed".into(),
+            source,
+        }
     }
 }
 
@@ -128,5 +195,28 @@ mod tests {
         let s: Status = Error::Unimplemented("RunPodSandbox").into();
         assert_eq!(s.code(), Code::Unimplemented);
         assert!(s.message().contains("RunPodSandbox"));
+    }
+
+    #[test]
+    fn os_errors_keep_their_kind_and_name_the_step() {
+        let e =
+            Error::os("spawn namespace thread")(std::io::Error::from_raw_os_error(libc::EAGAIN));
+        let Error::Os { source, .. } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::WouldBlock);
+        let s: Status = e.into();
+        assert_eq!(s.code(), Code::Internal);
+        assert!(
+            s.message()
+                .starts_with("internal error: spawn namespace thread: ")
+        );
+        let s: Status = Error::errno("unshare pod namespaces")(nix::Error::EPERM).into();
+        assert_eq!(s.code(), Code::Internal);
+        assert!(
+            s.message().contains("unshare pod namespaces: EPERM"),
+            "{}",
+            s.message()
+        );
     }
 }

@@ -134,7 +134,7 @@ pub async fn save_async<T: Serialize>(dir: &Path, name: &str, value: &T) -> Resu
     let path = dir.join(name);
     tokio::task::spawn_blocking(move || images::fsutil::write_atomic(&path, &raw))
         .await
-        .map_err(|e| Error::Internal(format!("write {name}: {e}")))?
+        .map_err(Error::task(format!("write {name}")))?
         .map_err(Error::from)
 }
 
@@ -158,7 +158,7 @@ pub fn stage<T: Serialize>(
 }
 
 fn encode<T: Serialize>(name: &str, value: &T) -> Result<Vec<u8>, Error> {
-    serde_json::to_vec_pretty(value).map_err(|e| Error::Internal(format!("encode {name}: {e}")))
+    serde_json::to_vec_pretty(value).map_err(Error::json(format!("encode {name}")))
 }
 
 /// Reads a record; an empty file is none: a [`save_volatile`]d record whose
@@ -168,7 +168,10 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, Error> {
         Ok(raw) if raw.is_empty() => Ok(None),
         Ok(raw) => serde_json::from_slice(&raw)
             .map(Some)
-            .map_err(|e| Error::Internal(format!("corrupt state file {}: {e}", path.display()))),
+            .map_err(|source| Error::Corrupt {
+                path: path.to_path_buf(),
+                source,
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(Error::io("read", path)(e)),
     }

@@ -245,8 +245,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn conflist(text: &str) -> Result<NetworkList, String> {
-        parse(Path::new("/etc/cni/net.d/10-x.conflist"), text.as_bytes()).map_err(|e| e.to_string())
+    fn conflist(text: &str) -> Result<NetworkList, ConfigError> {
+        parse(Path::new("/etc/cni/net.d/10-x.conflist"), text.as_bytes())
     }
 
     const BRIDGE: &str = r#"{"cniVersion":"1.0.0","name":"pods","plugins":[
@@ -295,7 +295,7 @@ mod tests {
                 "plugins[0].type: \"../../bin/sh\" is not a plugin file name",
             ),
         ] {
-            let e = conflist(text).expect_err(text);
+            let e = conflist(text).expect_err(text).to_string();
             assert!(e.contains(want), "{text}: {e}");
             assert!(e.starts_with("/etc/cni/net.d/10-x.conflist: "), "{e}");
         }

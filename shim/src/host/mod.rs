@@ -192,27 +192,63 @@ pub fn via_dir_fd(path: &std::path::Path) -> std::io::Result<(std::fs::File, std
     Ok((dir, via))
 }
 
+/// Why [`in_netns`] failed: entering the namespace, or `work`'s own
+/// error `E`.
+#[derive(Debug, thiserror::Error)]
+pub enum InNetnsError<E> {
+    #[error("open {}: {source}", path.display())]
+    Open {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("join {}: {source}", path.display())]
+    Join {
+        path: std::path::PathBuf,
+        source: nix::Error,
+    },
+    #[error("spawn a thread for {}: {source}", path.display())]
+    Spawn {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the thread in {} panicked", path.display())]
+    Panicked { path: std::path::PathBuf },
+    #[error(transparent)]
+    Work(E),
+}
+
 /// Runs `work` on a new thread that joined the network namespace at
 /// `netns` and returns its result. setns of a network namespace changes
 /// only the calling thread, and that thread ends with `work`: nothing
 /// else ever runs in the pod's namespace by mistake.
-pub fn in_netns<T: Send>(
+pub fn in_netns<T: Send, E: Send>(
     netns: &std::path::Path,
-    work: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<T, String> {
+    work: impl FnOnce() -> Result<T, E> + Send,
+) -> Result<T, InNetnsError<E>> {
     use std::os::fd::AsFd;
-    let ns = std::fs::File::open(netns).map_err(|e| format!("open {}: {e}", netns.display()))?;
+    let path = || netns.to_path_buf();
+    let ns = std::fs::File::open(netns).map_err(|source| InNetnsError::Open {
+        path: path(),
+        source,
+    })?;
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("netns".into())
             .spawn_scoped(s, || {
-                nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(|e| format!("join {}: {e}", netns.display()))?;
-                work()
+                nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(
+                    |source| InNetnsError::Join {
+                        path: path(),
+                        source,
+                    },
+                )?;
+                work().map_err(InNetnsError::Work)
             })
-            .map_err(|e| format!("spawn a thread for {}: {e}", netns.display()))?
+            .map_err(|source| InNetnsError::Spawn {
+                path: path(),
+                source,
+            })?
             .join()
-            .map_err(|_| format!("the thread in {} panicked", netns.display()))?
+            .map_err(|_| InNetnsError::Panicked { path: path() })?
     })
 }
 

@@ -40,12 +40,8 @@ impl Runtime {
             // Past the cap, keep draining so the process never blocks on a full pipe.
             let (ro, re) =
                 tokio::join!(read_capped(&mut out, &mut o), read_capped(&mut err, &mut e));
-            ro.and(re)
-                .map_err(|e| Error::Internal(format!("read exec output: {e}")))?;
-            let code = helper
-                .code
-                .await
-                .map_err(|e| Error::Internal(format!("wait exec helper: {e}")))?;
+            ro.and(re).map_err(Error::os("read exec output"))?;
+            let code = helper.code.await.map_err(Error::os("wait exec helper"))?;
             Ok::<_, Error>((o, e, code))
         };
         // The helper enforces the timeout; this is the backstop (dropping
@@ -68,18 +64,15 @@ impl Runtime {
     /// Starts `picolet monitor exec` (`argv`): forked by the spawner, which
     /// saves the exec of the binary, or exec'd when it cannot.
     async fn start_exec_helper(&self, argv: Vec<OsString>) -> Result<ExecHelper, Error> {
-        let internal = |what: &str, e: &dyn std::fmt::Display| {
-            Error::Internal(format!("start exec helper: {what}: {e}"))
+        let os = |what: &str| Error::os(format!("start exec helper: {what}"));
+        let pipe = || {
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(Error::errno("start exec helper: pipe"))
         };
-        let pipe = || nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e));
         let ((out_r, out_w), (err_r, err_w), (st_r, st_w)) = (pipe()?, pipe()?, pipe()?);
-        let null = std::fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
+        let null = std::fs::File::open("/dev/null").map_err(os("/dev/null"))?;
         let stdio = [null.into(), out_w, err_w];
         if let Some(child) = self.spawner.try_spawn(&argv, stdio, Some(st_w)).await {
-            let recv = |fd| {
-                tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
-                    .map_err(|e| internal("pipe", &e))
-            };
+            let recv = |fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(os("pipe"));
             let (stdout, stderr, mut status) = (recv(out_r)?, recv(err_r)?, recv(st_r)?);
             let code = async move {
                 // Killed when dropped before the code came.
@@ -103,7 +96,7 @@ impl Runtime {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = c.spawn().map_err(|e| internal("spawn", &e))?;
+        let mut child = c.spawn().map_err(os("spawn"))?;
         let stdout = child
             .stdout
             .take()

@@ -156,7 +156,7 @@ pub(crate) fn check_mount_propagation(config: &ContainerConfig) -> Result<(), Er
         return Ok(());
     }
     let mountinfo = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| Error::Internal(format!("read /proc/self/mountinfo: {e}")))?;
+        .map_err(Error::io("read", Path::new("/proc/self/mountinfo")))?;
     for (i, m) in wanted {
         let field = format!("mounts[{i}].propagation");
         let source = fs::canonicalize(&m.host_path).map_err(|e| {

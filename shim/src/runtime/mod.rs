@@ -155,11 +155,12 @@ impl Monitors {
 
 impl Runtime {
     pub fn new(paths: ShimPaths, store: Arc<ImageStore>) -> Result<Self, Error> {
-        let own = std::env::current_exe()
-            .map_err(|e| Error::Internal(format!("own binary path: {e}")))?;
+        let own = std::env::current_exe().map_err(Error::os("own binary path"))?;
         // What runs near containers runs from a sealed copy (crate::host::exe).
-        let exe = crate::host::exe::SealedExe::copy_of(&own)
-            .map_err(|e| Error::Internal(format!("the sealed copy of picolet: {e}")))?;
+        let exe = crate::host::exe::SealedExe::copy_of(&own).map_err(|e| Error::Host {
+            op: "the sealed copy of picolet",
+            source: Box::new(e),
+        })?;
         let monitor_bin = exe.path();
         for d in [
             paths.shim_dir().join("sandboxes"),
@@ -198,7 +199,7 @@ impl Runtime {
             seccomp: crate::seccomp::Cache::default(),
             events,
             spawner: crate::process::spawner_client::Spawner::new(monitor_bin.clone())
-                .map_err(|e| Error::Internal(format!("start the spawner thread: {e}")))?,
+                .map_err(Error::os("start the spawner thread"))?,
             monitor_bin,
             _sealed_exe: exe,
             cpu_samples: Mutex::new(HashMap::new()),

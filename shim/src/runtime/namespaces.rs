@@ -55,7 +55,7 @@ pub fn create(
     std::thread::Builder::new()
         .name("pod-ns".into())
         .spawn(move || create_on_this_thread(&dir, &want, space.as_deref()))
-        .map_err(|e| Error::Internal(format!("spawn namespace thread: {e}")))?
+        .map_err(Error::os("spawn namespace thread"))?
         .join()
         .map_err(|_| Error::Internal("namespace thread panicked".into()))?
 }
@@ -78,13 +78,13 @@ fn create_on_this_thread(
     if flags.is_empty() {
         return Ok(Pinned::default());
     }
-    unshare(flags).map_err(|e| Error::Internal(format!("unshare pod namespaces: {e}")))?;
+    unshare(flags).map_err(Error::errno("unshare pod namespaces"))?;
     if want.uts && !want.hostname.is_empty() {
         nix::unistd::sethostname(&want.hostname)
             .map_err(|e| Error::InvalidArgument(format!("hostname: {:?}: {e}", want.hostname)))?;
     }
     if want.net {
-        loopback_up().map_err(|e| Error::Internal(format!("bring loopback up: {e}")))?;
+        loopback_up().map_err(Error::os("bring loopback up"))?;
     }
     for (key, value) in &want.sysctls {
         apply_sysctl(key, value, want)?;
@@ -180,7 +180,10 @@ fn pin_at(source: &str, target: &Path) -> Result<(), Error> {
         MsFlags::MS_BIND,
         None::<&str>,
     )
-    .map_err(|e| Error::Internal(format!("pin {source} at {}: {e}", target.display())))
+    .map_err(Error::errno(format!(
+        "pin {source} at {}",
+        target.display()
+    )))
 }
 
 /// Whether `path` is a pinned namespace (an nsfs bind mount). Pins live on
@@ -370,11 +373,10 @@ impl Space {
                     let _ = stopped.recv();
                 }
             })
-            .map_err(|e| Error::Internal(format!("spawn the pin space thread: {e}")))?;
+            .map_err(Error::os("spawn the pin space thread"))?;
         let tid = ready_rx
             .recv()
-            .map_err(|_| Error::Internal("the pin space thread died".into()))?
-            .map_err(Error::Internal)?;
+            .map_err(|_| Error::Internal("the pin space thread died".into()))??;
         let ns_path = PathBuf::from(format!("/proc/self/task/{tid}/ns/mnt"));
         let ns = fs::File::open(&ns_path).map_err(Error::io("open", &ns_path))?;
         let space = Self {
@@ -393,7 +395,7 @@ impl Space {
     /// Moves the calling thread into the space for good: only for threads
     /// that end with the work they were made for.
     pub fn join_on_this_thread(&self) -> Result<(), Error> {
-        enter(&self.ns).map_err(Error::Internal)
+        enter(&self.ns)
     }
 
     /// Runs `work` on a new thread inside the space.
@@ -405,7 +407,7 @@ impl Space {
                     self.join_on_this_thread()?;
                     work()
                 })
-                .map_err(|e| Error::Internal(format!("spawn a pin space thread: {e}")))?
+                .map_err(Error::os("spawn a pin space thread"))?
                 .join()
                 .map_err(|_| Error::Internal("a pin space thread panicked".into()))?
         })
@@ -422,8 +424,8 @@ impl Space {
 /// private on hosts without systemd, so no unmount would reach a slave
 /// copy either), and on a shared `/` every later host mount (each
 /// container's rootfs and /dev/shm) would be copied into it.
-fn make_space(run_dir: &Path) -> Result<(), String> {
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("make the pin space: {e}"))?;
+fn make_space(run_dir: &Path) -> Result<(), Error> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(Error::errno("make the pin space"))?;
     mount(
         None::<&str>,
         "/",
@@ -431,15 +433,16 @@ fn make_space(run_dir: &Path) -> Result<(), String> {
         MsFlags::MS_PRIVATE | MsFlags::MS_REC,
         None::<&str>,
     )
-    .map_err(|e| format!("make the pin space private: {e}"))?;
-    let run_dir =
-        fs::canonicalize(run_dir).map_err(|e| format!("resolve {}: {e}", run_dir.display()))?;
+    .map_err(Error::errno("make the pin space private"))?;
+    let run_dir = fs::canonicalize(run_dir).map_err(Error::io("resolve", run_dir))?;
     // A pass detaches every extra mount it can reach by its path; a mount
     // hidden under another one is reached in the next pass.
     let mut left = Vec::new();
     for _ in 0..4 {
-        let table = fs::read_to_string("/proc/thread-self/mountinfo")
-            .map_err(|e| format!("read the pin space's mountinfo: {e}"))?;
+        let table = fs::read_to_string("/proc/thread-self/mountinfo").map_err(Error::io(
+            "read the pin space's",
+            Path::new("/proc/thread-self/mountinfo"),
+        ))?;
         let extra: Vec<String> = crate::host::mountinfo::parse(&table)
             .map(|m| m.mount_point)
             .filter(|at| !space_keeps(Path::new(at), &run_dir))
@@ -469,9 +472,9 @@ fn space_keeps(at: &Path, run_dir: &Path) -> bool {
 
 /// Joins the mount namespace `ns` on this thread: first a root and working
 /// directory of its own, which a thread of a process shares until then.
-fn enter(ns: &OwnedFd) -> Result<(), String> {
-    unshare(CloneFlags::CLONE_FS).map_err(|e| format!("unshare fs: {e}"))?;
-    setns(ns.as_fd(), CloneFlags::CLONE_NEWNS).map_err(|e| format!("join the pin space: {e}"))
+fn enter(ns: &OwnedFd) -> Result<(), Error> {
+    unshare(CloneFlags::CLONE_FS).map_err(Error::errno("unshare fs"))?;
+    setns(ns.as_fd(), CloneFlags::CLONE_NEWNS).map_err(Error::errno("join the pin space"))
 }
 
 /// Makes `dir` a private mount: bind-mounted onto itself unless it is a

@@ -281,7 +281,7 @@ impl Runtime {
             .process_group(0)
             .output()
             .await
-            .map_err(|e| Error::Internal(format!("start pod init: {e}")))?;
+            .map_err(Error::os("start pod init"))?;
         let text = String::from_utf8_lossy(&out.stdout);
         let pid: i32 = text.trim().parse().map_err(|_| {
             Error::Internal(format!(

@@ -86,7 +86,7 @@ pub(crate) fn pod_network(
     }
     let text = crate::host::in_netns(&pins.locate(netns), || {
         // /proc/thread-self/net is this thread's namespace, not the process's.
-        std::fs::read_to_string("/proc/thread-self/net/dev").map_err(|e| e.to_string())
+        std::fs::read_to_string("/proc/thread-self/net/dev")
     });
     match text {
         Ok(t) => procfs::parse_net_dev(&t),

@@ -80,7 +80,7 @@ async fn to_completion<T: Send + 'static>(
 ) -> Result<T, Status> {
     match tokio::spawn(call).await {
         Ok(r) => r.map_err(Status::from),
-        Err(e) => Err(Error::Internal(format!("call ended early: {e}")).into()),
+        Err(e) => Err(Error::task("call ended early")(e).into()),
     }
 }
 

@@ -369,8 +369,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             "seccomp": seccomp,
         },
     });
-    serde_json::from_value(spec)
-        .map_err(|e| Error::Internal(format!("generated spec does not parse: {e}")))
+    serde_json::from_value(spec).map_err(Error::json("generated spec does not parse"))
 }
 
 /// The OCI `linux.resources` for CRI resources, without devices: memory,

@@ -103,7 +103,7 @@ async fn run(streams: &mut Streams, socket: &Path, ch: Channels) -> Outcome {
     }
     match result {
         Ok(()) => Outcome::Exited(0),
-        Err(e) => Outcome::Failed(e),
+        Err(e) => Outcome::Failed(e.to_string()),
     }
 }
 
@@ -113,24 +113,24 @@ async fn copy_frames(
     rd: &mut tokio::net::unix::OwnedReadHalf,
     out: Option<StreamWriter>,
     err: Option<StreamWriter>,
-) -> Result<(), String> {
+) -> Result<(), super::StreamError> {
     let mut head = [0u8; 5];
     let mut buf = Vec::new();
     loop {
         match rd.read_exact(&mut head).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(format!("attach: read from the monitor: {e}")),
+            Err(e) => return Err(super::StreamError::MonitorRead(e)),
         }
         let len = usize::try_from(u32::from_be_bytes([head[1], head[2], head[3], head[4]]))
             .unwrap_or(usize::MAX);
         if len > MAX_FRAME {
-            return Err(format!("attach: a frame of {len} bytes from the monitor"));
+            return Err(super::StreamError::FrameTooLarge(len));
         }
         buf.resize(len, 0);
         rd.read_exact(&mut buf)
             .await
-            .map_err(|e| format!("attach: read from the monitor: {e}"))?;
+            .map_err(super::StreamError::MonitorRead)?;
         let to = match head[0] {
             crate::process::monitor::attach::FRAME_STDERR => &err,
             _ => &out,

@@ -33,6 +33,19 @@ pub use remotecommand::Channels;
 use crate::error::Error;
 use crate::runtime::Runtime;
 
+/// Why an exec or attach session could not be served.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StreamError {
+    #[error("the client closed the connection")]
+    ClientClosed,
+    #[error("timed out waiting for the client's streams ({got} of {expected})")]
+    StreamsTimedOut { got: usize, expected: usize },
+    #[error("attach: read from the monitor: {0}")]
+    MonitorRead(#[source] std::io::Error),
+    #[error("attach: a frame of {0} bytes from the monitor")]
+    FrameTooLarge(usize),
+}
+
 /// How long a URL stays valid (kubelet's streaming CacheTTL).
 const TOKEN_TTL: Duration = Duration::from_secs(60);
 /// Tokens handed out and not yet used, at most (kubelet's MaxInFlight).

@@ -17,6 +17,33 @@ use cri_proto::streaming::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Why a forwarded connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("invalid port header {0:?}")]
+    BadPort(String),
+    /// Every address tried, with its error.
+    #[error("{}", dials(.0))]
+    Dial(Vec<(SocketAddr, std::io::Error)>),
+    /// Entering the pod's network namespace.
+    #[error(transparent)]
+    Netns(Box<crate::host::InNetnsError<ForwardError>>),
+    #[error("the connect task died")]
+    Task(#[source] tokio::task::JoinError),
+    #[error("set non-blocking: {0}")]
+    NonBlocking(#[source] std::io::Error),
+    #[error("register socket: {0}")]
+    Register(#[source] std::io::Error),
+}
+
+fn dials(failed: &[(SocketAddr, std::io::Error)]) -> String {
+    failed
+        .iter()
+        .map(|(ip, e)| format!("dial {ip}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Half-made pairs one session may hold (a client that opens error streams
 /// and never data streams must not grow the map without bound).
@@ -75,9 +102,8 @@ async fn forward(error: Stream, mut data: Stream, sandbox: String, netns: Option
         .and_then(|p| p.parse::<u16>().ok())
         .filter(|p| *p > 0);
     let result = match port {
-        None => Err(format!(
-            "invalid port header {:?}",
-            data.header(PORT_HEADER).unwrap_or("")
+        None => Err(ForwardError::BadPort(
+            data.header(PORT_HEADER).unwrap_or("").to_string(),
         )),
         Some(port) => connect(netns, port).await,
     };
@@ -122,7 +148,7 @@ async fn forward(error: Stream, mut data: Stream, sandbox: String, netns: Option
 /// joins the namespace (only that thread: setns of a network namespace is
 /// per thread), makes the socket there, and hands it back; the socket
 /// stays in the namespace it was made in.
-async fn connect(netns: Option<PathBuf>, port: u16) -> Result<TcpStream, String> {
+async fn connect(netns: Option<PathBuf>, port: u16) -> Result<TcpStream, ForwardError> {
     let dial = move || {
         let mut errors = Vec::new();
         for ip in [
@@ -131,19 +157,22 @@ async fn connect(netns: Option<PathBuf>, port: u16) -> Result<TcpStream, String>
         ] {
             match std::net::TcpStream::connect_timeout(&ip, CONNECT_TIMEOUT) {
                 Ok(s) => return Ok(s),
-                Err(e) => errors.push(format!("dial {ip}: {e}")),
+                Err(e) => errors.push((ip, e)),
             }
         }
-        Err(errors.join("; "))
+        Err(ForwardError::Dial(errors))
     };
     let std_stream = tokio::task::spawn_blocking(move || match &netns {
-        Some(ns) => crate::host::in_netns(ns, dial),
+        Some(ns) => crate::host::in_netns(ns, dial).map_err(|e| match e {
+            crate::host::InNetnsError::Work(e) => e,
+            e => ForwardError::Netns(Box::new(e)),
+        }),
         None => dial(),
     })
     .await
-    .map_err(|_| "the connect task died".to_string())??;
+    .map_err(ForwardError::Task)??;
     std_stream
         .set_nonblocking(true)
-        .map_err(|e| format!("set non-blocking: {e}"))?;
-    TcpStream::from_std(std_stream).map_err(|e| format!("register socket: {e}"))
+        .map_err(ForwardError::NonBlocking)?;
+    TcpStream::from_std(std_stream).map_err(ForwardError::Register)
 }

@@ -67,7 +67,7 @@ pub(super) async fn wait_for_streams(
     session: &mut Session,
     protocol: &str,
     ch: Channels,
-) -> Result<Streams, String> {
+) -> Result<Streams, super::StreamError> {
     let resize = ch.tty && protocol != REMOTECOMMAND_V1 && protocol != REMOTECOMMAND_V2;
     let expected = 1
         + usize::from(ch.stdin)
@@ -80,12 +80,8 @@ pub(super) async fn wait_for_streams(
     while got < expected {
         let stream = match tokio::time::timeout_at(deadline, session.accept()).await {
             Ok(Some(st)) => st,
-            Ok(None) => return Err("the client closed the connection".into()),
-            Err(_) => {
-                return Err(format!(
-                    "timed out waiting for the client's streams ({got} of {expected})"
-                ));
-            }
+            Ok(None) => return Err(super::StreamError::ClientClosed),
+            Err(_) => return Err(super::StreamError::StreamsTimedOut { got, expected }),
         };
         let slot = match stream.header(proto::STREAM_TYPE) {
             Some(STREAM_ERROR) => &mut s.error,

@@ -25,6 +25,54 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
+/// Why a subnet does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubnetError {
+    #[error("{0:?} is not a.b.c.d/prefix")]
+    NoPrefix(String),
+    #[error("{subnet:?}: {ip:?} is not an IPv4 address")]
+    BadAddress { subnet: String, ip: String },
+    #[error("{0:?}: prefix must be 8..30")]
+    BadPrefix(String),
+    #[error("{subnet:?}: host bits set (the network is {network})")]
+    HostBits { subnet: String, network: Ipv4Addr },
+}
+
+/// Why a lease could not be taken or freed: the file and the I/O error
+/// (its kind included) stay apart.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("lock {}: {source}", path.display())]
+    Lock { path: PathBuf, source: nix::Error },
+    #[error("lease {ip} in {}: {source}", dir.display())]
+    Claim {
+        ip: Ipv4Addr,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("no free address left in {subnet} ({size} leased under {})", dir.display())]
+    Exhausted {
+        subnet: Subnet,
+        size: u32,
+        dir: PathBuf,
+    },
+    /// Writing or removing a lease's file, the rotation hint or the index.
+    #[error(transparent)]
+    File(#[from] images::Error),
+}
+
+/// `.map_err(io("create", &dir))`.
+pub(super) fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> LeaseError {
+    let path = path.to_path_buf();
+    move |source| LeaseError::Io { op, path, source }
+}
+
 /// An IPv4 subnet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Subnet {
@@ -34,27 +82,28 @@ pub struct Subnet {
 
 impl Subnet {
     /// `a.b.c.d/n`; the address must be the network's own (host bits zero).
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, SubnetError> {
         let (ip, prefix) = s
             .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a.b.c.d/prefix"))?;
-        let ip: Ipv4Addr = ip
-            .parse()
-            .map_err(|_| format!("{s:?}: {ip:?} is not an IPv4 address"))?;
+            .ok_or_else(|| SubnetError::NoPrefix(s.into()))?;
+        let ip: Ipv4Addr = ip.parse().map_err(|_| SubnetError::BadAddress {
+            subnet: s.into(),
+            ip: ip.into(),
+        })?;
         let prefix: u8 = prefix
             .parse()
             .ok()
             .filter(|p| (8..=30).contains(p))
-            .ok_or_else(|| format!("{s:?}: prefix must be 8..30"))?;
+            .ok_or_else(|| SubnetError::BadPrefix(s.into()))?;
         let net = Self {
             network: ip,
             prefix,
         };
         if u32::from(ip) & !net.mask() != 0 {
-            return Err(format!(
-                "{s:?}: host bits set (the network is {})",
-                net.base()
-            ));
+            return Err(SubnetError::HostBits {
+                subnet: s.into(),
+                network: net.base(),
+            });
         }
         Ok(net)
     }
@@ -108,18 +157,18 @@ impl Leases {
         }
     }
 
-    fn lock(&self) -> Result<Locked, String> {
-        fs::create_dir_all(&self.dir).map_err(|e| format!("create {}: {e}", self.dir.display()))?;
+    fn lock(&self) -> Result<Locked, LeaseError> {
+        fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         let path = self.dir.join("lock");
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| format!("open {}: {e}", path.display()))?;
+            .map_err(io("open", &path))?;
         Flock::lock(file, FlockArg::LockExclusive)
             .map(Locked)
-            .map_err(|(_, e)| format!("lock {}: {e}", path.display()))
+            .map_err(|(_, source)| LeaseError::Lock { path, source })
     }
 
     fn owner(id: &str, ifname: &str) -> String {
@@ -179,17 +228,17 @@ impl Leases {
     /// after the last handed out. The lease is written and flushed before
     /// the lock is taken; under it, only the lease files are read and one
     /// is linked in.
-    pub fn allocate(&self, id: &str, ifname: &str) -> Result<Ipv4Addr, String> {
-        fs::create_dir_all(&self.dir).map_err(|e| format!("create {}: {e}", self.dir.display()))?;
+    pub fn allocate(&self, id: &str, ifname: &str) -> Result<Ipv4Addr, LeaseError> {
+        fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         // `.lease-<pid>-<random>`: the pid tells a stale one.
         let tmp = self.dir.join(images::fsutil::unique_name(".lease"));
-        write_synced(&tmp, Self::owner(id, ifname).as_bytes())?;
+        write_synced(&tmp, Self::owner(id, ifname).as_bytes()).map_err(io("write", &tmp))?;
         let claimed = self.lock().and_then(|_lock| self.claim(id, ifname, &tmp));
         let _ = fs::remove_file(&tmp);
         claimed
     }
 
-    fn claim(&self, id: &str, ifname: &str, tmp: &Path) -> Result<Ipv4Addr, String> {
+    fn claim(&self, id: &str, ifname: &str, tmp: &Path) -> Result<Ipv4Addr, LeaseError> {
         // By the index only: an ADD is for a new sandbox id, whose lease, if
         // a retried ADD made one, was indexed (a crash between its link
         // and its index failed that ADD, and its DEL scans).
@@ -215,34 +264,35 @@ impl Leases {
                     break;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("lease {ip} in {}: {e}", self.dir.display())),
+                Err(source) => {
+                    return Err(LeaseError::Claim {
+                        ip,
+                        dir: self.dir.clone(),
+                        source,
+                    });
+                }
             }
         }
-        let ip = claimed.ok_or_else(|| {
-            format!(
-                "no free address left in {} ({size} leased under {})",
-                self.subnet,
-                self.dir.display()
-            )
+        let ip = claimed.ok_or_else(|| LeaseError::Exhausted {
+            subnet: self.subnet,
+            size,
+            dir: self.dir.clone(),
         })?;
         if let Some(index) = self.index(id, ifname) {
             // One left by a crash in a release points elsewhere.
             let _ = fs::remove_file(&index);
-            std::os::unix::fs::symlink(ip.to_string(), &index)
-                .map_err(|e| format!("index {}: {e}", index.display()))?;
+            std::os::unix::fs::symlink(ip.to_string(), &index).map_err(io("index", &index))?;
         }
         // Only a hint where the next search starts (host-local's rotation):
         // not worth a device flush per pod; a cut may lose it.
-        images::fsutil::write_atomic_volatile(&last_file, ip.to_string().as_bytes())
-            .map_err(|e| e.to_string())?;
+        images::fsutil::write_atomic_volatile(&last_file, ip.to_string().as_bytes())?;
         Ok(ip)
     }
 
     /// Frees what `id`/`ifname` holds; nothing held is fine.
-    pub fn release(&self, id: &str, ifname: &str) -> Result<(), String> {
+    pub fn release(&self, id: &str, ifname: &str) -> Result<(), LeaseError> {
         let _lock = self.lock()?;
-        let remove =
-            |path: &Path| images::fsutil::remove_file_if_exists(path).map_err(|e| e.to_string());
+        let remove = images::fsutil::remove_file_if_exists;
         let index = self.index(id, ifname);
         match self.indexed(id, ifname) {
             Some(ip) => remove(&self.dir.join(ip.to_string()))?,
@@ -298,15 +348,13 @@ fn remove_stale_temps(dir: &Path) {
     }
 }
 
-pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), String> {
+/// `bytes` as `path`, flushed, by a rename from `<path>.tmp`.
+pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    };
-    write().map_err(|e| format!("write {}: {e}", path.display()))
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -336,7 +384,7 @@ mod tests {
             ("10.42.0.0/31", "prefix must be 8..30"),
             ("ten/8", "not an IPv4 address"),
         ] {
-            let e = Subnet::parse(bad).expect_err(bad);
+            let e = Subnet::parse(bad).expect_err(bad).to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
     }
@@ -364,7 +412,12 @@ mod tests {
         assert_eq!(got, [4, 5, 6, 2]);
         let full = l.allocate("g", "eth0").expect_err("full");
         assert!(
-            full.contains("no free address left in 10.9.0.0/29"),
+            matches!(full, LeaseError::Exhausted { size: 5, .. }),
+            "{full:?}"
+        );
+        assert!(
+            full.to_string()
+                .contains("no free address left in 10.9.0.0/29"),
             "{full}"
         );
         l.release("nobody", "eth0")

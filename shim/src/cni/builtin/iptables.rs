@@ -23,6 +23,25 @@ use std::process::{Command, Stdio};
 
 use super::PortMapping;
 
+/// Why a run of iptables failed: the binary that could not run and the
+/// I/O error, or what the tool said on stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum IptablesError {
+    #[error("run {}: {source}", bin.display())]
+    Run {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("iptables -t nat -S: {stderr}")]
+    List { stderr: String },
+    #[error("write to iptables-restore: {0}")]
+    Feed(#[source] std::io::Error),
+    #[error("iptables-restore: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("iptables-restore --noflush: {stderr} (input: {script:?})")]
+    Restore { stderr: String, script: String },
+}
+
 pub const HOSTPORTS: &str = "PICOLET-HOSTPORTS";
 pub const MASQ: &str = "PICOLET-MASQ";
 
@@ -179,24 +198,24 @@ impl Iptables {
         Self(bin)
     }
 
-    fn list(&self, chain: Option<&str>) -> Result<String, String> {
+    fn list(&self, chain: Option<&str>) -> Result<String, IptablesError> {
         let mut cmd = Command::new(&self.0);
         cmd.args(["-w", "5", "-t", "nat", "-S"]).args(chain);
-        let out = cmd
-            .output()
-            .map_err(|e| format!("run {}: {e}", self.0.display()))?;
+        let out = cmd.output().map_err(|source| IptablesError::Run {
+            bin: self.0.clone(),
+            source,
+        })?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
-            Err(format!(
-                "iptables -t nat -S: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
+            Err(IptablesError::List {
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            })
         }
     }
 
     /// Feeds `script` to `iptables-restore --noflush` beside the binary.
-    fn restore(&self, script: &str) -> Result<(), String> {
+    fn restore(&self, script: &str) -> Result<(), IptablesError> {
         let bin = self
             .0
             .parent()
@@ -208,22 +227,20 @@ impl Iptables {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("run {}: {e}", bin.display()))?;
+            .map_err(|source| IptablesError::Run { bin, source })?;
         if let Some(mut stdin) = child.stdin.take() {
             stdin
                 .write_all(script.as_bytes())
-                .map_err(|e| format!("write to iptables-restore: {e}"))?;
+                .map_err(IptablesError::Feed)?;
         }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("iptables-restore: {e}"))?;
+        let out = child.wait_with_output().map_err(IptablesError::Wait)?;
         if out.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "iptables-restore --noflush: {} (input: {script:?})",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
+            Err(IptablesError::Restore {
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                script: script.to_string(),
+            })
         }
     }
 
@@ -235,7 +252,7 @@ impl Iptables {
     /// cold start of 100 pods the listing, an exec of iptables per pod,
     /// was ~2 ms of CPU each). A firewall reload that drops them is
     /// repaired by the first ADD after that.
-    pub fn add(&self, want: &Want) -> Result<(), String> {
+    pub fn add(&self, want: &Want) -> Result<(), IptablesError> {
         let base = format!("{:?} {}", want.masquerade, want.bridge);
         if want.ports.is_empty() && base_seen(&base) {
             return Ok(());
@@ -249,7 +266,7 @@ impl Iptables {
     }
 
     /// Removes every rule of container `id`; none is fine.
-    pub fn remove(&self, id: &str) -> Result<(), String> {
+    pub fn remove(&self, id: &str) -> Result<(), IptablesError> {
         let Ok(listing) = self.list(Some(HOSTPORTS)) else {
             return Ok(());
         };

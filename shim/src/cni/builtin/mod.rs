@@ -35,7 +35,9 @@ use std::process::ExitCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use ipam::{Leases, Subnet};
+use crate::host::InNetnsError;
+use ipam::{LeaseError, Leases, Subnet};
+use iptables::IptablesError;
 use netlink::Netlink;
 
 /// The plugin type that names this plugin in a conflist.
@@ -106,6 +108,39 @@ struct Network {
     data_dir: PathBuf,
     masquerade: bool,
     ports: Vec<PortMapping>,
+}
+
+/// Why setting up or tearing down a pod's link failed: each step's own
+/// error, the I/O error (its kind included) kept.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// An rtnetlink call: what it did, and the kernel's answer.
+    #[error("{what}: {source}")]
+    Netlink {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bridge {0} vanished")]
+    BridgeVanished(String),
+    /// Entering the pod's network namespace.
+    #[error(transparent)]
+    Netns(Box<InNetnsError<NetError>>),
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Iptables(#[from] IptablesError),
+}
+
+/// `.map_err(link("create bridge x"))`.
+fn link(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NetError {
+    let what = what.into();
+    move |source| NetError::Netlink { what, source }
 }
 
 /// A spec error: code and message (codes: 4 bad config, 7 bad environment,
@@ -203,16 +238,18 @@ pub fn default_conflist(data_dir: &Path, masquerade: bool) -> String {
 
 /// Writes [`default_conflist`] as `<conf_dir>/10-picolet.conflist` when
 /// `conf_dir` holds no network config; the path written, if any.
-pub fn write_default_network(conf_dir: &Path, data_dir: &Path) -> Result<Option<PathBuf>, String> {
-    let files = super::config::config_files(conf_dir)
-        .map_err(|e| format!("read {}: {e}", conf_dir.display()))?;
+pub fn write_default_network(
+    conf_dir: &Path,
+    data_dir: &Path,
+) -> Result<Option<PathBuf>, LeaseError> {
+    let files = super::config::config_files(conf_dir).map_err(ipam::io("read", conf_dir))?;
     if !files.is_empty() {
         return Ok(None);
     }
-    fs::create_dir_all(conf_dir).map_err(|e| format!("create {}: {e}", conf_dir.display()))?;
+    fs::create_dir_all(conf_dir).map_err(ipam::io("create", conf_dir))?;
     let path = conf_dir.join("10-picolet.conflist");
     let text = default_conflist(data_dir, iptables::find().is_some());
-    ipam::write_synced(&path, text.as_bytes())?;
+    ipam::write_synced(&path, text.as_bytes()).map_err(ipam::io("write", &path))?;
     Ok(Some(path))
 }
 
@@ -296,10 +333,18 @@ fn env_from(get: impl Fn(&str) -> String) -> Result<Env, Fail> {
 fn in_netns<T: Send>(
     netns: &Path,
     work: impl FnOnce(&mut Netlink) -> std::io::Result<T> + Send,
-) -> Result<T, String> {
+) -> Result<T, NetError> {
     crate::host::in_netns(netns, || {
-        let mut nl = Netlink::open().map_err(|e| format!("netlink in the pod: {e}"))?;
-        work(&mut nl).map_err(|e| format!("in netns {}: {e}", netns.display()))
+        let mut nl = Netlink::open().map_err(link("netlink in the pod"))?;
+        work(&mut nl).map_err(|source| NetError::Io {
+            op: "in netns",
+            path: netns.to_path_buf(),
+            source,
+        })
+    })
+    .map_err(|e| match e {
+        InNetnsError::Work(e) => e,
+        e => NetError::Netns(Box::new(e)),
     })
 }
 
@@ -315,21 +360,24 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
         }
         None => None,
     };
-    let ip = leases.allocate(&e.id, &e.ifname).map_err(fail)?;
+    let ip = leases
+        .allocate(&e.id, &e.ifname)
+        .map_err(|why| fail(why.to_string()))?;
     let veth = host_veth(&e.id, &e.ifname);
-    let done = (|| -> Result<(), String> {
-        let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
+    let done = (|| -> Result<(), NetError> {
+        let mut nl = Netlink::open().map_err(link("netlink"))?;
         let bridge = ensure_bridge(&mut nl, net)?;
         // A crash between ADD and DEL may have left this pod's pair.
-        if let Some(old) = nl
-            .link_index(&veth)
-            .map_err(|e| format!("link {veth}: {e}"))?
-        {
+        if let Some(old) = nl.link_index(&veth).map_err(link(format!("link {veth}")))? {
             nl.delete_link(old)
-                .map_err(|e| format!("delete stale {veth}: {e}"))?;
+                .map_err(link(format!("delete stale {veth}")))?;
         }
         let netns = Path::new(&e.netns);
-        let ns = fs::File::open(netns).map_err(|err| format!("open netns {}: {err}", e.netns))?;
+        let ns = fs::File::open(netns).map_err(|source| NetError::Io {
+            op: "open netns",
+            path: netns.to_path_buf(),
+            source,
+        })?;
         // The pod's end is made in the netns under its final name; a
         // crashed ADD may have left one there: remove it and try once more
         // (only then is the pod's netns entered twice).
@@ -343,15 +391,15 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
             }
             r => r,
         };
-        created.map_err(|err| format!("create veth {veth}/{}: {err}", e.ifname))?;
+        created.map_err(link(format!("create veth {veth}/{}", e.ifname)))?;
         let host = nl
             .link_index(&veth)
             .and_then(|i| i.ok_or_else(|| std::io::Error::other("gone")))
-            .map_err(|err| format!("link {veth}: {err}"))?;
+            .map_err(link(format!("link {veth}")))?;
         no_ipv6(&veth);
         nl.set_master(host, bridge)
             .and_then(|()| nl.set_up(host))
-            .map_err(|err| format!("attach {veth} to {}: {err}", net.bridge))?;
+            .map_err(link(format!("attach {veth} to {}", net.bridge)))?;
         let gw = net.subnet.gateway();
         in_netns(netns, |nl| {
             if let Some(lo) = nl.link_index("lo")? {
@@ -369,8 +417,15 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
             if !net.ports.is_empty() {
                 // A DNATed packet from the host's 127.0.0.1 may leave
                 // through the bridge (then masqueraded), as portmap does.
-                let localnet = format!("/proc/sys/net/ipv4/conf/{}/route_localnet", net.bridge);
-                fs::write(&localnet, "1").map_err(|e| format!("write {localnet}: {e}"))?;
+                let localnet = PathBuf::from(format!(
+                    "/proc/sys/net/ipv4/conf/{}/route_localnet",
+                    net.bridge
+                ));
+                fs::write(&localnet, "1").map_err(|source| NetError::Io {
+                    op: "write",
+                    path: localnet,
+                    source,
+                })?;
             }
             let subnet = net.subnet.to_string();
             fw.add(&iptables::Want {
@@ -386,7 +441,7 @@ fn add(net: &Network, e: &Env) -> Result<Value, Fail> {
     if let Err(why) = done {
         // Undo what was done, as a DEL would, before failing.
         let _ = teardown(e, &leases);
-        return Err(fail(why));
+        return Err(fail(why.to_string()));
     }
     Ok(result(net, &e.ifname, &e.netns, &veth, ip))
 }
@@ -402,57 +457,54 @@ fn no_ipv6(name: &str) {
 }
 
 /// The bridge's index, made and addressed on first use.
-fn ensure_bridge(nl: &mut Netlink, net: &Network) -> Result<u32, String> {
+fn ensure_bridge(nl: &mut Netlink, net: &Network) -> Result<u32, NetError> {
     let name = &net.bridge;
-    let index = match nl
-        .link_index(name)
-        .map_err(|e| format!("link {name}: {e}"))?
-    {
+    let index = match nl.link_index(name).map_err(link(format!("link {name}")))? {
         Some(i) => i,
         None => {
             match nl.add_bridge(name) {
                 Err(e) if e.raw_os_error() != Some(libc::EEXIST) => {
-                    return Err(format!("create bridge {name}: {e}"));
+                    return Err(link(format!("create bridge {name}"))(e));
                 }
                 _ => {}
             }
             nl.link_index(name)
-                .map_err(|e| format!("link {name}: {e}"))?
-                .ok_or_else(|| format!("bridge {name} vanished"))?
+                .map_err(link(format!("link {name}")))?
+                .ok_or_else(|| NetError::BridgeVanished(name.clone()))?
         }
     };
     nl.add_address(index, net.subnet.gateway(), net.subnet.prefix)
         .and_then(|()| nl.set_up(index))
-        .map_err(|e| format!("bridge {name}: {e}"))?;
-    fs::write("/proc/sys/net/ipv4/ip_forward", "1")
-        .map_err(|e| format!("enable IPv4 forwarding: {e}"))?;
+        .map_err(link(format!("bridge {name}")))?;
+    fs::write("/proc/sys/net/ipv4/ip_forward", "1").map_err(|source| NetError::Io {
+        op: "enable IPv4 forwarding: write",
+        path: PathBuf::from("/proc/sys/net/ipv4/ip_forward"),
+        source,
+    })?;
     Ok(index)
 }
 
 /// Everything ADD made for the pod, gone; what is already gone is fine.
-fn teardown(e: &Env, leases: &Leases) -> Result<(), String> {
+fn teardown(e: &Env, leases: &Leases) -> Result<(), NetError> {
     if let Some(bin) = iptables::find() {
         iptables::Iptables::new(bin).remove(&e.id)?;
     }
     let veth = host_veth(&e.id, &e.ifname);
-    let mut nl = Netlink::open().map_err(|e| format!("netlink: {e}"))?;
-    if let Some(i) = nl
-        .link_index(&veth)
-        .map_err(|e| format!("link {veth}: {e}"))?
-    {
+    let mut nl = Netlink::open().map_err(link("netlink"))?;
+    if let Some(i) = nl.link_index(&veth).map_err(link(format!("link {veth}")))? {
         match nl.delete_link(i) {
             Err(err) if err.raw_os_error() != Some(libc::ENODEV) => {
-                return Err(format!("delete {veth}: {err}"));
+                return Err(link(format!("delete {veth}"))(err));
             }
             _ => {}
         }
     }
-    leases.release(&e.id, &e.ifname)
+    Ok(leases.release(&e.id, &e.ifname)?)
 }
 
 fn del(net: &Network, e: &Env) -> Result<(), Fail> {
     let leases = Leases::new(&net.data_dir, &net.name, net.subnet);
-    teardown(e, &leases).map_err(|m| Fail(100, m))
+    teardown(e, &leases).map_err(|why| Fail(100, why.to_string()))
 }
 
 fn check(net: &Network, e: &Env) -> Result<(), Fail> {

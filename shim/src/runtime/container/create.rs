@@ -243,8 +243,7 @@ impl Runtime {
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
-        let raw =
-            serde_json::to_vec(&spec).map_err(|e| Error::Internal(format!("encode spec: {e}")))?;
+        let raw = serde_json::to_vec(&spec).map_err(Error::json("encode spec"))?;
         // Read by the monitor's create and each exec; a reboot ends the
         // container. The seccomp filters go compiled beside it.
         images::fsutil::write_atomic_volatile(&bundle.join("config.json"), &raw)?;
@@ -285,7 +284,7 @@ impl Runtime {
             }
         }
         let monitor_log = fs::File::create(rec.dir.join("monitor.log"))
-            .map_err(|e| Error::Internal(format!("create monitor log: {e}")))?;
+            .map_err(Error::os("create monitor log"))?;
         let launched = self.launch_monitor(argv, monitor_log).await?;
         rec.monitor_pid = Some(launched.pid);
         rec.monitor_start_time = proc_start_time(launched.pid);
@@ -305,21 +304,26 @@ impl Runtime {
             exited.await;
             monitors.exited(id);
         });
+        let see = rec.dir.join("monitor.log");
         match read {
             Ok(Ok(_)) => {}
-            _ => {
+            Ok(Err(e)) => {
+                return Err(Error::os(format!(
+                    "monitor did not report; see {}",
+                    see.display()
+                ))(e));
+            }
+            Err(_) => {
                 return Err(Error::Internal(format!(
                     "monitor did not report; see {}",
-                    rec.dir.join("monitor.log").display()
+                    see.display()
                 )));
             }
         }
-        let hs: Handshake = serde_json::from_str(line.trim()).map_err(|_| {
-            Error::Internal(format!(
-                "monitor said {line:?}; see {}",
-                rec.dir.join("monitor.log").display()
-            ))
-        })?;
+        let hs: Handshake = serde_json::from_str(line.trim()).map_err(Error::json(format!(
+            "monitor said {line:?}; see {}",
+            see.display()
+        )))?;
         if let Some(err) = hs.error {
             let detail = fs::read_to_string(rec.dir.join("monitor.log")).unwrap_or_default();
             let detail = detail
@@ -342,17 +346,15 @@ impl Runtime {
     /// its stderr into `log`. The spawner forks it; when the spawner
     /// cannot (or a path is not UTF-8), the binary is exec'd as before.
     async fn launch_monitor(&self, argv: Vec<OsString>, log: fs::File) -> Result<Launched, Error> {
-        let internal = |what: &str, e: &dyn std::fmt::Display| {
-            Error::Internal(format!("start monitor: {what}: {e}"))
-        };
+        let os = |what: &str| Error::os(format!("start monitor: {what}"));
         let (out_r, out_w) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| internal("pipe", &e))?;
-        let null = fs::File::open("/dev/null").map_err(|e| internal("/dev/null", &e))?;
-        let err = log.try_clone().map_err(|e| internal("log", &e))?;
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(Error::errno("start monitor: pipe"))?;
+        let null = fs::File::open("/dev/null").map_err(os("/dev/null"))?;
+        let err = log.try_clone().map_err(os("log"))?;
         let stdio = [null.into(), out_w, err.into()];
         if let Some(s) = self.spawner.try_spawn(&argv, stdio, None).await {
             let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(out_r)
-                .map_err(|e| internal("handshake pipe", &e))?;
+                .map_err(os("handshake pipe"))?;
             return Ok(Launched {
                 pid: s.pid,
                 stdout: Box::pin(stdout),
@@ -377,7 +379,7 @@ impl Runtime {
         // that never came, in the cgroup that recovery had already emptied).
         // After the handshake it clears this and outlives shim restarts.
         crate::host::die_with_parent(cmd.as_std_mut(), nix::sys::signal::Signal::SIGKILL);
-        let mut child = cmd.spawn().map_err(|e| internal("spawn", &e))?;
+        let mut child = cmd.spawn().map_err(os("spawn"))?;
         let pid = child
             .id()
             .and_then(|p| i32::try_from(p).ok())

@@ -34,8 +34,8 @@ impl Runtime {
             };
             tokio::task::spawn_blocking(move || release_init(&notify))
                 .await
-                .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?
-                .map_err(|e| Error::Internal(format!("start container {id}: {e}")))?;
+                .map_err(Error::task(format!("start container {id}")))?
+                .map_err(Error::os(format!("start container {id}")))?;
             self.keep(rec.clone());
             self.emit(id, ContainerEventType::ContainerStartedEvent);
             staged
@@ -48,10 +48,10 @@ impl Runtime {
         // between the start and its flush always did.
         let staged = staged
             .await
-            .map_err(|e| Error::Internal(format!("record the start of {id}: {e}")))??;
+            .map_err(Error::task(format!("record the start of {id}")))??;
         tokio::task::spawn_blocking(move || staged.commit())
             .await
-            .map_err(|e| Error::Internal(format!("record the start of {id}: {e}")))??;
+            .map_err(Error::task(format!("record the start of {id}")))??;
         // Its exit may have been seen (and held back) meanwhile.
         if self.state_of(&rec).0 == ContainerState::ContainerExited {
             self.emit_stopped_once(id).await;

@@ -47,9 +47,8 @@ impl Runtime {
     /// the init). By the recorded pid and start time, never another
     /// process that got the pid; libcontainer's record is not read.
     fn signal(&self, rec: &ContainerRecord, sig: Signal, all: bool) -> Result<(), Error> {
-        let failed = |e: std::io::Error| {
-            Error::Internal(format!("signal {sig} to container {}: {e}", rec.id))
-        };
+        let failed =
+            |e: std::io::Error| Error::os(format!("signal {sig} to container {}", rec.id))(e);
         if let Some(pid) = rec.init_pid {
             crate::host::pidfd::signal(pid, rec.init_start_time, sig as i32).map_err(failed)?;
         }

@@ -27,7 +27,7 @@ impl Runtime {
             .monitor_pid
             .ok_or_else(|| Error::Internal("no monitor".into()))?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGUSR1)
-            .map_err(|e| Error::Internal(format!("signal monitor: {e}")))?;
+            .map_err(Error::errno("signal monitor"))?;
         let Some(log) = &rec.log_path else {
             return Ok(()); // no log: nothing to wait for
         };
