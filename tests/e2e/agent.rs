@@ -334,7 +334,7 @@ fn killed_agent_restarts_nothing_and_cleans_up_orphans() {
         !ids.iter().any(|i| steady_id == i.as_str())
     });
     assert!(agent.pod("steady").is_none());
-    // Its log directory goes with it (issue 20: it stayed on this path).
+    // Its log directory goes with it (it once stayed on this path).
     agent.wait("the orphan's log directory removed", T, || {
         !steady_logs.exists()
     });

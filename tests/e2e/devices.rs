@@ -147,7 +147,7 @@ async fn device_rules_are_enforced_and_ctl_exec_and_logs_work() {
     shim.assert_host_clean();
 }
 
-/// ctl removes what no agent will (issue 21): inspect/inspectp print the
+/// ctl removes what no agent will: inspect/inspectp print the
 /// status as JSON, stats a row per running container, rm refuses a running
 /// container without -f, stop and rm and rmp -f leave nothing.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The kubelet API port end to end (issue 19): HTTPS with the agent's
+//! The kubelet API port end to end: HTTPS with the agent's
 //! self-signed certificate, client certificates, containerLogs, /run,
 //! the read-only port, and the connection limits, through curl.
 

@@ -1,5 +1,5 @@
 //! End-to-end: what survives and what must not survive a killed or
-//! restarted `picolet up`, shim or agent (issue 20): one owner per state
+//! restarted `picolet up`, shim or agent: one owner per state
 //! root, children that die with `up`, a replaced pod's ordering and
 //! restart back-off across agent restarts. Root only.
 
@@ -11,7 +11,7 @@ use common::agent::{Agent, container, pod, running};
 
 const T: Duration = Duration::from_secs(30);
 
-/// One shim per state root and one agent per data dir (issue 20): a second
+/// One shim per state root and one agent per data dir: a second
 /// of either fails within `owner::WAIT` naming the holder's pid, touches
 /// nothing (no second socket), and the first keeps serving.
 #[test]
@@ -55,7 +55,7 @@ fn a_second_shim_or_agent_on_the_same_root_is_refused() {
     agent.wait_pod("still", "Running", T, running);
 }
 
-/// `kill -9` of `picolet up` alone (issue 20's split brain): its shim and
+/// `kill -9` of `picolet up` alone (a split brain): its shim and
 /// agent end with it (parent-death signal), the container keeps running,
 /// and a new `up` takes over the same pod: one sandbox, the same container.
 #[test]
@@ -99,7 +99,7 @@ fn killing_up_ends_its_shim_and_agent_and_a_new_up_takes_over() {
     );
 }
 
-/// A manifest replaced while the agent was down (issue 20, bug 2): the
+/// A manifest replaced while the agent was down: the
 /// restarted agent terminates the old version (its TERM trap takes 2 s of
 /// its 3 s grace) before it starts the new one, as it does while running.
 /// It started the new one first, and the orphan clean-up came ~2 s later;
@@ -150,7 +150,7 @@ fn day_secs(t: &serde_json::Value) -> i64 {
         .fold(0, |acc, x| acc * 60 + x)
 }
 
-/// Restart back-off survives an agent restart (issue 20): after three
+/// Restart back-off survives an agent restart: after three
 /// crashes (1 s, 2 s) the next wait is 4 s (the harness's back-off is 1 s
 /// doubling to 4 s); an agent killed right after the third crash still
 /// waits it, where it used to restart the container at once.

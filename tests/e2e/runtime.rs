@@ -45,7 +45,7 @@ async fn container_output_lands_in_the_cri_log_and_exit_code_is_reported() {
     .await;
     assert_eq!(st.exit_code, 3);
     assert_eq!(st.reason, "Error");
-    // Its rootfs is unmounted at exit (issue 20, bug 4), as containerd.
+    // Its rootfs is unmounted at exit as containerd.
     let mounted = |id: &str| {
         std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap_or_default()

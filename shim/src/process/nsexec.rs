@@ -13,7 +13,7 @@
 //! last), drops privileges and execs. Everything the child needs is read
 //! before the fork, so after it only syscalls run.
 //!
-//! The reference is the container's init itself: `isolation_e2e`'s
+//! The reference is the container's init itself: `e2e::isolation`'s
 //! `an_exec_runs_as_the_container_does` compares /proc/1/status, namespaces,
 //! cgroups and oom_score_adj of the init with the exec'd process.
 #![allow(unsafe_code)]
