@@ -33,6 +33,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "metrics",
             "nodestatus",
             "oom",
+            "phase",
             "pleg",
             "pod_workers",
             "prober",
@@ -48,7 +49,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("clock", &[]),
     (
         "config",
-        &["clock", "cri_config", "events", "kube", "mutex"],
+        &["clock", "cri_config", "events", "kube", "mutex", "phase"],
     ),
     ("credentialprovider", &[]),
     ("cri_config", &["qos", "volumes"]),
@@ -60,6 +61,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "events",
             "images",
             "lifecycle",
+            "phase",
             "pod_workers",
             "qos",
             "reason",
@@ -73,7 +75,12 @@ const AGENT: &[(&str, &[&str])] = &[
     ("httpc", &[]),
     ("images", &["events", "runtime"]),
     ("kube", &["httpc"]),
-    ("lifecycle", &["httpc", "probe", "prober", "qos", "runtime"]),
+    (
+        "lifecycle",
+        &[
+            "httpc", "phase", "probe", "prober", "qos", "reason", "runtime",
+        ],
+    ),
     ("logs", &["runtime"]),
     ("metrics", &["mutex"]),
     ("mutex", &[]),
@@ -82,6 +89,7 @@ const AGENT: &[(&str, &[&str])] = &[
         "oom",
         &["cri_config", "events", "mutex", "runtime", "status"],
     ),
+    ("phase", &[]),
     ("plan", &["cri_config", "probe", "reason"]),
     ("pleg", &["health", "metrics", "runtime"]),
     ("pod", &["config"]),
@@ -96,6 +104,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "lifecycle",
             "metrics",
             "mutex",
+            "phase",
             "plan",
             "prober",
             "qos",
@@ -138,6 +147,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "metrics",
             "mutex",
             "nodestatus",
+            "phase",
             "prober",
             "runtime",
             "stats",
@@ -161,7 +171,9 @@ const AGENT: &[(&str, &[&str])] = &[
     ("statsapi", &[]),
     (
         "status",
-        &["clock", "config", "kube", "mutex", "plan", "pod", "reason"],
+        &[
+            "clock", "config", "kube", "mutex", "phase", "plan", "pod", "reason",
+        ],
     ),
     ("volumes", &["kube", "mutex"]),
 ];
@@ -175,6 +187,7 @@ const AGENT_PURE: &[&str] = &[
     "config::validate",
     "credentialprovider",
     "cri_config",
+    "events::reason",
     "eviction::helpers",
     "kube::config",
     "kube::watch",
@@ -185,6 +198,7 @@ const AGENT_PURE: &[&str] = &[
     "nodestatus::lease",
     "nodestatus::setters",
     "oom::kmsg",
+    "phase",
     "plan",
     "pod::mirror",
     "probe",
@@ -585,8 +599,7 @@ const POST_FORK: &[&str] = &["shim/src/process/", "shim/src/host/", "shim/src/se
 
 /// Files that still return `Result<_, String>` outside post-fork code, and
 /// how many: the count may only go down (a file not listed has none).
-const STRING_ERRORS_LEFT: &[(&str, usize)] = &[
-];
+const STRING_ERRORS_LEFT: &[(&str, usize)] = &[];
 
 /// `Result<T, String>` occurrences in code (comments and unit tests left
 /// out).

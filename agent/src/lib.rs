@@ -35,6 +35,7 @@ pub mod metrics;
 mod mutex;
 pub mod nodestatus;
 pub mod oom;
+pub mod phase;
 pub mod plan;
 pub mod pleg;
 pub mod pod;

@@ -83,7 +83,11 @@ pub fn content(pods: &BTreeMap<String, Value>) -> Vec<u8> {
     let kept: BTreeMap<&String, Value> = pods
         .iter()
         .filter(|(_, p)| p["metadata"]["deletionTimestamp"].is_null())
-        .filter(|(_, p)| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        .filter(|(_, p)| {
+            !p["status"]["phase"]
+                .as_str()
+                .is_some_and(crate::phase::is_terminal)
+        })
         .map(|(uid, p)| {
             let mut p = p.clone();
             if let Some(o) = p.as_object_mut() {

@@ -272,8 +272,12 @@ impl Scanner {
         let scan = self.folder.scan();
         let node = Object::node(&self.node_name);
         for e in &scan.new_errors {
-            self.recorder
-                .event(&node, EventType::Warning, "InvalidManifest", e);
+            self.recorder.event(
+                &node,
+                EventType::Warning,
+                crate::events::reason::INVALID_MANIFEST,
+                e,
+            );
         }
         self.manifest_errors.set(scan.errors.clone());
         let mut desired = PodSet::new();
@@ -282,7 +286,7 @@ impl Scanner {
                 self.recorder.event(
                     &node,
                     EventType::Warning,
-                    "OutOfpods",
+                    crate::events::reason::OUT_OF_PODS,
                     &format!(
                         "{}: not admitted: the node already runs maxPods={} pods",
                         path.display(),

@@ -6,6 +6,7 @@
 //! 4, 8, ... only, so a probe failing every 10 s for a year writes 22 log
 //! lines, not 3 million (workloads trigger these; the device logs to flash).
 
+pub mod reason;
 pub mod sink;
 
 use std::collections::VecDeque;

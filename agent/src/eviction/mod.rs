@@ -218,7 +218,7 @@ fn candidates(m: &Manager) -> Vec<Candidate> {
         .filter_map(|p| {
             let uid = p.metadata.uid.clone()?;
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-            let finished = matches!(phase, Some("Succeeded" | "Failed"));
+            let finished = phase.is_some_and(crate::phase::is_terminal);
             if finished || admit::is_critical(&p) || m.workers.evicted(&uid) {
                 return None;
             }

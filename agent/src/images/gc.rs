@@ -170,9 +170,12 @@ pub async fn collect(m: &Manager, gc: &mut ImageGc) -> Result<(), GcError> {
         let msg = err.to_string();
         let node = Object::node(&shared.node_name);
         let warning = EventType::Warning;
-        shared
-            .recorder
-            .event(&node, warning, "FreeDiskSpaceFailed", &msg);
+        shared.recorder.event(
+            &node,
+            warning,
+            crate::events::reason::FREE_DISK_SPACE_FAILED,
+            &msg,
+        );
         return Err(err);
     }
     Ok(())

@@ -141,7 +141,7 @@ impl Admit {
             self.statuses.get(uid).is_some_and(|p| {
                 p.status
                     .and_then(|s| s.phase)
-                    .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+                    .is_some_and(|ph| crate::phase::is_terminal(&ph))
             })
         };
         let d = self.state.admit(&view, statics, api, finished, |uid| {
@@ -160,7 +160,7 @@ impl Admit {
                 .event(&obj, EventType::Warning, &why.reason, &why.message);
             let mut failed = (*pod).clone();
             failed.status = Some(k8s_openapi::api::core::v1::PodStatus {
-                phase: Some("Failed".into()),
+                phase: Some(crate::phase::FAILED.into()),
                 reason: Some(why.reason),
                 message: Some(message),
                 ..Default::default()

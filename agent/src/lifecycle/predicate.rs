@@ -107,7 +107,7 @@ impl Admission {
         let mut admitted_now = Vec::new();
         for (uid, pod) in new {
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            if matches!(phase, Some("Succeeded" | "Failed")) && !has_worker(uid) {
+            if phase.is_some_and(crate::phase::is_terminal) && !has_worker(uid) {
                 continue;
             }
             match check(node, &active, pod) {
@@ -170,7 +170,7 @@ pub fn under_pressure(pressure: &BTreeSet<String>, pod: &Pod) -> Option<Rejectio
     }
     let names: Vec<&str> = pressure.iter().map(String::as_str).collect();
     Some(Rejection {
-        reason: "Evicted".into(),
+        reason: crate::reason::EVICTED.into(),
         message: format!("The node had condition: [{}]. ", names.join(" ")),
     })
 }

@@ -151,7 +151,7 @@ async fn report(shared: &Watcher, kill: &OomKill) {
     shared.recorder.event(
         &obj,
         EventType::Warning,
-        "OOMKilling",
+        crate::events::reason::SYSTEM_OOM,
         &format!(
             "Memory cgroup out of memory: Killed process {} ({})",
             kill.pid, kill.process

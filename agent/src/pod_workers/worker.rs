@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::clock::{now, now_ns};
 use crate::cri_config::{self, SandboxEnv};
+use crate::events::reason as event;
 use crate::events::{EventType, Object};
 use crate::mutex::lock;
 use crate::plan::{self, Observed, ObservedContainer, State};
@@ -345,7 +346,7 @@ impl Worker {
             .and_then(|c| c.last_transition_time);
         let mut p = self.with_status(pod, &observed);
         let st = p.status.get_or_insert_with(Default::default);
-        st.phase = Some("Failed".into());
+        st.phase = Some(crate::phase::FAILED.into());
         st.reason = Some(crate::reason::EVICTED.into());
         st.message = Some(e.message.clone());
         st.conditions
@@ -440,7 +441,7 @@ impl Worker {
                 self.event(
                     None,
                     EventType::Normal,
-                    "SandboxChanged",
+                    event::SANDBOX_CHANGED,
                     "Pod sandbox changed, it will be killed and re-created.",
                 );
             }
@@ -451,7 +452,12 @@ impl Worker {
                 }
                 Err(e) => {
                     let msg = format!("Failed to create pod sandbox: {e}");
-                    self.event(None, EventType::Warning, "FailedCreatePodSandBox", &msg);
+                    self.event(
+                        None,
+                        EventType::Warning,
+                        event::FAILED_CREATE_POD_SANDBOX,
+                        &msg,
+                    );
                     // Visible in the status (Pending, each container
                     // ContainerCreating with why), not only as an event.
                     for c in spec
@@ -537,7 +543,7 @@ impl Worker {
             self.event(
                 Some(&w.name),
                 EventType::Warning,
-                "BackOff",
+                event::BACK_OFF,
                 "Back-off restarting failed container",
             );
             self.waiting.insert(

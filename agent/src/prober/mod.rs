@@ -221,7 +221,7 @@ impl PodProbes {
                     env.recorder.event(
                         &obj,
                         EventType::Warning,
-                        "Unhealthy",
+                        crate::events::reason::CONTAINER_UNHEALTHY,
                         &format!("{} probe errored: {e}", kind.as_str()),
                     );
                     continue;
@@ -253,9 +253,18 @@ impl PodProbes {
                         metrics.count(&labels, o.metric_label(), took);
                         let (reason, msg) = match &o {
                             Outcome::Success => return,
-                            Outcome::Warning(m) => ("ProbeWarning", format!("probe warning: {m}")),
-                            Outcome::Failure(m) => ("Unhealthy", format!("probe failed: {m}")),
-                            Outcome::Error(m) => ("Unhealthy", format!("probe errored: {m}")),
+                            Outcome::Warning(m) => (
+                                crate::events::reason::CONTAINER_PROBE_WARNING,
+                                format!("probe warning: {m}"),
+                            ),
+                            Outcome::Failure(m) => (
+                                crate::events::reason::CONTAINER_UNHEALTHY,
+                                format!("probe failed: {m}"),
+                            ),
+                            Outcome::Error(m) => (
+                                crate::events::reason::CONTAINER_UNHEALTHY,
+                                format!("probe errored: {m}"),
+                            ),
                         };
                         let msg = format!("{} {msg}", kind.as_str());
                         recorder.event(&obj, EventType::Warning, reason, &msg);

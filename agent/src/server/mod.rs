@@ -116,7 +116,7 @@ impl Server {
             if any_running
                 || p.status
                     .as_ref()
-                    .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+                    .is_some_and(|s| s.phase.as_deref() == Some(crate::phase::RUNNING))
             {
                 running_pods += 1;
             }

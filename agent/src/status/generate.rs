@@ -231,23 +231,23 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
         }
     }
     let phase = if init_failed {
-        "Failed"
+        crate::phase::FAILED
     } else if !initialized || waiting > 0 {
-        "Pending"
+        crate::phase::PENDING
     } else if running > 0 {
-        "Running"
+        crate::phase::RUNNING
     } else if stopped > 0 {
         if policy == RestartPolicy::Always {
-            "Running"
+            crate::phase::RUNNING
         } else if stopped == succeeded {
-            "Succeeded"
+            crate::phase::SUCCEEDED
         } else if policy == RestartPolicy::Never {
-            "Failed"
+            crate::phase::FAILED
         } else {
-            "Running"
+            crate::phase::RUNNING
         }
     } else {
-        "Pending"
+        crate::phase::PENDING
     };
     // kubelet counts sidecars' readiness too.
     let containers_ready = statuses.iter().all(|s| s.ready)
@@ -262,7 +262,7 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
     } else {
         sandbox.map(|s| s.ip.clone()).unwrap_or_default()
     };
-    let done = matches!(phase, "Succeeded" | "Failed");
+    let done = crate::phase::is_terminal(phase);
     PodStatus {
         phase: Some(phase.into()),
         conditions: Some(vec![
@@ -489,7 +489,7 @@ mod tests {
         let s = status(&p, &both, &none);
         assert_eq!(
             (s.phase.as_deref(), cond(&s, "Ready")),
-            (Some("Running"), "True".into())
+            (Some(crate::phase::RUNNING), "True".into())
         );
         // A sidecar's failing readiness makes the pod unready.
         p.spec

@@ -7,6 +7,7 @@ use crate::clock::now;
 use crate::credentialprovider::{Cred, Keyring};
 use crate::cri_config::{self, ContainerEnv};
 use crate::events::EventType;
+use crate::events::reason as event;
 use crate::lifecycle::handlers;
 use crate::mutex::lock;
 use crate::plan::{Observed, State};
@@ -112,7 +113,7 @@ impl Worker {
                 self.event(
                     Some(&c.name),
                     EventType::Normal,
-                    "Pulled",
+                    event::PULLED_IMAGE,
                     &format!("Container image {image:?} already present on machine"),
                 );
                 return Ok(id);
@@ -120,7 +121,12 @@ impl Worker {
             ("Never", None) => {
                 let msg =
                     format!("Container image {image:?} is not present with pull policy of Never");
-                self.event(Some(&c.name), EventType::Warning, "ErrImageNeverPull", &msg);
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    event::ERR_IMAGE_NEVER_PULL,
+                    &msg,
+                );
                 return Err(Waiting {
                     reason: reason::ERR_IMAGE_NEVER_PULL.into(),
                     message: msg,
@@ -134,7 +140,7 @@ impl Worker {
             let b = lock(&self.shared.image_backoff);
             if b.remaining_since_update(&key, t).is_some() {
                 let msg = format!("Back-off pulling image {image:?}");
-                self.event(Some(&c.name), EventType::Normal, "BackOff", &msg);
+                self.event(Some(&c.name), EventType::Normal, event::BACK_OFF, &msg);
                 return Err(Waiting {
                     reason: reason::IMAGE_PULL_BACK_OFF.into(),
                     message: msg,
@@ -144,7 +150,7 @@ impl Worker {
         self.event(
             Some(&c.name),
             EventType::Normal,
-            "Pulling",
+            event::PULLING_IMAGE,
             &format!("Pulling image {image:?}"),
         );
         let started = std::time::Instant::now();
@@ -168,7 +174,7 @@ impl Worker {
                 self.event(
                     Some(&c.name),
                     EventType::Normal,
-                    "Pulled",
+                    event::PULLED_IMAGE,
                     &format!(
                         "Successfully pulled image {image:?} in {pulled_in:?} ({:?} including waiting)",
                         started.elapsed()
@@ -179,7 +185,12 @@ impl Worker {
             Err(e) => {
                 lock(&self.shared.image_backoff).next(&key, now());
                 let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
-                self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    event::FAILED_TO_PULL_IMAGE,
+                    &msg,
+                );
                 Err(Waiting {
                     reason: reason::ERR_IMAGE_PULL.into(),
                     message: msg,
@@ -215,7 +226,12 @@ impl Worker {
     /// CreateContainerConfigError.
     fn config_failed(&mut self, c: &Container, e: String) {
         let msg = format!("Error: {e}");
-        self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+        self.event(
+            Some(&c.name),
+            EventType::Warning,
+            event::FAILED_TO_CREATE_CONTAINER,
+            &msg,
+        );
         self.waiting.insert(
             c.name.clone(),
             Waiting {
@@ -229,7 +245,12 @@ impl Worker {
     /// waits in ContainerCreating.
     fn mount_failed(&mut self, c: &Container, e: &str) {
         let msg = format!("MountVolume.SetUp failed: {e}");
-        self.event(Some(&c.name), EventType::Warning, "FailedMount", &msg);
+        self.event(
+            Some(&c.name),
+            EventType::Warning,
+            event::FAILED_MOUNT_VOLUME,
+            &msg,
+        );
         self.waiting.insert(
             c.name.clone(),
             Waiting {
@@ -342,7 +363,7 @@ impl Worker {
             self.event(
                 None,
                 EventType::Warning,
-                "FailedMount",
+                event::FAILED_MOUNT_VOLUME,
                 &format!("MountVolume.SetUp failed (refresh): {e}"),
             );
         }
@@ -411,7 +432,7 @@ impl Worker {
                 self.event(
                     Some(&c.name),
                     EventType::Warning,
-                    "FailedMount",
+                    event::FAILED_MOUNT_VOLUME,
                     &e.to_string(),
                 );
                 self.waiting.insert(
@@ -459,7 +480,12 @@ impl Worker {
             Ok(id) => id,
             Err(e) => {
                 let msg = format!("Error: {}", e.status.message());
-                self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    event::FAILED_TO_CREATE_CONTAINER,
+                    &msg,
+                );
                 self.waiting.insert(
                     c.name.clone(),
                     Waiting {
@@ -473,12 +499,17 @@ impl Worker {
         self.event(
             Some(&c.name),
             EventType::Normal,
-            "Created",
+            event::CREATED_CONTAINER,
             &format!("Created container {}", c.name),
         );
         if let Err(e) = cri.start_container(&id).await {
             let msg = format!("Error: {}", e.status.message());
-            self.event(Some(&c.name), EventType::Warning, "Failed", &msg);
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                event::FAILED_TO_START_CONTAINER,
+                &msg,
+            );
             self.waiting.insert(
                 c.name.clone(),
                 Waiting {
@@ -493,7 +524,7 @@ impl Worker {
         self.event(
             Some(&c.name),
             EventType::Normal,
-            "Started",
+            event::STARTED_CONTAINER,
             &format!("Started container {}", c.name),
         );
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
@@ -502,13 +533,13 @@ impl Worker {
                 self.event(
                     Some(&c.name),
                     EventType::Warning,
-                    "FailedPostStartHook",
+                    event::FAILED_POST_START_HOOK,
                     &e.to_string(),
                 );
                 self.event(
                     Some(&c.name),
                     EventType::Normal,
-                    "Killing",
+                    event::KILLING_CONTAINER,
                     &format!("FailedPostStartHook: stopping container {}", c.name),
                 );
                 if let Err(e) = cri.stop_container(&id, self.grace()).await {

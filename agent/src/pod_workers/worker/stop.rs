@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{MIN_GRACE, Worker};
 use crate::events::EventType;
+use crate::events::reason as event;
 use crate::lifecycle::handlers;
 use crate::plan::{self, ObservedContainer, State};
 
@@ -75,7 +76,12 @@ impl Worker {
                 // Orphan: the grace its container was created with.
                 self.shared.orphan_grace(&c.id).unwrap_or(grace)
             };
-            self.event(Some(&c.name), EventType::Normal, "Killing", why);
+            self.event(
+                Some(&c.name),
+                EventType::Normal,
+                event::KILLING_CONTAINER,
+                why,
+            );
             let cri = self.shared.cri.clone();
             let shared = self.shared.clone();
             let obj = self.obj.clone();
@@ -92,7 +98,12 @@ impl Worker {
                 {
                     let mut o = obj.clone();
                     o.field_path = format!("spec.containers{{{}}}", sc.name);
-                    shared.event(&o, EventType::Warning, "FailedPreStopHook", &e.to_string());
+                    shared.event(
+                        &o,
+                        EventType::Warning,
+                        event::FAILED_PRE_STOP_HOOK,
+                        &e.to_string(),
+                    );
                 }
                 // As kubelet: whole seconds the hook took come off the grace
                 // (CRI's timeout is in seconds; 3 s less a few ms of hook
