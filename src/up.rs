@@ -67,6 +67,10 @@ fn agent_argv(a: &AgentArgs) -> Vec<String> {
 /// One supervised child.
 struct Supervised {
     name: &'static str,
+    /// The binary's path as it was at `up`'s start. A restart execs that
+    /// path again: after an upgrade replaced the file, the new binary
+    /// (`/proc/self/exe` of a replaced binary names a deleted file).
+    exe: std::path::PathBuf,
     argv: Vec<String>,
     child: Option<Child>,
     started: Instant,
@@ -75,9 +79,10 @@ struct Supervised {
 }
 
 impl Supervised {
-    fn new(name: &'static str, argv: Vec<String>) -> Self {
+    fn new(name: &'static str, exe: std::path::PathBuf, argv: Vec<String>) -> Self {
         Self {
             name,
+            exe,
             argv,
             child: None,
             started: Instant::now(),
@@ -87,8 +92,7 @@ impl Supervised {
     }
 
     fn start(&mut self) -> std::io::Result<()> {
-        let exe = std::env::current_exe()?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(&self.exe);
         cmd.args(&self.argv);
         // SIGTERM when `up` dies, however it dies, so a restarted `up` never
         // meets a shim or agent of the old one (they also lock their state
@@ -195,9 +199,16 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("picolet up: cannot find its own binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     rt.block_on(async move {
-        let mut shim = Supervised::new("shim", shim_argv(&args));
-        let mut agent = Supervised::new("agent", agent_argv(&args.agent));
+        let mut shim = Supervised::new("shim", exe.clone(), shim_argv(&args));
+        let mut agent = Supervised::new("agent", exe, agent_argv(&args.agent));
         if let Err(e) = shim.start() {
             eprintln!("picolet up: cannot start the shim: {e}");
             return ExitCode::FAILURE;

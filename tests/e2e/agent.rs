@@ -668,6 +668,51 @@ fn up_survives_a_stderr_nobody_reads() {
     assert!(child.try_wait().expect("wait").is_none(), "up still runs");
 }
 
+/// An upgrade replaces the binary under a running `up` (a package manager
+/// renames the new file over the old): a child that dies is started again
+/// from the path, the new binary, not from `/proc/self/exe`, which then
+/// names a deleted file (`up` once retried that every 2 s forever, and the
+/// node had no agent until `up` itself was restarted).
+#[test]
+fn up_restarts_a_child_from_a_binary_replaced_on_disk() {
+    require_root!();
+    let mut up = Agent::prepare("");
+    up.shim.stop();
+    up.command = "up";
+    let bin = up.dir().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let exe = bin.join("picolet");
+    std::fs::copy(common::picolet(), &exe).expect("copy the binary");
+    up.binary = Some(exe.clone());
+    up.spawn();
+    up.write_manifest("p.yaml", &pod(&up, "upgrade", "sleep 1000", ""));
+    up.wait_pod("upgrade", "Running", T, running);
+    // The upgrade: a new file renamed over the old one.
+    let new = bin.join("picolet.new");
+    std::fs::copy(common::picolet(), &new).expect("copy the new binary");
+    std::fs::rename(&new, &exe).expect("replace the binary");
+    let (pid, _) = up
+        .children()
+        .into_iter()
+        .find(|(_, cmd)| cmd.contains(" agent "))
+        .unwrap_or_else(|| panic!("no agent child: {:?}", up.children()));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the agent");
+    up.wait(
+        "the agent started again from the replaced binary",
+        T,
+        || {
+            up.children()
+                .iter()
+                .any(|(p, cmd)| cmd.contains(" agent ") && *p != pid)
+        },
+    );
+    up.wait_pod("upgrade", "Running after the restart", T, running);
+}
+
 /// Sidecars (init containers with `restartPolicy: Always`, KEP-753): the
 /// next init container starts while the sidecar runs; the sidecar is
 /// restarted even in a `Never` pod; the pod succeeds when its app does

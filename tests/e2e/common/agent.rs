@@ -33,6 +33,8 @@ pub struct Agent {
     /// `picolet.defaultNetwork`: off unless a test wants `up` to write the
     /// built-in network (only in a network namespace of the test's own).
     pub default_network: bool,
+    /// The binary to run instead of the one cargo built.
+    pub binary: Option<PathBuf>,
 }
 
 /// A port on 127.0.0.1 for a program that only takes a port number (0
@@ -96,6 +98,7 @@ impl Agent {
             command: "agent",
             stderr_unread: false,
             default_network: false,
+            binary: None,
         };
         std::fs::create_dir_all(a.manifests()).expect("mkdir");
         std::fs::create_dir_all(a.host_dir()).expect("mkdir");
@@ -188,10 +191,11 @@ impl Agent {
         let mut cmd = match self.shim.netns() {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
-                c.arg(format!("--net={}", ns.display())).arg(picolet());
+                c.arg(format!("--net={}", ns.display()))
+                    .arg(self.binary.as_deref().unwrap_or(picolet().as_ref()));
                 c
             }
-            None => Command::new(picolet()),
+            None => Command::new(self.binary.as_deref().unwrap_or(picolet().as_ref())),
         };
         let mut child = cmd
             .arg(self.command)
