@@ -55,13 +55,13 @@ pub async fn run(
 ) -> Result<(), HookError> {
     if let Some(exec) = &h.exec {
         let cmd = exec.command.clone().unwrap_or_default();
-        let (code, out) = cri.exec_sync(id, cmd.clone(), timeout).await?;
-        if code != 0 {
+        let r = cri.exec_sync(id, cmd.clone(), timeout).await?;
+        if r.exit_code != 0 {
             return Err(HookError::Exec {
                 command: cmd.join(" "),
                 container: c.name.clone(),
-                code,
-                output: out.trim().to_string(),
+                code: r.exit_code,
+                output: r.output.trim().to_string(),
             });
         }
         return Ok(());

@@ -72,8 +72,8 @@ pub async fn run(cri: &Cri, id: &str, target: &Target, timeout: Duration) -> Out
 
 async fn exec(cri: &Cri, id: &str, cmd: &[String], timeout: Duration) -> Outcome {
     match cri.exec_sync(id, cmd.to_vec(), timeout).await {
-        Ok((0, _)) => Outcome::Success,
-        Ok((_, out)) => Outcome::Failure(out.trim_end().to_string()),
+        Ok(r) if r.exit_code == 0 => Outcome::Success,
+        Ok(r) => Outcome::Failure(r.output.trim_end().to_string()),
         Err(e) if e.status.code() == tonic::Code::DeadlineExceeded => {
             Outcome::Failure(format!("command {:?} timed out", cmd.join(" ")))
         }

@@ -113,6 +113,14 @@ impl std::fmt::Debug for Cri {
     }
 }
 
+/// What an ExecSync gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    pub exit_code: i32,
+    /// stdout, then stderr, as text.
+    pub output: String,
+}
+
 /// A CRI call failed: which call, and the status.
 #[derive(Debug, thiserror::Error)]
 #[error("CRI {call}: {}", .status.message())]
@@ -621,13 +629,13 @@ impl Cri {
         Ok(())
     }
 
-    /// Runs `cmd` in the container: (exit code, stdout + stderr).
+    /// Runs `cmd` in the container.
     pub async fn exec_sync(
         &self,
         id: &str,
         cmd: Vec<String>,
         timeout: Duration,
-    ) -> Result<(i32, String)> {
+    ) -> Result<ExecResult> {
         let r = self
             .rt
             .clone()
@@ -642,9 +650,12 @@ impl Cri {
             .await
             .map_err(e("ExecSync"))?
             .into_inner();
-        let mut out = String::from_utf8_lossy(&r.stdout).into_owned();
-        out.push_str(&String::from_utf8_lossy(&r.stderr));
-        Ok((r.exit_code, out))
+        let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
+        output.push_str(&String::from_utf8_lossy(&r.stderr));
+        Ok(ExecResult {
+            exit_code: r.exit_code,
+            output,
+        })
     }
 
     /// The runtime's container event stream, if it has one.

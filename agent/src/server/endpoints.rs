@@ -377,7 +377,7 @@ async fn run_in(
         Err(r) => return *r,
     };
     match s.cri.exec_sync(&id, cmd, RUN_TIMEOUT).await {
-        Ok((_, out)) => ([(header::CONTENT_TYPE, "text/plain")], out).into_response(),
+        Ok(r) => ([(header::CONTENT_TYPE, "text/plain")], r.output).into_response(),
         Err(e) => stream::text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }
 }

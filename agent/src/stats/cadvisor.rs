@@ -103,85 +103,109 @@ fn per_interface(e: &Entry, f: fn(&NetIf) -> u64) -> Samples {
         .collect()
 }
 
-/// (name, type, help, values), in cAdvisor's wording.
-fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
+/// A metric family of `/metrics/cadvisor`, in cAdvisor's wording.
+struct Family {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    /// Its samples for one cgroup.
+    get: Getter,
+}
+
+/// A family's Prometheus type.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        }
+    }
+}
+
+fn families() -> Vec<Family> {
     vec![
-        (
-            "container_cpu_cfs_periods_total",
-            "counter",
-            "Number of elapsed enforcement period intervals.",
-            |e| one(e.stats.cpu.periods as f64),
-        ),
-        (
-            "container_cpu_cfs_throttled_periods_total",
-            "counter",
-            "Number of throttled period intervals.",
-            |e| one(e.stats.cpu.throttled_periods as f64),
-        ),
-        (
-            "container_cpu_cfs_throttled_seconds_total",
-            "counter",
-            "Total time duration the container has been throttled.",
-            |e| one(secs(e.stats.cpu.throttled_ns)),
-        ),
-        (
-            "container_cpu_system_seconds_total",
-            "counter",
-            "Cumulative system cpu time consumed in seconds.",
-            |e| one(secs(e.stats.cpu.system_ns)),
-        ),
-        (
-            "container_cpu_usage_seconds_total",
-            "counter",
-            "Cumulative cpu time consumed in seconds.",
-            |e| {
+        Family {
+            name: "container_cpu_cfs_periods_total",
+            kind: Kind::Counter,
+            help: "Number of elapsed enforcement period intervals.",
+            get: |e| one(e.stats.cpu.periods as f64),
+        },
+        Family {
+            name: "container_cpu_cfs_throttled_periods_total",
+            kind: Kind::Counter,
+            help: "Number of throttled period intervals.",
+            get: |e| one(e.stats.cpu.throttled_periods as f64),
+        },
+        Family {
+            name: "container_cpu_cfs_throttled_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration the container has been throttled.",
+            get: |e| one(secs(e.stats.cpu.throttled_ns)),
+        },
+        Family {
+            name: "container_cpu_system_seconds_total",
+            kind: Kind::Counter,
+            help: "Cumulative system cpu time consumed in seconds.",
+            get: |e| one(secs(e.stats.cpu.system_ns)),
+        },
+        Family {
+            name: "container_cpu_usage_seconds_total",
+            kind: Kind::Counter,
+            help: "Cumulative cpu time consumed in seconds.",
+            get: |e| {
                 vec![(
                     vec![("cpu", "total".to_string())],
                     secs(e.stats.cpu.usage_ns),
                 )]
             },
-        ),
-        (
-            "container_cpu_user_seconds_total",
-            "counter",
-            "Cumulative user cpu time consumed in seconds.",
-            |e| one(secs(e.stats.cpu.user_ns)),
-        ),
-        (
-            "container_file_descriptors",
-            "gauge",
-            "Number of open file descriptors for the container.",
-            |e| one(e.fds as f64),
-        ),
-        (
-            "container_fs_reads_bytes_total",
-            "counter",
-            "Cumulative count of bytes read",
-            |e| per_device(e, |d| d.read_bytes),
-        ),
-        (
-            "container_fs_writes_bytes_total",
-            "counter",
-            "Cumulative count of bytes written",
-            |e| per_device(e, |d| d.write_bytes),
-        ),
-        (
-            "container_memory_cache",
-            "gauge",
-            "Number of bytes of page cache memory.",
-            |e| one(e.stats.memory.cache as f64),
-        ),
-        (
-            "container_memory_failcnt",
-            "counter",
-            "Number of memory usage hits limits",
-            |e| one(e.stats.memory.failcnt as f64),
-        ),
-        (
-            "container_memory_failures_total",
-            "counter",
-            "Cumulative count of memory allocation failures.",
-            |e| {
+        },
+        Family {
+            name: "container_cpu_user_seconds_total",
+            kind: Kind::Counter,
+            help: "Cumulative user cpu time consumed in seconds.",
+            get: |e| one(secs(e.stats.cpu.user_ns)),
+        },
+        Family {
+            name: "container_file_descriptors",
+            kind: Kind::Gauge,
+            help: "Number of open file descriptors for the container.",
+            get: |e| one(e.fds as f64),
+        },
+        Family {
+            name: "container_fs_reads_bytes_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of bytes read",
+            get: |e| per_device(e, |d| d.read_bytes),
+        },
+        Family {
+            name: "container_fs_writes_bytes_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of bytes written",
+            get: |e| per_device(e, |d| d.write_bytes),
+        },
+        Family {
+            name: "container_memory_cache",
+            kind: Kind::Gauge,
+            help: "Number of bytes of page cache memory.",
+            get: |e| one(e.stats.memory.cache as f64),
+        },
+        Family {
+            name: "container_memory_failcnt",
+            kind: Kind::Counter,
+            help: "Number of memory usage hits limits",
+            get: |e| one(e.stats.memory.failcnt as f64),
+        },
+        Family {
+            name: "container_memory_failures_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of memory allocation failures.",
+            get: |e| {
                 let m = &e.stats.memory;
                 let mut v = Vec::new();
                 for scope in ["container", "hierarchy"] {
@@ -202,175 +226,175 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
                 }
                 v
             },
-        ),
-        (
-            "container_memory_kernel_usage",
-            "gauge",
-            "Size of kernel memory allocated in bytes.",
-            |e| one(e.stats.memory.kernel as f64),
-        ),
-        (
-            "container_memory_mapped_file",
-            "gauge",
-            "Size of memory mapped files in bytes.",
-            |e| one(e.stats.memory.mapped_file as f64),
-        ),
-        (
-            "container_memory_max_usage_bytes",
-            "gauge",
-            "Maximum memory usage recorded in bytes",
-            |e| one(e.stats.memory.max_usage as f64),
-        ),
-        (
-            "container_memory_rss",
-            "gauge",
-            "Size of RSS in bytes.",
-            |e| one(e.stats.memory.rss as f64),
-        ),
-        (
-            "container_memory_swap",
-            "gauge",
-            "Container swap usage in bytes.",
-            |e| one(e.stats.memory.swap as f64),
-        ),
-        (
-            "container_memory_total_active_file_bytes",
-            "gauge",
-            "Current total active file in bytes.",
-            |e| one(e.stats.memory.active_file as f64),
-        ),
-        (
-            "container_memory_total_inactive_file_bytes",
-            "gauge",
-            "Current total inactive file in bytes.",
-            |e| one(e.stats.memory.inactive_file as f64),
-        ),
-        (
-            "container_memory_usage_bytes",
-            "gauge",
-            "Current memory usage in bytes, including all memory regardless of when it was accessed",
-            |e| one(e.stats.memory.usage as f64),
-        ),
-        (
-            "container_memory_working_set_bytes",
-            "gauge",
-            "Current working set in bytes.",
-            |e| one(e.stats.memory.working_set as f64),
-        ),
-        (
-            "container_network_receive_bytes_total",
-            "counter",
-            "Cumulative count of bytes received",
-            |e| per_interface(e, |n| n.rx_bytes),
-        ),
-        (
-            "container_network_receive_errors_total",
-            "counter",
-            "Cumulative count of errors encountered while receiving",
-            |e| per_interface(e, |n| n.rx_errors),
-        ),
-        (
-            "container_network_receive_packets_dropped_total",
-            "counter",
-            "Cumulative count of packets dropped while receiving",
-            |e| per_interface(e, |n| n.rx_dropped),
-        ),
-        (
-            "container_network_receive_packets_total",
-            "counter",
-            "Cumulative count of packets received",
-            |e| per_interface(e, |n| n.rx_packets),
-        ),
-        (
-            "container_network_transmit_bytes_total",
-            "counter",
-            "Cumulative count of bytes transmitted",
-            |e| per_interface(e, |n| n.tx_bytes),
-        ),
-        (
-            "container_network_transmit_errors_total",
-            "counter",
-            "Cumulative count of errors encountered while transmitting",
-            |e| per_interface(e, |n| n.tx_errors),
-        ),
-        (
-            "container_network_transmit_packets_dropped_total",
-            "counter",
-            "Cumulative count of packets dropped while transmitting",
-            |e| per_interface(e, |n| n.tx_dropped),
-        ),
-        (
-            "container_network_transmit_packets_total",
-            "counter",
-            "Cumulative count of packets transmitted",
-            |e| per_interface(e, |n| n.tx_packets),
-        ),
-        (
-            "container_oom_events_total",
-            "counter",
-            "Count of out of memory events observed for the container",
-            |e| one(e.oom_events.max(e.stats.memory.oom_kill) as f64),
-        ),
-        (
-            "container_pressure_cpu_stalled_seconds_total",
-            "counter",
-            "Total time duration no tasks in the container could make progress due to CPU congestion.",
-            |e| pressure(e.stats.pressure.cpu, |p| p.full_us),
-        ),
-        (
-            "container_pressure_cpu_waiting_seconds_total",
-            "counter",
-            "Total time duration tasks in the container have waited due to CPU congestion.",
-            |e| pressure(e.stats.pressure.cpu, |p| p.some_us),
-        ),
-        (
-            "container_pressure_io_stalled_seconds_total",
-            "counter",
-            "Total time duration no tasks in the container could make progress due to IO congestion.",
-            |e| pressure(e.stats.pressure.io, |p| p.full_us),
-        ),
-        (
-            "container_pressure_io_waiting_seconds_total",
-            "counter",
-            "Total time duration tasks in the container have waited due to IO congestion.",
-            |e| pressure(e.stats.pressure.io, |p| p.some_us),
-        ),
-        (
-            "container_pressure_memory_stalled_seconds_total",
-            "counter",
-            "Total time duration no tasks in the container could make progress due to memory congestion.",
-            |e| pressure(e.stats.pressure.memory, |p| p.full_us),
-        ),
-        (
-            "container_pressure_memory_waiting_seconds_total",
-            "counter",
-            "Total time duration tasks in the container have waited due to memory congestion.",
-            |e| pressure(e.stats.pressure.memory, |p| p.some_us),
-        ),
-        (
-            "container_processes",
-            "gauge",
-            "Number of processes running inside the container.",
-            |e| one(e.stats.pids.current as f64),
-        ),
-        (
-            "container_sockets",
-            "gauge",
-            "Number of open sockets for the container.",
-            |e| one(e.sockets as f64),
-        ),
-        (
-            "container_spec_cpu_period",
-            "gauge",
-            "CPU period of the container.",
-            |e| one(e.stats.cpu.spec.period as f64),
-        ),
-        (
-            "container_spec_cpu_quota",
-            "gauge",
-            "CPU quota of the container.",
+        },
+        Family {
+            name: "container_memory_kernel_usage",
+            kind: Kind::Gauge,
+            help: "Size of kernel memory allocated in bytes.",
+            get: |e| one(e.stats.memory.kernel as f64),
+        },
+        Family {
+            name: "container_memory_mapped_file",
+            kind: Kind::Gauge,
+            help: "Size of memory mapped files in bytes.",
+            get: |e| one(e.stats.memory.mapped_file as f64),
+        },
+        Family {
+            name: "container_memory_max_usage_bytes",
+            kind: Kind::Gauge,
+            help: "Maximum memory usage recorded in bytes",
+            get: |e| one(e.stats.memory.max_usage as f64),
+        },
+        Family {
+            name: "container_memory_rss",
+            kind: Kind::Gauge,
+            help: "Size of RSS in bytes.",
+            get: |e| one(e.stats.memory.rss as f64),
+        },
+        Family {
+            name: "container_memory_swap",
+            kind: Kind::Gauge,
+            help: "Container swap usage in bytes.",
+            get: |e| one(e.stats.memory.swap as f64),
+        },
+        Family {
+            name: "container_memory_total_active_file_bytes",
+            kind: Kind::Gauge,
+            help: "Current total active file in bytes.",
+            get: |e| one(e.stats.memory.active_file as f64),
+        },
+        Family {
+            name: "container_memory_total_inactive_file_bytes",
+            kind: Kind::Gauge,
+            help: "Current total inactive file in bytes.",
+            get: |e| one(e.stats.memory.inactive_file as f64),
+        },
+        Family {
+            name: "container_memory_usage_bytes",
+            kind: Kind::Gauge,
+            help: "Current memory usage in bytes, including all memory regardless of when it was accessed",
+            get: |e| one(e.stats.memory.usage as f64),
+        },
+        Family {
+            name: "container_memory_working_set_bytes",
+            kind: Kind::Gauge,
+            help: "Current working set in bytes.",
+            get: |e| one(e.stats.memory.working_set as f64),
+        },
+        Family {
+            name: "container_network_receive_bytes_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of bytes received",
+            get: |e| per_interface(e, |n| n.rx_bytes),
+        },
+        Family {
+            name: "container_network_receive_errors_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of errors encountered while receiving",
+            get: |e| per_interface(e, |n| n.rx_errors),
+        },
+        Family {
+            name: "container_network_receive_packets_dropped_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of packets dropped while receiving",
+            get: |e| per_interface(e, |n| n.rx_dropped),
+        },
+        Family {
+            name: "container_network_receive_packets_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of packets received",
+            get: |e| per_interface(e, |n| n.rx_packets),
+        },
+        Family {
+            name: "container_network_transmit_bytes_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of bytes transmitted",
+            get: |e| per_interface(e, |n| n.tx_bytes),
+        },
+        Family {
+            name: "container_network_transmit_errors_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of errors encountered while transmitting",
+            get: |e| per_interface(e, |n| n.tx_errors),
+        },
+        Family {
+            name: "container_network_transmit_packets_dropped_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of packets dropped while transmitting",
+            get: |e| per_interface(e, |n| n.tx_dropped),
+        },
+        Family {
+            name: "container_network_transmit_packets_total",
+            kind: Kind::Counter,
+            help: "Cumulative count of packets transmitted",
+            get: |e| per_interface(e, |n| n.tx_packets),
+        },
+        Family {
+            name: "container_oom_events_total",
+            kind: Kind::Counter,
+            help: "Count of out of memory events observed for the container",
+            get: |e| one(e.oom_events.max(e.stats.memory.oom_kill) as f64),
+        },
+        Family {
+            name: "container_pressure_cpu_stalled_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration no tasks in the container could make progress due to CPU congestion.",
+            get: |e| pressure(e.stats.pressure.cpu, |p| p.full_us),
+        },
+        Family {
+            name: "container_pressure_cpu_waiting_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration tasks in the container have waited due to CPU congestion.",
+            get: |e| pressure(e.stats.pressure.cpu, |p| p.some_us),
+        },
+        Family {
+            name: "container_pressure_io_stalled_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration no tasks in the container could make progress due to IO congestion.",
+            get: |e| pressure(e.stats.pressure.io, |p| p.full_us),
+        },
+        Family {
+            name: "container_pressure_io_waiting_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration tasks in the container have waited due to IO congestion.",
+            get: |e| pressure(e.stats.pressure.io, |p| p.some_us),
+        },
+        Family {
+            name: "container_pressure_memory_stalled_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration no tasks in the container could make progress due to memory congestion.",
+            get: |e| pressure(e.stats.pressure.memory, |p| p.full_us),
+        },
+        Family {
+            name: "container_pressure_memory_waiting_seconds_total",
+            kind: Kind::Counter,
+            help: "Total time duration tasks in the container have waited due to memory congestion.",
+            get: |e| pressure(e.stats.pressure.memory, |p| p.some_us),
+        },
+        Family {
+            name: "container_processes",
+            kind: Kind::Gauge,
+            help: "Number of processes running inside the container.",
+            get: |e| one(e.stats.pids.current as f64),
+        },
+        Family {
+            name: "container_sockets",
+            kind: Kind::Gauge,
+            help: "Number of open sockets for the container.",
+            get: |e| one(e.sockets as f64),
+        },
+        Family {
+            name: "container_spec_cpu_period",
+            kind: Kind::Gauge,
+            help: "CPU period of the container.",
+            get: |e| one(e.stats.cpu.spec.period as f64),
+        },
+        Family {
+            name: "container_spec_cpu_quota",
+            kind: Kind::Gauge,
+            help: "CPU quota of the container.",
             // cAdvisor only reports a quota that is set.
-            |e| {
+            get: |e| {
                 e.stats
                     .cpu
                     .spec
@@ -378,37 +402,37 @@ fn families() -> Vec<(&'static str, &'static str, &'static str, Getter)> {
                     .map(|q| one(q as f64))
                     .unwrap_or_default()
             },
-        ),
-        (
-            "container_spec_cpu_shares",
-            "gauge",
-            "CPU share of the container.",
-            |e| one(e.stats.cpu.spec.shares as f64),
-        ),
-        (
-            "container_spec_memory_limit_bytes",
-            "gauge",
-            "Memory limit for the container.",
-            |e| one(e.stats.memory.limit.unwrap_or(0) as f64),
-        ),
-        (
-            "container_start_time_seconds",
-            "gauge",
-            "Start time of the container since unix epoch in seconds.",
-            |e| one(e.start_time),
-        ),
-        (
-            "container_threads",
-            "gauge",
-            "Number of threads running inside the container",
-            |e| one(e.threads as f64),
-        ),
-        (
-            "container_threads_max",
-            "gauge",
-            "Maximum number of threads allowed inside the container, infinity if value is zero",
-            |e| one(e.stats.pids.limit.unwrap_or(0) as f64),
-        ),
+        },
+        Family {
+            name: "container_spec_cpu_shares",
+            kind: Kind::Gauge,
+            help: "CPU share of the container.",
+            get: |e| one(e.stats.cpu.spec.shares as f64),
+        },
+        Family {
+            name: "container_spec_memory_limit_bytes",
+            kind: Kind::Gauge,
+            help: "Memory limit for the container.",
+            get: |e| one(e.stats.memory.limit.unwrap_or(0) as f64),
+        },
+        Family {
+            name: "container_start_time_seconds",
+            kind: Kind::Gauge,
+            help: "Start time of the container since unix epoch in seconds.",
+            get: |e| one(e.start_time),
+        },
+        Family {
+            name: "container_threads",
+            kind: Kind::Gauge,
+            help: "Number of threads running inside the container",
+            get: |e| one(e.threads as f64),
+        },
+        Family {
+            name: "container_threads_max",
+            kind: Kind::Gauge,
+            help: "Maximum number of threads allowed inside the container, infinity if value is zero",
+            get: |e| one(e.stats.pids.limit.unwrap_or(0) as f64),
+        },
     ]
 }
 
@@ -456,14 +480,20 @@ pub fn render(snap: &Snapshot) -> String {
     let labels: Vec<[(&'static str, String); 6]> =
         entries.iter().map(|e| escaped(&e.labels)).collect();
     out.reserve(entries.len() * 8 * 1024);
-    for (name, kind, help, get) in families() {
+    for Family {
+        name,
+        kind,
+        help,
+        get,
+    } in families()
+    {
         // A family without samples (PSI on cgroup v1) is left out, as a
         // Prometheus client leaves out a vector with no children.
         let mut header_at = Some(out.len());
         for (e, base) in entries.iter().zip(&labels) {
             for (extra, v) in get(e) {
                 if header_at.take().is_some() {
-                    header(&mut out, name, kind, help);
+                    header(&mut out, name, kind.as_str(), help);
                 }
                 out.push_str(name);
                 out.push('{');
