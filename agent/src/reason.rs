@@ -2,7 +2,8 @@
 //! `state.waiting.reason`; clients such as kubectl match on them), and
 //! those of a pod's status.
 
-/// The reason of a pod the eviction manager ended (`status.reason`).
+/// The reason of a pod the eviction manager ended (`status.reason`, and
+/// its event).
 pub const EVICTED: &str = "Evicted";
 
 pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";

@@ -47,14 +47,12 @@ pub struct Pods {
     /// Whether the API server's pods were listed once; true without an API
     /// server.
     api_ready: bool,
-    cluster: bool,
 }
 
 impl Pods {
     /// `cluster`: whether an API server is a source.
     pub fn new(cluster: bool) -> Self {
         Self {
-            cluster,
             api_ready: !cluster,
             ..Self::default()
         }
@@ -80,7 +78,7 @@ impl Pods {
     /// Every source has listed its pods once: a pod none of them defines is
     /// an orphan.
     pub fn ready(&self) -> bool {
-        !self.cluster || self.api_ready
+        self.api_ready
     }
 }
 

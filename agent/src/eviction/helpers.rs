@@ -14,9 +14,6 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::qos::quantity;
 use crate::statsapi::{FsStats, MemoryStats, Summary};
 
-/// kubelet's pod status reason for an evicted pod, and its event reason.
-pub const REASON: &str = crate::reason::EVICTED;
-
 /// An eviction signal (kubelet's `evictionapi.Signal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Signal {

@@ -180,7 +180,7 @@ async fn pass(
     };
     tracing::warn!(pod = %obj.name, uid = %c.uid, signal = t.signal.name(), "evicting: {message}");
     m.recorder
-        .event(&obj, EventType::Warning, helpers::REASON, &message);
+        .event(&obj, EventType::Warning, crate::reason::EVICTED, &message);
     m.workers
         .evict(&c.uid, Eviction { grace, message })
         .then_some(c.uid)

@@ -28,32 +28,46 @@ impl From<Duration> for Patience {
     }
 }
 
+/// One look of a probe: there, with its value, or not yet, with what was
+/// seen instead (empty when the probe says nothing).
+pub enum Look<T> {
+    There(T),
+    NotYet(String),
+}
+
 /// What a probe answers: `bool` (there yet?), `Option<T>` (the value once
-/// there), or `Result<T, String>` (the value, or what was seen instead: the
+/// there), or `Result<T, E>` (the value, or what was seen instead: the
 /// last one is in the timeout's message).
 pub trait Ready {
     type Value;
-    fn ready(self) -> Result<Self::Value, String>;
+    fn ready(self) -> Look<Self::Value>;
 }
 
 impl Ready for bool {
     type Value = ();
-    fn ready(self) -> Result<(), String> {
-        if self { Ok(()) } else { Err(String::new()) }
+    fn ready(self) -> Look<()> {
+        if self {
+            Look::There(())
+        } else {
+            Look::NotYet(String::new())
+        }
     }
 }
 
 impl<T> Ready for Option<T> {
     type Value = T;
-    fn ready(self) -> Result<T, String> {
-        self.ok_or_else(String::new)
+    fn ready(self) -> Look<T> {
+        self.map_or_else(|| Look::NotYet(String::new()), Look::There)
     }
 }
 
-impl<T> Ready for Result<T, String> {
+impl<T, E: Display> Ready for Result<T, E> {
     type Value = T;
-    fn ready(self) -> Result<T, String> {
-        self
+    fn ready(self) -> Look<T> {
+        match self {
+            Ok(v) => Look::There(v),
+            Err(seen) => Look::NotYet(seen.to_string()),
+        }
     }
 }
 
@@ -79,8 +93,8 @@ pub fn eventually<R: Ready>(
     let deadline = Instant::now() + timeout;
     loop {
         let last = match probe().ready() {
-            Ok(v) => return v,
-            Err(last) => last,
+            Look::There(v) => return v,
+            Look::NotYet(last) => last,
         };
         if Instant::now() >= deadline {
             timed_out(&what, timeout, &last, context());
@@ -101,8 +115,8 @@ pub async fn eventually_async<R: Ready>(
     let deadline = Instant::now() + timeout;
     loop {
         let last = match probe().await.ready() {
-            Ok(v) => return v,
-            Err(last) => last,
+            Look::There(v) => return v,
+            Look::NotYet(last) => last,
         };
         if Instant::now() >= deadline {
             timed_out(&what, timeout, &last, context());
