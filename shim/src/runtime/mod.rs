@@ -25,15 +25,15 @@ use tokio::sync::broadcast;
 
 use crate::error::Error;
 use crate::mutex::lock;
-use crate::state::{self, ContainerRecord, META, SandboxRecord};
+use crate::state::{self, ContainerRecord, ExitRecord, META, SandboxRecord};
 
 /// The container runtime behind CRI RuntimeService.
 #[derive(Debug)]
 pub struct Runtime {
     pub(crate) paths: ShimPaths,
     pub(crate) store: Arc<ImageStore>,
-    pub(crate) sandboxes: Mutex<HashMap<String, SandboxRecord>>,
-    pub(crate) containers: Mutex<HashMap<String, ContainerRecord>>,
+    pub(crate) sandboxes: Mutex<HashMap<String, SandboxEntry>>,
+    pub(crate) containers: Mutex<HashMap<String, ContainerEntry>>,
     /// Sandbox names (namespace, name, uid, attempt) being created: see
     /// [`Claim`].
     pub(crate) creating_sandboxes: Mutex<std::collections::HashSet<String>>,
@@ -48,25 +48,59 @@ pub struct Runtime {
     _sealed_exe: crate::host::exe::SealedExe,
     /// Forks the container monitors (`picolet monitor spawner`).
     pub(crate) spawner: crate::process::spawner_client::Spawner,
-    /// Last CPU sample per container (time, cpu ns), for usage_nano_cores.
-    pub(crate) cpu_samples: Mutex<HashMap<String, (i64, u64)>>,
-    /// Containers whose STOPPED event went out (each is sent once).
-    pub(crate) stopped_sent: Mutex<std::collections::HashSet<String>>,
-    /// Exited containers whose rootfs is unmounted (once each).
-    pub(crate) rootfs_released: Mutex<std::collections::HashSet<String>>,
     /// Held by StartContainer from releasing the init until its STARTED
     /// event is out, and by each STOPPED emission: a process that exits at
     /// once (`true`) is never reported STOPPED before STARTED.
     pub(crate) event_order: tokio::sync::Mutex<()>,
-    /// Exit records already read (an exit is final): listing a stopped
-    /// container reads no file.
-    pub(crate) exits: Mutex<HashMap<String, crate::state::ExitRecord>>,
     /// The monitors the shim hears exit, and their exits.
     pub(crate) monitors: Monitors,
     /// Pod networking.
     pub(crate) cni: crate::cni::Cni,
     /// Where pods' namespaces are pinned.
     pub(crate) pins: Arc<crate::runtime::namespaces::PinSpace>,
+}
+
+/// A container as the shim knows it: its record (`meta.json`) and what the
+/// shim learned of it since it started, in one place, gone with it
+/// (youki's `Container`, whose `refresh_status` is [`Runtime::state_of`]).
+#[derive(Debug)]
+pub(crate) struct ContainerEntry {
+    pub(crate) record: ContainerRecord,
+    /// Its exit once read: an exit is final, so listing a stopped
+    /// container reads no file.
+    pub(crate) exit: Option<ExitRecord>,
+    /// Its STOPPED event went out (each is sent once).
+    pub(crate) stopped_sent: bool,
+    /// Its overlay rootfs is unmounted (once, at its exit).
+    pub(crate) rootfs_released: bool,
+    /// The last reading of its CPU time, for usage_nano_cores.
+    pub(crate) cpu: Option<stats::CpuSample>,
+}
+
+impl ContainerEntry {
+    pub(crate) fn new(record: ContainerRecord) -> Self {
+        Self {
+            record,
+            exit: None,
+            stopped_sent: false,
+            rootfs_released: false,
+            cpu: None,
+        }
+    }
+}
+
+/// A sandbox as the shim knows it: its record and its pod cgroup's last
+/// CPU reading.
+#[derive(Debug)]
+pub(crate) struct SandboxEntry {
+    pub(crate) record: SandboxRecord,
+    pub(crate) cpu: Option<stats::CpuSample>,
+}
+
+impl SandboxEntry {
+    pub(crate) fn new(record: SandboxRecord) -> Self {
+        Self { record, cpu: None }
+    }
 }
 
 /// A sandbox or container name being created, so two creations of one
@@ -202,11 +236,7 @@ impl Runtime {
                 .map_err(Error::os("start the spawner thread"))?,
             monitor_bin,
             _sealed_exe: exe,
-            cpu_samples: Mutex::new(HashMap::new()),
-            stopped_sent: Mutex::new(std::collections::HashSet::new()),
-            rootfs_released: Mutex::new(std::collections::HashSet::new()),
             event_order: tokio::sync::Mutex::new(()),
-            exits: Mutex::new(HashMap::new()),
             monitors: Monitors::new(),
         })
     }
@@ -236,7 +266,7 @@ impl Runtime {
         for mut sb in load_all::<SandboxRecord>(&self.paths.shim_dir().join("sandboxes"))? {
             if sb.complete {
                 self.recheck_ready(&mut sb)?;
-                lock(&self.sandboxes).insert(sb.id.clone(), sb);
+                lock(&self.sandboxes).insert(sb.id.clone(), SandboxEntry::new(sb));
             } else {
                 tracing::warn!(sandbox = %sb.id, "cleaning up half-created sandbox");
                 if let Err(e) = self.destroy_sandbox_resources(&sb).await {
@@ -262,7 +292,7 @@ impl Runtime {
                         move || exited.exited(id),
                     ));
                 }
-                lock(&self.containers).insert(c.id.clone(), c);
+                lock(&self.containers).insert(c.id.clone(), ContainerEntry::new(c));
             } else {
                 tracing::warn!(container = %c.id, "cleaning up half-created container");
                 self.destroy_container_resources(&c).await?;
@@ -272,10 +302,8 @@ impl Runtime {
     }
 
     pub(crate) fn emit(&self, container_id: &str, kind: ContainerEventType) {
-        let c = lock(&self.containers).get(container_id).cloned();
-        let sandbox = c
-            .as_ref()
-            .and_then(|c| lock(&self.sandboxes).get(&c.sandbox_id).cloned());
+        let c = self.container(container_id).ok();
+        let sandbox = c.as_ref().and_then(|c| self.sandbox(&c.sandbox_id).ok());
         let _ = self.events.send(ContainerEventResponse {
             container_id: container_id.to_string(),
             container_event_type: kind as i32,
@@ -290,7 +318,10 @@ impl Runtime {
     /// Sends the STOPPED event of a container once.
     pub(crate) async fn emit_stopped_once(&self, container_id: &str) {
         let _order = self.event_order.lock().await;
-        if lock(&self.stopped_sent).insert(container_id.to_string()) {
+        let first = lock(&self.containers)
+            .get_mut(container_id)
+            .is_some_and(|e| !std::mem::replace(&mut e.stopped_sent, true));
+        if first {
             self.emit(container_id, ContainerEventType::ContainerStoppedEvent);
         }
     }

@@ -14,7 +14,7 @@ use nix::mount::{MsFlags, mount};
 use crate::error::Error;
 use crate::mutex::lock;
 use crate::runtime::namespaces::{self, PodNamespaces};
-use crate::runtime::{Claim, Runtime};
+use crate::runtime::{Claim, Runtime, SandboxEntry};
 use crate::state::{self, META, SandboxRecord};
 
 const SHM_SIZE: &str = "size=65536k";
@@ -112,8 +112,8 @@ impl Runtime {
             meta.namespace, meta.name, meta.uid, meta.attempt
         );
         let _claim = Claim::take(&self.creating_sandboxes, key, || {
-            lock(&self.sandboxes).values().any(|s| {
-                s.config.metadata.as_ref().is_some_and(|m| {
+            lock(&self.sandboxes).values().any(|e| {
+                e.record.config.metadata.as_ref().is_some_and(|m| {
                     m.name == meta.name
                         && m.namespace == meta.namespace
                         && m.uid == meta.uid
@@ -160,7 +160,7 @@ impl Runtime {
                 rec.complete = true;
                 rec.ready = true;
                 state::save_async(&rec.dir, META, &rec).await?;
-                lock(&self.sandboxes).insert(id.clone(), rec);
+                lock(&self.sandboxes).insert(id.clone(), SandboxEntry::new(rec));
                 Ok(id)
             }
             Err(e) => {
@@ -352,15 +352,15 @@ impl Runtime {
     pub(crate) fn sandbox(&self, id: &str) -> Result<SandboxRecord, Error> {
         lock(&self.sandboxes)
             .get(id)
-            .cloned()
+            .map(|e| e.record.clone())
             .ok_or_else(|| Error::NotFound(format!("pod sandbox {id:?} not found")))
     }
 
     pub(crate) fn containers_of(&self, sandbox_id: &str) -> Vec<String> {
         lock(&self.containers)
             .values()
-            .filter(|c| c.sandbox_id == sandbox_id)
-            .map(|c| c.id.clone())
+            .filter(|e| e.record.sandbox_id == sandbox_id)
+            .map(|e| e.record.id.clone())
             .collect()
     }
 
@@ -378,7 +378,9 @@ impl Runtime {
         if rec.ready {
             rec.ready = false;
             state::save_async(&rec.dir, META, &rec).await?;
-            lock(&self.sandboxes).insert(id.to_string(), rec);
+            if let Some(e) = lock(&self.sandboxes).get_mut(id) {
+                e.record = rec;
+            }
         }
         Ok(())
     }
@@ -433,6 +435,7 @@ impl Runtime {
         let f = filter.unwrap_or_default();
         let mut out: Vec<PodSandbox> = lock(&self.sandboxes)
             .values()
+            .map(|e| &e.record)
             .filter(|s| f.id.is_empty() || s.id.starts_with(&f.id))
             .filter(|s| {
                 f.state

@@ -2,7 +2,6 @@
 //! crate's readers, which the agent's /metrics/cadvisor uses too), procfs
 //! (network of the pod's namespace) and the writable layer.
 
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -28,28 +27,38 @@ pub(crate) fn cgroup_parent(sb: &SandboxRecord) -> String {
         .unwrap_or_default()
 }
 
-/// Cumulative usage → CRI cpu with the rate since the last reading of the
-/// same key; memory as kubelet reads it; and the process count (pids is
-/// hierarchical: a pod cgroup counts its containers').
+/// One reading of a cgroup's cumulative CPU time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuSample {
+    at: i64,
+    usage_ns: u64,
+}
+
+/// Cumulative usage → CRI cpu with the rate since the `last` reading of
+/// the same cgroup (which this one replaces); memory as kubelet reads it;
+/// and the process count (pids is hierarchical: a pod cgroup counts its
+/// containers').
 fn cpu_memory(
-    key: &str,
     cgroup_path: &str,
     now: i64,
-    last: &mut HashMap<String, (i64, u64)>,
+    last: &mut Option<CpuSample>,
 ) -> (Option<CpuUsage>, Option<MemoryUsage>, Option<u64>) {
     let Some(s) = crate::host::cgroupfs::hierarchy().and_then(|h| h.stats(cgroup_path)) else {
         return (None, None, None);
     };
     let usage = s.cpu.usage_ns;
     // usage_nano_cores needs two samples: rate since the last one.
-    let nano_cores = last.get(key).and_then(|(t, c)| {
-        let dt = u128::try_from(now.checked_sub(*t)?)
+    let nano_cores = last.and_then(|prev| {
+        let dt = u128::try_from(now.checked_sub(prev.at)?)
             .ok()
             .filter(|d| *d > 0)?;
-        let rate = u128::from(usage.saturating_sub(*c)) * 1_000_000_000 / dt;
+        let rate = u128::from(usage.saturating_sub(prev.usage_ns)) * 1_000_000_000 / dt;
         Some(u64::try_from(rate).unwrap_or(u64::MAX))
     });
-    last.insert(key.to_string(), (now, usage));
+    *last = Some(CpuSample {
+        at: now,
+        usage_ns: usage,
+    });
     let m = &s.memory;
     (
         Some(CpuUsage {
@@ -145,11 +154,9 @@ fn disk_usage(dir: &Path) -> (u64, u64) {
 }
 
 impl Runtime {
-    fn stats_of(
-        &self,
-        rec: &ContainerRecord,
-        last: &mut HashMap<String, (i64, u64)>,
-    ) -> ContainerStats {
+    /// The container's stats; its CPU reading is kept in its entry for the
+    /// next rate.
+    fn stats_of(&self, rec: &ContainerRecord) -> ContainerStats {
         let now = state::now_nanos();
         let attributes = Some(ContainerAttributes {
             id: rec.id.clone(),
@@ -157,7 +164,9 @@ impl Runtime {
             labels: rec.config.labels.clone(),
             annotations: rec.config.annotations.clone(),
         });
-        let (cpu, memory, _) = cpu_memory(&rec.id, &rec.cgroup, now, last);
+        let mut last = self.with_entry(&rec.id, |e| e.cpu).flatten();
+        let (cpu, memory, _) = cpu_memory(&rec.cgroup, now, &mut last);
+        self.with_entry(&rec.id, |e| e.cpu = last);
         let upper = rec.dir.join("upper");
         let (bytes, inodes) = disk_usage(&upper);
         ContainerStats {
@@ -177,9 +186,7 @@ impl Runtime {
     }
 
     pub fn container_stats(&self, id: &str) -> Result<ContainerStats, Error> {
-        let rec = self.container(id)?;
-        let mut last = lock(&self.cpu_samples);
-        Ok(self.stats_of(&rec, &mut last))
+        Ok(self.stats_of(&self.container(id)?))
     }
 
     pub fn list_container_stats(
@@ -192,10 +199,9 @@ impl Runtime {
             .into_iter()
             .filter(|c| c.matches(&f.id, &f.pod_sandbox_id, &f.label_selector))
             .collect();
-        let mut last = lock(&self.cpu_samples);
         recs.iter()
             .filter(|r| self.state_of(r).0 == cri_proto::v1::ContainerState::ContainerRunning)
-            .map(|r| self.stats_of(r, &mut last))
+            .map(|r| self.stats_of(r))
             .collect()
     }
 
@@ -203,6 +209,7 @@ impl Runtime {
     pub(crate) fn ready_sandboxes(&self) -> Vec<SandboxRecord> {
         lock(&self.sandboxes)
             .values()
+            .map(|e| &e.record)
             .filter(|s| s.ready)
             .cloned()
             .collect()
@@ -227,14 +234,18 @@ impl Runtime {
         &self,
         sb: &SandboxRecord,
         containers: &[ContainerRecord],
-        last: &mut HashMap<String, (i64, u64)>,
     ) -> PodSandboxStats {
         let now = state::now_nanos();
         let parent = cgroup_parent(sb);
         let (cpu, memory, pod_pids) = if parent.is_empty() {
             (None, None, None)
         } else {
-            cpu_memory(&format!("sandbox/{}", sb.id), &parent, now, last)
+            let mut last = lock(&self.sandboxes).get(&sb.id).and_then(|e| e.cpu);
+            let usage = cpu_memory(&parent, now, &mut last);
+            if let Some(e) = lock(&self.sandboxes).get_mut(&sb.id) {
+                e.cpu = last;
+            }
+            usage
         };
         let running = self.running_in(containers, &sb.id);
         let network = network_usage(&pod_network(sb, &running, &self.pins), now);
@@ -261,7 +272,7 @@ impl Runtime {
                     timestamp: now,
                     process_count: u(process_count),
                 }),
-                containers: running.iter().map(|c| self.stats_of(c, last)).collect(),
+                containers: running.iter().map(|c| self.stats_of(c)).collect(),
             }),
             windows: None,
         }
@@ -269,9 +280,7 @@ impl Runtime {
 
     pub fn pod_sandbox_stats(&self, id: &str) -> Result<PodSandboxStats, Error> {
         let sb = self.sandbox(id)?;
-        let containers = self.all_containers();
-        let mut last = lock(&self.cpu_samples);
-        Ok(self.sandbox_stats_of(&sb, &containers, &mut last))
+        Ok(self.sandbox_stats_of(&sb, &self.all_containers()))
     }
 
     pub fn list_pod_sandbox_stats(
@@ -280,7 +289,6 @@ impl Runtime {
     ) -> Vec<PodSandboxStats> {
         let f = filter.unwrap_or_default();
         let containers = self.all_containers();
-        let mut last = lock(&self.cpu_samples);
         self.ready_sandboxes()
             .iter()
             .filter(|s| s.id.starts_with(&f.id))
@@ -289,7 +297,7 @@ impl Runtime {
                     .iter()
                     .all(|(k, v)| s.config.labels.get(k) == Some(v))
             })
-            .map(|s| self.sandbox_stats_of(s, &containers, &mut last))
+            .map(|s| self.sandbox_stats_of(s, &containers))
             .collect()
     }
 }

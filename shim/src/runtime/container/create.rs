@@ -58,7 +58,7 @@ impl Runtime {
         }
         let key = format!("{sandbox_id}\0{}\0{}", meta.name, meta.attempt);
         let _claim = Claim::take(&self.creating_containers, key, || {
-            lock(&self.containers).values().any(|c| {
+            lock(&self.containers).values().map(|e| &e.record).any(|c| {
                 c.sandbox_id == sandbox_id
                     && c.config
                         .metadata
@@ -72,10 +72,7 @@ impl Runtime {
                 meta.name, meta.attempt
             ))
         })?;
-        let sandbox = lock(&self.sandboxes)
-            .get(sandbox_id)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("pod sandbox {sandbox_id:?} not found")))?;
+        let sandbox = self.sandbox(sandbox_id)?;
         if !sandbox.ready {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {sandbox_id} is not ready"

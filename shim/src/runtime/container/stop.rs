@@ -123,14 +123,19 @@ impl Runtime {
     /// RemoveContainer); nothing runs in it again: CRI never restarts a
     /// container. After a shim restart this runs again, harmlessly.
     fn release_rootfs_once(&self, rec: &ContainerRecord) {
-        if !lock(&self.rootfs_released).insert(rec.id.clone()) {
+        let first = self
+            .with_entry(&rec.id, |e| {
+                !std::mem::replace(&mut e.rootfs_released, true)
+            })
+            .unwrap_or(false);
+        if !first {
             return;
         }
         match nix::mount::umount2(&rec.rootfs, nix::mount::MntFlags::MNT_DETACH) {
             Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => {}
             Err(e) => {
                 tracing::warn!(container = %rec.id, rootfs = %rec.rootfs.display(), "unmount the exited container's rootfs: {e}");
-                lock(&self.rootfs_released).remove(&rec.id);
+                self.with_entry(&rec.id, |e| e.rootfs_released = false);
             }
         }
     }
@@ -142,12 +147,7 @@ impl Runtime {
             // The IDs only: a watched container (all of them while the
             // monitors are the shim's children) needs no look, and copying
             // every record every 5 s was a third of an idle shim's CPU.
-            let ids: std::collections::HashSet<String> =
-                lock(&self.containers).keys().cloned().collect();
-            let known = |id: &String| ids.contains(id);
-            lock(&self.stopped_sent).retain(known);
-            lock(&self.rootfs_released).retain(known);
-            lock(&self.exits).retain(|id, _| known(id));
+            let ids: Vec<String> = lock(&self.containers).keys().cloned().collect();
             for id in &ids {
                 // A watched monitor's exit comes on `exits` below.
                 if self.monitors.is_watched(id) {
