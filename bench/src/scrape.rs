@@ -11,7 +11,16 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use agent::metrics::Format;
 use agent::stats::cadvisor::{Entry, Labels, Snapshot, render};
+
+fn text(snap: &Snapshot) -> String {
+    Format::Text.encode(&render(snap))
+}
+
+fn openmetrics(snap: &Snapshot) -> String {
+    Format::OpenMetrics.encode(&render(snap))
+}
 use cgroup::Hierarchy;
 
 struct Counting;
@@ -73,7 +82,7 @@ fn main() -> anyhow::Result<()> {
     }
     let h = Hierarchy::V2(dir.clone());
     let me = [std::process::id()];
-    let scrape = || {
+    let snapshot = || {
         let mut snap = Snapshot::default();
         for (i, id) in ids.iter().enumerate() {
             let stats = h.stats(id).unwrap_or_default();
@@ -94,28 +103,17 @@ fn main() -> anyhow::Result<()> {
                 ..Default::default()
             });
         }
-        render(&snap)
+        snap
     };
-    let _ = scrape();
-    let runs = 50;
-    let mut times = Vec::new();
-    let (a0, b0) = (
-        ALLOCS.load(Ordering::Relaxed),
-        BYTES.load(Ordering::Relaxed),
-    );
-    let mut size = 0;
-    for _ in 0..runs {
-        let t = Instant::now();
-        size = scrape().len();
-        times.push(t.elapsed().as_secs_f64() * 1e3);
+    let mut snap = snapshot();
+    // Fixed, so two builds' pages can be compared byte for byte.
+    snap.timestamp_ms = 1_700_000_000_123;
+    if let Some(dir) = std::env::var_os("SCRAPE_BENCH_DUMP") {
+        let dir = std::path::Path::new(&dir);
+        std::fs::write(dir.join("cadvisor.txt"), text(&snap))?;
+        std::fs::write(dir.join("cadvisor.om"), openmetrics(&snap))?;
     }
-    let (a1, b1) = (
-        ALLOCS.load(Ordering::Relaxed),
-        BYTES.load(Ordering::Relaxed),
-    );
-    std::fs::remove_dir_all(&dir)?;
-    times.sort_by(f64::total_cmp);
-    let q = |percent: usize| times[((times.len() - 1) * percent + 50) / 100];
+    let runs = 50;
     println!(
         "\n/metrics/cadvisor for {n} containers, in process, {runs} scrapes (cgroup v2 fixture tree)\n"
     );
@@ -123,13 +121,41 @@ fn main() -> anyhow::Result<()> {
         "| | p50 | p95 | allocations per scrape | bytes allocated per scrape | exposition size |"
     );
     println!("|---|---:|---:|---:|---:|---:|");
-    println!(
-        "| read cgroups + procfs + render | {:.2} ms | {:.2} ms | {} | {:.1} KiB | {:.1} KiB |",
-        q(50),
-        q(95),
-        (a1 - a0) / runs,
-        (b1 - b0) as f64 / runs as f64 / 1024.0,
-        size as f64 / 1024.0
-    );
+    let rows: [(&str, &dyn Fn() -> usize); 3] = [
+        ("read cgroups + procfs + render", &|| {
+            text(&snapshot()).len()
+        }),
+        ("render, text 0.0.4", &|| text(&snap).len()),
+        ("render, OpenMetrics 1.0", &|| openmetrics(&snap).len()),
+    ];
+    for (what, f) in rows {
+        let _ = f();
+        let mut times = Vec::new();
+        let (a0, b0) = (
+            ALLOCS.load(Ordering::Relaxed),
+            BYTES.load(Ordering::Relaxed),
+        );
+        let mut size = 0;
+        for _ in 0..runs {
+            let t = Instant::now();
+            size = f();
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (a1, b1) = (
+            ALLOCS.load(Ordering::Relaxed),
+            BYTES.load(Ordering::Relaxed),
+        );
+        times.sort_by(f64::total_cmp);
+        let q = |percent: usize| times[((times.len() - 1) * percent + 50) / 100];
+        println!(
+            "| {what} | {:.2} ms | {:.2} ms | {} | {:.1} KiB | {:.1} KiB |",
+            q(50),
+            q(95),
+            (a1 - a0) / runs,
+            (b1 - b0) as f64 / runs as f64 / 1024.0,
+            size as f64 / 1024.0
+        );
+    }
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

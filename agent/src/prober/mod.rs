@@ -66,7 +66,7 @@ impl Metrics {
     }
 
     /// `/metrics/probes`.
-    pub fn render(&self) -> String {
+    pub fn render(&self) -> Vec<metrics::Family> {
         let m = lock(&self.0);
         metrics::probes(&m.0, &m.1)
     }

@@ -89,7 +89,7 @@ pub struct LocalNode {
 
 impl Server {
     /// `/metrics`: the agent's own, kubelet's names.
-    fn agent_metrics(&self) -> String {
+    fn agent_metrics(&self) -> Vec<metrics::Family> {
         let pods = self.statuses.pods();
         let mut running_pods = 0;
         let mut states: BTreeMap<&str, u64> = BTreeMap::new();
@@ -377,17 +377,14 @@ fn json_reply(v: &impl serde::Serialize) -> Response {
 }
 
 /// Prometheus text, or OpenMetrics when the scraper asks for it.
-fn metrics_reply(headers: &HeaderMap, text: String) -> Response {
+fn metrics_reply(headers: &HeaderMap, families: &[metrics::Family]) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    if metrics::wants_openmetrics(accept) {
-        (
-            [(header::CONTENT_TYPE, metrics::OPENMETRICS_CONTENT_TYPE)],
-            metrics::to_openmetrics(&text),
-        )
-            .into_response()
-    } else {
-        ([(header::CONTENT_TYPE, metrics::TEXT_CONTENT_TYPE)], text).into_response()
-    }
+    let format = metrics::Format::negotiate(accept);
+    (
+        [(header::CONTENT_TYPE, format.content_type())],
+        format.encode(families),
+    )
+        .into_response()
 }
 
 async fn healthz(State(s): Shared) -> Response {
@@ -439,27 +436,27 @@ async fn events(State(s): Shared) -> Response {
 }
 
 async fn agent_metrics(State(s): Shared, headers: HeaderMap) -> Response {
-    metrics_reply(&headers, s.agent_metrics())
+    metrics_reply(&headers, &s.agent_metrics())
 }
 
 async fn cadvisor(State(s): Shared, headers: HeaderMap) -> Response {
     blocking(move || {
-        let text = crate::stats::cadvisor::render(&s.stats.collect());
-        metrics_reply(&headers, text)
+        let families = crate::stats::cadvisor::render(&s.stats.collect());
+        metrics_reply(&headers, &families)
     })
     .await
 }
 
 async fn resource(State(s): Shared, headers: HeaderMap) -> Response {
     blocking(move || {
-        let text = crate::stats::resource::render(&s.stats.collect());
-        metrics_reply(&headers, text)
+        let families = crate::stats::resource::render(&s.stats.collect());
+        metrics_reply(&headers, &families)
     })
     .await
 }
 
 async fn probes(State(s): Shared, headers: HeaderMap) -> Response {
-    metrics_reply(&headers, s.probe_metrics.render())
+    metrics_reply(&headers, &s.probe_metrics.render())
 }
 
 async fn manifests(State(s): Shared) -> Response {

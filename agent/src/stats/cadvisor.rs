@@ -4,13 +4,10 @@
 //! each running container, plus `machine_*`. Rendering is pure; `collect`
 //! does the reading.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-
+use cgroup::procfs::NetIf;
 use cgroup::stats::{DeviceIo, Stats};
 
-use crate::metrics::{escape, header};
-use cgroup::procfs::NetIf;
+use crate::metrics::{self, Family, Kind};
 
 /// The labels cAdvisor puts on every `container_*` series.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -103,8 +100,9 @@ fn per_interface(e: &Entry, f: fn(&NetIf) -> u64) -> Samples {
         .collect()
 }
 
-/// A metric family of `/metrics/cadvisor`, in cAdvisor's wording.
-struct Family {
+/// A metric family of `/metrics/cadvisor`, in cAdvisor's wording, and
+/// how to read its samples from one cgroup's figures.
+struct Metric {
     name: &'static str,
     kind: Kind,
     help: &'static str,
@@ -112,49 +110,33 @@ struct Family {
     get: Getter,
 }
 
-/// A family's Prometheus type.
-#[derive(Debug, Clone, Copy)]
-enum Kind {
-    Counter,
-    Gauge,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-        }
-    }
-}
-
-fn families() -> Vec<Family> {
+fn metrics() -> Vec<Metric> {
     vec![
-        Family {
+        Metric {
             name: "container_cpu_cfs_periods_total",
             kind: Kind::Counter,
             help: "Number of elapsed enforcement period intervals.",
             get: |e| one(e.stats.cpu.periods as f64),
         },
-        Family {
+        Metric {
             name: "container_cpu_cfs_throttled_periods_total",
             kind: Kind::Counter,
             help: "Number of throttled period intervals.",
             get: |e| one(e.stats.cpu.throttled_periods as f64),
         },
-        Family {
+        Metric {
             name: "container_cpu_cfs_throttled_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration the container has been throttled.",
             get: |e| one(secs(e.stats.cpu.throttled_ns)),
         },
-        Family {
+        Metric {
             name: "container_cpu_system_seconds_total",
             kind: Kind::Counter,
             help: "Cumulative system cpu time consumed in seconds.",
             get: |e| one(secs(e.stats.cpu.system_ns)),
         },
-        Family {
+        Metric {
             name: "container_cpu_usage_seconds_total",
             kind: Kind::Counter,
             help: "Cumulative cpu time consumed in seconds.",
@@ -165,43 +147,43 @@ fn families() -> Vec<Family> {
                 )]
             },
         },
-        Family {
+        Metric {
             name: "container_cpu_user_seconds_total",
             kind: Kind::Counter,
             help: "Cumulative user cpu time consumed in seconds.",
             get: |e| one(secs(e.stats.cpu.user_ns)),
         },
-        Family {
+        Metric {
             name: "container_file_descriptors",
             kind: Kind::Gauge,
             help: "Number of open file descriptors for the container.",
             get: |e| one(e.fds as f64),
         },
-        Family {
+        Metric {
             name: "container_fs_reads_bytes_total",
             kind: Kind::Counter,
             help: "Cumulative count of bytes read",
             get: |e| per_device(e, |d| d.read_bytes),
         },
-        Family {
+        Metric {
             name: "container_fs_writes_bytes_total",
             kind: Kind::Counter,
             help: "Cumulative count of bytes written",
             get: |e| per_device(e, |d| d.write_bytes),
         },
-        Family {
+        Metric {
             name: "container_memory_cache",
             kind: Kind::Gauge,
             help: "Number of bytes of page cache memory.",
             get: |e| one(e.stats.memory.cache as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_failcnt",
             kind: Kind::Counter,
             help: "Number of memory usage hits limits",
             get: |e| one(e.stats.memory.failcnt as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_failures_total",
             kind: Kind::Counter,
             help: "Cumulative count of memory allocation failures.",
@@ -227,169 +209,169 @@ fn families() -> Vec<Family> {
                 v
             },
         },
-        Family {
+        Metric {
             name: "container_memory_kernel_usage",
             kind: Kind::Gauge,
             help: "Size of kernel memory allocated in bytes.",
             get: |e| one(e.stats.memory.kernel as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_mapped_file",
             kind: Kind::Gauge,
             help: "Size of memory mapped files in bytes.",
             get: |e| one(e.stats.memory.mapped_file as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_max_usage_bytes",
             kind: Kind::Gauge,
             help: "Maximum memory usage recorded in bytes",
             get: |e| one(e.stats.memory.max_usage as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_rss",
             kind: Kind::Gauge,
             help: "Size of RSS in bytes.",
             get: |e| one(e.stats.memory.rss as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_swap",
             kind: Kind::Gauge,
             help: "Container swap usage in bytes.",
             get: |e| one(e.stats.memory.swap as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_total_active_file_bytes",
             kind: Kind::Gauge,
             help: "Current total active file in bytes.",
             get: |e| one(e.stats.memory.active_file as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_total_inactive_file_bytes",
             kind: Kind::Gauge,
             help: "Current total inactive file in bytes.",
             get: |e| one(e.stats.memory.inactive_file as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_usage_bytes",
             kind: Kind::Gauge,
             help: "Current memory usage in bytes, including all memory regardless of when it was accessed",
             get: |e| one(e.stats.memory.usage as f64),
         },
-        Family {
+        Metric {
             name: "container_memory_working_set_bytes",
             kind: Kind::Gauge,
             help: "Current working set in bytes.",
             get: |e| one(e.stats.memory.working_set as f64),
         },
-        Family {
+        Metric {
             name: "container_network_receive_bytes_total",
             kind: Kind::Counter,
             help: "Cumulative count of bytes received",
             get: |e| per_interface(e, |n| n.rx_bytes),
         },
-        Family {
+        Metric {
             name: "container_network_receive_errors_total",
             kind: Kind::Counter,
             help: "Cumulative count of errors encountered while receiving",
             get: |e| per_interface(e, |n| n.rx_errors),
         },
-        Family {
+        Metric {
             name: "container_network_receive_packets_dropped_total",
             kind: Kind::Counter,
             help: "Cumulative count of packets dropped while receiving",
             get: |e| per_interface(e, |n| n.rx_dropped),
         },
-        Family {
+        Metric {
             name: "container_network_receive_packets_total",
             kind: Kind::Counter,
             help: "Cumulative count of packets received",
             get: |e| per_interface(e, |n| n.rx_packets),
         },
-        Family {
+        Metric {
             name: "container_network_transmit_bytes_total",
             kind: Kind::Counter,
             help: "Cumulative count of bytes transmitted",
             get: |e| per_interface(e, |n| n.tx_bytes),
         },
-        Family {
+        Metric {
             name: "container_network_transmit_errors_total",
             kind: Kind::Counter,
             help: "Cumulative count of errors encountered while transmitting",
             get: |e| per_interface(e, |n| n.tx_errors),
         },
-        Family {
+        Metric {
             name: "container_network_transmit_packets_dropped_total",
             kind: Kind::Counter,
             help: "Cumulative count of packets dropped while transmitting",
             get: |e| per_interface(e, |n| n.tx_dropped),
         },
-        Family {
+        Metric {
             name: "container_network_transmit_packets_total",
             kind: Kind::Counter,
             help: "Cumulative count of packets transmitted",
             get: |e| per_interface(e, |n| n.tx_packets),
         },
-        Family {
+        Metric {
             name: "container_oom_events_total",
             kind: Kind::Counter,
             help: "Count of out of memory events observed for the container",
             get: |e| one(e.oom_events.max(e.stats.memory.oom_kill) as f64),
         },
-        Family {
+        Metric {
             name: "container_pressure_cpu_stalled_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration no tasks in the container could make progress due to CPU congestion.",
             get: |e| pressure(e.stats.pressure.cpu, |p| p.full_us),
         },
-        Family {
+        Metric {
             name: "container_pressure_cpu_waiting_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration tasks in the container have waited due to CPU congestion.",
             get: |e| pressure(e.stats.pressure.cpu, |p| p.some_us),
         },
-        Family {
+        Metric {
             name: "container_pressure_io_stalled_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration no tasks in the container could make progress due to IO congestion.",
             get: |e| pressure(e.stats.pressure.io, |p| p.full_us),
         },
-        Family {
+        Metric {
             name: "container_pressure_io_waiting_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration tasks in the container have waited due to IO congestion.",
             get: |e| pressure(e.stats.pressure.io, |p| p.some_us),
         },
-        Family {
+        Metric {
             name: "container_pressure_memory_stalled_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration no tasks in the container could make progress due to memory congestion.",
             get: |e| pressure(e.stats.pressure.memory, |p| p.full_us),
         },
-        Family {
+        Metric {
             name: "container_pressure_memory_waiting_seconds_total",
             kind: Kind::Counter,
             help: "Total time duration tasks in the container have waited due to memory congestion.",
             get: |e| pressure(e.stats.pressure.memory, |p| p.some_us),
         },
-        Family {
+        Metric {
             name: "container_processes",
             kind: Kind::Gauge,
             help: "Number of processes running inside the container.",
             get: |e| one(e.stats.pids.current as f64),
         },
-        Family {
+        Metric {
             name: "container_sockets",
             kind: Kind::Gauge,
             help: "Number of open sockets for the container.",
             get: |e| one(e.sockets as f64),
         },
-        Family {
+        Metric {
             name: "container_spec_cpu_period",
             kind: Kind::Gauge,
             help: "CPU period of the container.",
             get: |e| one(e.stats.cpu.spec.period as f64),
         },
-        Family {
+        Metric {
             name: "container_spec_cpu_quota",
             kind: Kind::Gauge,
             help: "CPU quota of the container.",
@@ -403,31 +385,31 @@ fn families() -> Vec<Family> {
                     .unwrap_or_default()
             },
         },
-        Family {
+        Metric {
             name: "container_spec_cpu_shares",
             kind: Kind::Gauge,
             help: "CPU share of the container.",
             get: |e| one(e.stats.cpu.spec.shares as f64),
         },
-        Family {
+        Metric {
             name: "container_spec_memory_limit_bytes",
             kind: Kind::Gauge,
             help: "Memory limit for the container.",
             get: |e| one(e.stats.memory.limit.unwrap_or(0) as f64),
         },
-        Family {
+        Metric {
             name: "container_start_time_seconds",
             kind: Kind::Gauge,
             help: "Start time of the container since unix epoch in seconds.",
             get: |e| one(e.start_time),
         },
-        Family {
+        Metric {
             name: "container_threads",
             kind: Kind::Gauge,
             help: "Number of threads running inside the container",
             get: |e| one(e.threads as f64),
         },
-        Family {
+        Metric {
             name: "container_threads_max",
             kind: Kind::Gauge,
             help: "Maximum number of threads allowed inside the container, infinity if value is zero",
@@ -437,149 +419,108 @@ fn families() -> Vec<Family> {
 }
 
 /// An entry's six labels, escaped once per scrape, in key order.
-fn escaped(l: &Labels) -> [(&'static str, String); 6] {
-    [
-        ("container", escape(&l.container)),
-        ("id", escape(&l.id)),
-        ("image", escape(&l.image)),
-        ("name", escape(&l.name)),
-        ("namespace", escape(&l.namespace)),
-        ("pod", escape(&l.pod)),
-    ]
+/// The six labels every `container_*` series carries.
+fn shared(l: &Labels) -> metrics::SharedLabels {
+    metrics::SharedLabels::new(vec![
+        ("container", l.container.clone()),
+        ("id", l.id.clone()),
+        ("image", l.image.clone()),
+        ("name", l.name.clone()),
+        ("namespace", l.namespace.clone()),
+        ("pod", l.pod.clone()),
+    ])
 }
 
-/// Writes `k="v",…` merging the entry's labels with a metric's own, in
-/// key order (as client_golang does), without intermediate strings.
-fn write_labels(out: &mut String, base: &[(&'static str, String)], extra: &[(&str, String)]) {
-    let (mut i, mut j) = (0, 0);
-    let mut first = true;
-    while i < base.len() || j < extra.len() {
-        let take_base = j >= extra.len() || (i < base.len() && base[i].0 <= extra[j].0);
-        if !first {
-            out.push(',');
-        }
-        first = false;
-        if take_base {
-            let (k, v) = &base[i];
-            let _ = write!(out, "{k}=\"{v}\"");
-            i += 1;
-        } else {
-            let (k, v) = &extra[j];
-            let _ = write!(out, "{k}=\"{}\"", escape(v));
-            j += 1;
-        }
-    }
-}
-
-/// Renders the Prometheus text exposition.
-pub fn render(snap: &Snapshot) -> String {
-    let mut out = String::new();
-    let ts = snap.timestamp_ms;
+/// The page's families: each cAdvisor family with a sample per cgroup
+/// (families without any, like PSI on cgroup v1, are left out, as a
+/// Prometheus client leaves out a vector with no children), then
+/// `container_last_seen`, `machine_*` and the scrape errors.
+pub fn render(snap: &Snapshot) -> Vec<Family> {
+    let ts = Some(snap.timestamp_ms);
     let mut entries: Vec<&Entry> = snap.entries.iter().collect();
     entries.sort_by(|a, b| a.labels.cmp(&b.labels));
-    let labels: Vec<[(&'static str, String); 6]> =
-        entries.iter().map(|e| escaped(&e.labels)).collect();
-    out.reserve(entries.len() * 8 * 1024);
-    for Family {
+    let labels: Vec<_> = entries.iter().map(|e| shared(&e.labels)).collect();
+    let mut out = Vec::new();
+    for Metric {
         name,
         kind,
         help,
         get,
-    } in families()
+    } in metrics()
     {
-        // A family without samples (PSI on cgroup v1) is left out, as a
-        // Prometheus client leaves out a vector with no children.
-        let mut header_at = Some(out.len());
+        let mut f = Family::new(name, kind, help);
         for (e, base) in entries.iter().zip(&labels) {
             for (extra, v) in get(e) {
-                if header_at.take().is_some() {
-                    header(&mut out, name, kind.as_str(), help);
-                }
-                out.push_str(name);
-                out.push('{');
-                write_labels(&mut out, base, &extra);
-                let _ = writeln!(out, "}} {v} {ts}");
+                f.push(metrics::Labels::shared(Some(base.clone()), extra), v, ts);
             }
         }
+        if !f.samples.is_empty() {
+            out.push(f);
+        }
     }
-    header(
-        &mut out,
+    let mut seen = Family::new(
         "container_last_seen",
-        "gauge",
+        Kind::Gauge,
         "Last time a container was seen by the exporter",
     );
     for base in &labels {
-        out.push_str("container_last_seen{");
-        write_labels(&mut out, base, &[]);
-        let _ = writeln!(out, "}} {} {ts}", ts / 1000);
+        let at = (snap.timestamp_ms / 1000) as f64;
+        seen.push(
+            metrics::Labels::shared(Some(base.clone()), Vec::new()),
+            at,
+            ts,
+        );
     }
+    out.push(seen);
     let m = &snap.machine;
     // kubelet's cAdvisor labels machine_* with boot_id and system_uuid.
-    let mut ml = BTreeMap::new();
-    ml.insert("boot_id", m.boot_id.as_str());
-    ml.insert("system_uuid", m.system_uuid.as_str());
-    let ml: Vec<String> = ml
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    let ml = ml.join(",");
-    header(
-        &mut out,
-        "machine_cpu_cores",
-        "gauge",
-        "Number of logical CPU cores.",
-    );
-    let _ = writeln!(out, "machine_cpu_cores{{{ml}}} {}", m.cores);
-    header(
-        &mut out,
-        "machine_memory_bytes",
-        "gauge",
-        "Amount of memory installed on the machine.",
-    );
-    let _ = writeln!(out, "machine_memory_bytes{{{ml}}} {}", m.memory_bytes);
-    header(
-        &mut out,
-        "machine_cpu_physical_cores",
-        "gauge",
-        "Number of physical CPU cores.",
-    );
-    let _ = writeln!(
-        out,
-        "machine_cpu_physical_cores{{{ml}}} {}",
-        m.physical_cores
-    );
-    header(
-        &mut out,
-        "machine_cpu_sockets",
-        "gauge",
-        "Number of CPU sockets.",
-    );
-    let _ = writeln!(out, "machine_cpu_sockets{{{ml}}} {}", m.sockets);
-    header(
-        &mut out,
-        "machine_swap_bytes",
-        "gauge",
-        "Amount of swap memory available on the machine.",
-    );
-    let _ = writeln!(out, "machine_swap_bytes{{{ml}}} {}", m.swap_bytes);
-    header(
-        &mut out,
+    let machine = |name, help, v: u64| {
+        let mut f = Family::new(name, Kind::Gauge, help);
+        let labels = metrics::Labels::new(vec![
+            ("boot_id", m.boot_id.clone()),
+            ("system_uuid", m.system_uuid.clone()),
+        ]);
+        f.push(labels, v as f64, None);
+        f
+    };
+    out.extend([
+        machine("machine_cpu_cores", "Number of logical CPU cores.", m.cores),
+        machine(
+            "machine_memory_bytes",
+            "Amount of memory installed on the machine.",
+            m.memory_bytes,
+        ),
+        machine(
+            "machine_cpu_physical_cores",
+            "Number of physical CPU cores.",
+            m.physical_cores,
+        ),
+        machine("machine_cpu_sockets", "Number of CPU sockets.", m.sockets),
+        machine(
+            "machine_swap_bytes",
+            "Amount of swap memory available on the machine.",
+            m.swap_bytes,
+        ),
+    ]);
+    let error = |name, help, failed: bool| {
+        let mut f = Family::new(name, Kind::Gauge, help);
+        f.push(
+            metrics::Labels::default(),
+            f64::from(u8::from(failed)),
+            None,
+        );
+        f
+    };
+    out.push(error(
         "container_scrape_error",
-        "gauge",
         "1 if there was an error while getting container metrics, 0 otherwise",
-    );
-    let _ = writeln!(
-        out,
-        "container_scrape_error {}",
-        u8::from(snap.scrape_error)
-    );
-    header(
-        &mut out,
+        snap.scrape_error,
+    ));
+    out.push(error(
         "machine_scrape_error",
-        "gauge",
         "1 if there was an error while getting machine metrics, 0 otherwise.",
-    );
-    let _ = writeln!(out, "machine_scrape_error 0");
+        false,
+    ));
     out
 }
 
@@ -637,7 +578,7 @@ mod tests {
             timestamp_ms: 1_700_000_123_456,
             scrape_error: false,
         };
-        let text = render(&snap);
+        let text = crate::metrics::Format::Text.encode(&render(&snap));
         assert!(text.contains(
             "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.\n\
              # TYPE container_cpu_usage_seconds_total counter\n\

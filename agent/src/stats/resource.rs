@@ -1,144 +1,120 @@
 //! `/metrics/resource`: what metrics-server scrapes, kubelet's STABLE
 //! names, from the same snapshot as `/metrics/cadvisor`. Pure.
 
-use std::fmt::Write;
-
-use crate::metrics::{escape, header};
+use crate::metrics::{Family, Kind, Labels};
 use crate::stats::cadvisor::{Entry, Snapshot, secs};
 
 /// `/metrics/resource` (what metrics-server scrapes), kubelet's names,
 /// help texts and labels: node, pod and container CPU and working set,
 /// container start times, `resource_scrape_error`.
-pub fn render(snap: &Snapshot) -> String {
-    let mut out = String::new();
-    let ts = snap.timestamp_ms;
+pub fn render(snap: &Snapshot) -> Vec<Family> {
+    let ts = Some(snap.timestamp_ms);
     let mut entries: Vec<&Entry> = snap.entries.iter().collect();
     entries.sort_by(|a, b| a.labels.cmp(&b.labels));
-    let containers: Vec<&&Entry> = entries
+    let containers: Vec<&Entry> = entries
         .iter()
+        .copied()
         .filter(|e| !e.labels.container.is_empty())
         .collect();
-    let pods: Vec<&&Entry> = entries
+    let pods: Vec<&Entry> = entries
         .iter()
+        .copied()
         .filter(|e| e.labels.container.is_empty() && !e.labels.pod.is_empty())
         .collect();
     let root = entries.iter().find(|e| e.labels.id == "/");
-    let cl = |e: &Entry| {
-        format!(
-            "container=\"{}\",namespace=\"{}\",pod=\"{}\"",
-            escape(&e.labels.container),
-            escape(&e.labels.namespace),
-            escape(&e.labels.pod)
-        )
+    let container = |e: &Entry| {
+        Labels::new(vec![
+            ("container", e.labels.container.clone()),
+            ("namespace", e.labels.namespace.clone()),
+            ("pod", e.labels.pod.clone()),
+        ])
     };
-    let pl = |e: &Entry| {
-        format!(
-            "namespace=\"{}\",pod=\"{}\"",
-            escape(&e.labels.namespace),
-            escape(&e.labels.pod)
-        )
+    let pod = |e: &Entry| {
+        Labels::new(vec![
+            ("namespace", e.labels.namespace.clone()),
+            ("pod", e.labels.pod.clone()),
+        ])
     };
-    header(
-        &mut out,
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-    );
-    for e in &containers {
-        let _ = writeln!(
-            out,
-            "container_cpu_usage_seconds_total{{{}}} {} {ts}",
-            cl(e),
-            secs(e.stats.cpu.usage_ns)
-        );
-    }
-    header(
-        &mut out,
-        "container_memory_working_set_bytes",
-        "gauge",
-        "[STABLE] Current working set of the container in bytes",
-    );
-    for e in &containers {
-        let _ = writeln!(
-            out,
-            "container_memory_working_set_bytes{{{}}} {} {ts}",
-            cl(e),
-            e.stats.memory.working_set
-        );
-    }
-    header(
-        &mut out,
-        "container_start_time_seconds",
-        "gauge",
-        "[STABLE] Start time of the container since unix epoch in seconds",
-    );
-    for e in &containers {
-        let _ = writeln!(
-            out,
-            "container_start_time_seconds{{{}}} {} {ts}",
-            cl(e),
-            e.start_time
-        );
-    }
+    let family = |name,
+                  kind,
+                  help,
+                  of: &[&Entry],
+                  labels: &dyn Fn(&Entry) -> Labels,
+                  v: fn(&Entry) -> f64| {
+        let mut f = Family::new(name, kind, help);
+        for e in of {
+            f.push(labels(e), v(e), ts);
+        }
+        f
+    };
+    let mut out = vec![
+        family(
+            "container_cpu_usage_seconds_total",
+            Kind::Counter,
+            "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+            &containers,
+            &container,
+            |e| secs(e.stats.cpu.usage_ns),
+        ),
+        family(
+            "container_memory_working_set_bytes",
+            Kind::Gauge,
+            "[STABLE] Current working set of the container in bytes",
+            &containers,
+            &container,
+            |e| e.stats.memory.working_set as f64,
+        ),
+        family(
+            "container_start_time_seconds",
+            Kind::Gauge,
+            "[STABLE] Start time of the container since unix epoch in seconds",
+            &containers,
+            &container,
+            |e| e.start_time,
+        ),
+    ];
     if let Some(r) = root {
-        header(
-            &mut out,
+        let node = |_: &Entry| Labels::default();
+        out.push(family(
             "node_cpu_usage_seconds_total",
-            "counter",
+            Kind::Counter,
             "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
-        );
-        let _ = writeln!(
-            out,
-            "node_cpu_usage_seconds_total {} {ts}",
-            secs(r.stats.cpu.usage_ns)
-        );
-        header(
-            &mut out,
+            &[r],
+            &node,
+            |e| secs(e.stats.cpu.usage_ns),
+        ));
+        out.push(family(
             "node_memory_working_set_bytes",
-            "gauge",
+            Kind::Gauge,
             "[STABLE] Current working set of the node in bytes",
-        );
-        let _ = writeln!(
-            out,
-            "node_memory_working_set_bytes {} {ts}",
-            r.stats.memory.working_set
-        );
+            &[r],
+            &node,
+            |e| e.stats.memory.working_set as f64,
+        ));
     }
-    header(
-        &mut out,
+    out.push(family(
         "pod_cpu_usage_seconds_total",
-        "counter",
+        Kind::Counter,
         "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-    );
-    for e in &pods {
-        let _ = writeln!(
-            out,
-            "pod_cpu_usage_seconds_total{{{}}} {} {ts}",
-            pl(e),
-            secs(e.stats.cpu.usage_ns)
-        );
-    }
-    header(
-        &mut out,
+        &pods,
+        &pod,
+        |e| secs(e.stats.cpu.usage_ns),
+    ));
+    out.push(family(
         "pod_memory_working_set_bytes",
-        "gauge",
+        Kind::Gauge,
         "[STABLE] Current working set of the pod in bytes",
-    );
-    for e in &pods {
-        let _ = writeln!(
-            out,
-            "pod_memory_working_set_bytes{{{}}} {} {ts}",
-            pl(e),
-            e.stats.memory.working_set
-        );
-    }
-    header(
-        &mut out,
+        &pods,
+        &pod,
+        |e| e.stats.memory.working_set as f64,
+    ));
+    let mut error = Family::new(
         "resource_scrape_error",
-        "gauge",
+        Kind::Gauge,
         "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
     );
-    let _ = writeln!(out, "resource_scrape_error {}", u8::from(root.is_none()));
+    error.push(Labels::default(), f64::from(u8::from(root.is_none())), None);
+    out.push(error);
     out
 }
 
@@ -179,7 +155,7 @@ mod tests {
             timestamp_ms: 7,
             ..Default::default()
         };
-        let text = render(&snap);
+        let text = crate::metrics::Format::Text.encode(&render(&snap));
         for want in [
             "container_cpu_usage_seconds_total{container=\"web\",namespace=\"default\",pod=\"p\"} 2 7\n",
             "container_memory_working_set_bytes{container=\"web\",namespace=\"default\",pod=\"p\"} 100 7\n",
