@@ -175,17 +175,35 @@ async fn a_pod_gets_a_sandbox_and_its_container_and_runs() {
     assert!(reasons.contains(&"Started".to_string()), "{reasons:?}");
 }
 
+/// Calls that make, start, stop or remove something.
+fn changes(fake: &FakeCri) -> Vec<&'static str> {
+    let changing = [
+        "RunPodSandbox",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "PullImage",
+    ];
+    let st = fake.state();
+    st.calls
+        .iter()
+        .copied()
+        .filter(|c| changing.contains(c))
+        .collect()
+}
+
 /// A sync that only the clock woke plans from the worker's last
 /// observation, as kubelet's pod cache spares its periodic syncs the
-/// runtime: no status is read while nothing reports a change; a wake (PLEG,
-/// here by hand) observes again.
-#[tokio::test]
-async fn clock_woken_syncs_read_no_status_until_something_wakes_the_worker() {
+/// runtime: statuses are read again only once the observation is 5 minutes
+/// old, or when something wakes the worker (PLEG, here by hand). In paused
+/// time: an hour of syncs.
+#[tokio::test(start_paused = true)]
+async fn clock_woken_syncs_read_statuses_every_five_minutes_or_when_woken() {
     let fake = FakeCri::start().await;
-    let s = setup_config(&fake, None, |c| {
-        c.sync_frequency = Duration::from_millis(100);
-    })
-    .await;
+    let s = setup(&fake).await;
     let p = pod("web", "Always", "sleep");
     let uid = p.metadata.uid.clone().expect("uid");
     s.workers.update(&desired(&[&p]));
@@ -198,14 +216,81 @@ async fn clock_woken_syncs_read_no_status_until_something_wakes_the_worker() {
             .filter(|c| matches!(**c, "PodSandboxStatus" | "ContainerStatus"))
             .count()
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // PLEG's first relists see the new container and wake the worker.
+    tokio::time::sleep(Duration::from_secs(30)).await;
     fake.state().calls.clear();
-    // About ten syncs of syncFrequency.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(reads(&fake), 0, "{:?}", fake.state().calls);
+    // Sixty syncs of the default syncFrequency (1 m); PLEG relists every
+    // 10 s beside its event stream.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let calls = fake.state().calls.clone();
+    // Twelve observations of a sandbox and a container, not sixty.
+    let read = reads(&fake);
+    assert!((22..=26).contains(&read), "{read} status reads in an hour");
+    let relists = calls.iter().filter(|c| **c == "ListContainers").count();
+    assert!(relists >= 300, "PLEG relisted {relists} times");
     assert_eq!(phase(&s.statuses, &uid), "Running");
+    fake.state().calls.clear();
     s.workers.notify(&uid);
     eventually("a fresh observation", || reads(&fake) >= 2).await;
+}
+
+/// A running pod through an hour of syncs and relists (paused time): the
+/// same sandbox and container, nothing made, stopped or pulled again.
+#[tokio::test(start_paused = true)]
+async fn a_running_pod_is_left_alone_through_an_hour_of_syncs() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let p = pod("web", "Always", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    let made = changes(&fake);
+    let ids: Vec<String> = fake
+        .containers_named("main")
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    for minute in 0..60 {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // The desired set arrives again, as each source resends it.
+        s.workers.update(&desired(&[&p]));
+        assert_eq!(changes(&fake), made, "minute {minute}");
+    }
+    let now: Vec<String> = fake
+        .containers_named("main")
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(now, ids);
+    assert_eq!(phase(&s.statuses, &uid), "Running");
+}
+
+/// Completed pods through an hour of syncs (paused time): `Never` after a
+/// failure and `OnFailure` after a success run nothing again and stay in
+/// their final phase; `OnFailure` after a failure does restart (so the
+/// hour would show a wrong rerun).
+#[tokio::test(start_paused = true)]
+async fn completed_pods_are_not_run_again_through_an_hour_of_syncs() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let never = pod("never", "Never", "'false'");
+    let done = pod("done", "OnFailure", "'true'");
+    let uids = [&never, &done].map(|p| p.metadata.uid.clone().expect("uid"));
+    let pods = desired(&[&never, &done]);
+    s.workers.update(&pods);
+    eventually("both final", || {
+        phase(&s.statuses, &uids[0]) == "Failed" && phase(&s.statuses, &uids[1]) == "Succeeded"
+    })
+    .await;
+    let starts = || fake.state().starts.len();
+    assert_eq!(starts(), 2);
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        s.workers.update(&pods);
+    }
+    assert_eq!(starts(), 2, "{:?}", fake.state().starts);
+    assert_eq!(phase(&s.statuses, &uids[0]), "Failed");
+    assert_eq!(phase(&s.statuses, &uids[1]), "Succeeded");
 }
 
 /// A pod whose sandbox cannot be made is Pending in the status with why

@@ -105,7 +105,7 @@ pub struct Worker {
     started_any: bool,
     /// When the pod's configMap/secret/projected volumes were last written
     /// (they are refreshed every syncFrequency while the pod runs).
-    volumes_written: Option<std::time::Instant>,
+    volumes_written: Option<tokio::time::Instant>,
     /// The eviction, once the eviction manager evicted the pod.
     evicted: watch::Receiver<Option<Eviction>>,
     /// What the last sync saw, and when. A sync that only the clock woke
@@ -113,7 +113,7 @@ pub struct Worker {
     /// pod's containers or sandbox wakes the worker (PLEG, the event
     /// stream), as kubelet's pod cache spares its periodic syncs the
     /// runtime. Older than [`OBSERVED_MAX_AGE`], it is observed again.
-    observed: Option<(Observed, std::time::Instant)>,
+    observed: Option<(Observed, tokio::time::Instant)>,
 }
 
 /// How long a clock-woken sync may plan from the last observation: at most
@@ -282,7 +282,7 @@ impl Worker {
         let cri = self.shared.cri.clone();
         let (observed, observed_at) = match self.observed.take() {
             Some((o, at)) if !woken && at.elapsed() < OBSERVED_MAX_AGE => (o, at),
-            _ => (cri.observe(&self.uid).await?, std::time::Instant::now()),
+            _ => (cri.observe(&self.uid).await?, tokio::time::Instant::now()),
         };
         if let Some(oldest) = observed.sandboxes.last() {
             self.start_time = self.start_time.min(oldest.created_at);
@@ -306,7 +306,7 @@ impl Worker {
         self.record_waits(&pod, &actions.waits);
         self.refresh_volumes(&pod, &observed).await;
         let (observed, observed_at) = if acted {
-            (cri.observe(&self.uid).await?, std::time::Instant::now())
+            (cri.observe(&self.uid).await?, tokio::time::Instant::now())
         } else {
             (observed, observed_at)
         };

@@ -153,13 +153,13 @@ impl Worker {
             event::PULLING_IMAGE,
             &format!("Pulling image {image:?}"),
         );
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let sandbox = cri_config::sandbox_config(pod, 0, &self.sandbox_env());
         // kubelet's puller: each credential the pull secrets have for this
         // image in turn, the last error if none works; anonymous without.
         let creds = self.pull_credentials(pod, c, &image).await;
         let turn = self.shared.pull_gate.acquire().await;
-        let pulling = std::time::Instant::now();
+        let pulling = tokio::time::Instant::now();
         let mut pulled = cri.pull_image(&image, creds.first(), sandbox.clone()).await;
         for cred in creds.iter().skip(1) {
             if pulled.is_ok() {
@@ -347,7 +347,7 @@ impl Worker {
         if !due || !projected || observed.sandboxes.is_empty() {
             return;
         }
-        self.volumes_written = Some(std::time::Instant::now());
+        self.volumes_written = Some(tokio::time::Instant::now());
         let written = match self.fetch_objects(pod).await {
             Ok(objects) => self.project(pod, &objects).and_then(|files| {
                 Ok(volumes::write_projected(
@@ -424,7 +424,7 @@ impl Worker {
             })
             .and_then(|v| Ok((v, self.etc_hosts(pod, host_network, hosts_ip)?)));
         if !projected.is_empty() {
-            self.volumes_written = Some(std::time::Instant::now());
+            self.volumes_written = Some(tokio::time::Instant::now());
         }
         let (vols, etc_hosts) = match prepared {
             Ok(v) => v,

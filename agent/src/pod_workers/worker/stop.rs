@@ -59,7 +59,7 @@ impl Worker {
     pub(super) async fn kill_containers(&self, list: &[Stop<'_>]) {
         let mut set = tokio::task::JoinSet::new();
         let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(STOPS_AT_ONCE));
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         for (c, why, own_grace) in list {
             let grace = own_grace.unwrap_or_else(|| self.grace());
             let spec_c = self.pod.as_ref().and_then(|p| {
