@@ -239,13 +239,20 @@ impl Remote {
     }
 
     pub fn err(&self, kind: Kind, what: impl std::fmt::Display) -> Error {
-        Error {
+        Error::new(
             kind,
-            message: format!(
+            format!(
                 "{} ({}): {what}",
                 self.reference, self.conn.endpoint.authority
             ),
-        }
+        )
+    }
+
+    /// A file of the pull (a blob being downloaded) failed: the path, and
+    /// the I/O error as the source.
+    pub fn file_err(&self, path: &std::path::Path, e: std::io::Error) -> Error {
+        self.err(Kind::Other, format_args!("{}: {e}", path.display()))
+            .caused_by(e)
     }
 
     fn url_path(&self, tail: &str) -> String {

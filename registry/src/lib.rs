@@ -120,12 +120,45 @@ pub enum Kind {
 }
 
 /// A pull error: its message names the reference, the registry (endpoint)
-/// and the HTTP status or reason.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
+/// and the HTTP status or reason; an I/O or store error underneath stays
+/// its source (its `io::ErrorKind` kept).
+#[derive(Debug, Clone)]
 pub struct Error {
     pub kind: Kind,
     pub message: String,
+    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    /// The error itself (an `io::Error` downcasts), not its `Arc`.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, caused by `source`.
+    #[must_use]
+    pub fn caused_by(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
 }
 
 #[cfg(test)]

@@ -86,17 +86,11 @@ impl std::fmt::Debug for Puller {
 }
 
 fn store_err(e: images::Error) -> Error {
-    Error {
-        kind: Kind::Other,
-        message: e.to_string(),
-    }
+    Error::new(Kind::Other, e.to_string()).caused_by(e)
 }
 
 fn join_err(e: tokio::task::JoinError) -> Error {
-    Error {
-        kind: Kind::Other,
-        message: format!("pull task failed: {e}"),
-    }
+    Error::new(Kind::Other, format!("pull task failed: {e}")).caused_by(e)
 }
 
 impl Puller {
@@ -119,10 +113,8 @@ impl Puller {
             .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len()));
         let mut cur = self.registries.lock().unwrap_or_else(|p| p.into_inner());
         if cur.0 != stamp {
-            let parsed = Registries::load(path).map_err(|e| Error {
-                kind: Kind::Other,
-                message: e.to_string(),
-            })?;
+            let parsed = Registries::load(path)
+                .map_err(|e| Error::new(Kind::Other, e.to_string()).caused_by(e))?;
             tracing::info!(path = %path.display(), "registry configuration loaded");
             *cur = (stamp, Arc::new(parsed));
         }
@@ -201,9 +193,11 @@ impl Puller {
     ) -> Result<(Remote, bool), Error> {
         let host = registries.host(&attempt.endpoint.authority);
         let name = reference.to_string();
-        let bad = |message: &dyn std::fmt::Display| Error {
-            kind: Kind::Other,
-            message: format!("{name} ({}): {message}", attempt.endpoint.authority),
+        let bad = |message: &dyn std::fmt::Display| {
+            Error::new(
+                Kind::Other,
+                format!("{name} ({}): {message}", attempt.endpoint.authority),
+            )
         };
         // CRI's credentials (else the docker config's) are for the image's
         // registry, also when a mirror entry serves its own address; other
@@ -404,17 +398,18 @@ fn combine(failures: Vec<Error>) -> Error {
         Kind::Unreachable => 2,
         Kind::NotFound => 3,
     };
-    let kind = failures
-        .iter()
-        .map(|e| e.kind)
-        .min_by_key(|k| rank(*k))
-        .unwrap_or(Kind::NotFound);
+    let telling = failures.iter().min_by_key(|e| rank(e.kind));
     let message = failures
         .iter()
         .map(|e| e.message.as_str())
         .collect::<Vec<_>>()
         .join("; ");
-    Error { kind, message }
+    Error {
+        kind: telling.map_or(Kind::NotFound, |e| e.kind),
+        message,
+        // The cause of the failure that names the kind.
+        source: telling.and_then(|e| e.source.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -423,10 +418,7 @@ mod tests {
 
     #[test]
     fn the_most_telling_failure_names_the_kind() {
-        let e = |kind, m: &str| Error {
-            kind,
-            message: m.into(),
-        };
+        let e = |kind, m: &str| Error::new(kind, m);
         let all = combine(vec![
             e(Kind::NotFound, "mirror: 404"),
             e(Kind::Unreachable, "upstream: dial"),
@@ -436,5 +428,19 @@ mod tests {
         let auth = combine(vec![e(Kind::Unreachable, "a"), e(Kind::Unauthorized, "b")]);
         assert_eq!(auth.kind, Kind::Unauthorized);
         assert_eq!(combine(vec![e(Kind::NotFound, "x")]).kind, Kind::NotFound);
+    }
+
+    #[test]
+    fn the_cause_of_the_telling_failure_stays_its_source() {
+        let disk = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let all = combine(vec![
+            Error::new(Kind::NotFound, "mirror: 404"),
+            Error::new(Kind::Other, "upstream: blob: no space").caused_by(disk),
+        ]);
+        assert_eq!(all.kind, Kind::Other);
+        let io = std::error::Error::source(&all)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the io::Error");
+        assert_eq!(io.kind(), std::io::ErrorKind::StorageFull);
     }
 }

@@ -73,7 +73,7 @@ impl Puller {
                 tokio::task::spawn_blocking(move || store.unpack_layer(&digest, &diff_id))
                     .await
                     .map_err(join_err)?
-                    .map_err(|e| remote.err(Kind::Other, e))?;
+                    .map_err(|e| remote.err(Kind::Other, &e).caused_by(e))?;
                 progress.layers_done.fetch_add(1, Ordering::Relaxed);
                 Ok::<(), Error>(())
             });
@@ -96,7 +96,7 @@ impl Puller {
         })
         .await
         .map_err(join_err)?
-        .map_err(|e| remote.err(Kind::Other, e))?;
+        .map_err(|e| remote.err(Kind::Other, &e).caused_by(e))?;
         drop(lease);
         Ok(rec)
     }
@@ -175,7 +175,7 @@ impl Puller {
                 Some((h, n)) if n == have => (h, n),
                 _ => hash_prefix(path.clone(), have)
                     .await
-                    .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?,
+                    .map_err(|e| remote.file_err(&path, e))?,
             };
             if have > reported {
                 progress.done.fetch_add(have - reported, Ordering::Relaxed);
@@ -241,7 +241,7 @@ impl Puller {
                     .truncate(!append)
                     .open(&path)
                     .await
-                    .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
+                    .map_err(|e| remote.file_err(&path, e))?;
                 let mut body = resp.into_body();
                 let broke = loop {
                     let frame = match tokio::time::timeout(IDLE_TIMEOUT, body.frame()).await {
@@ -264,7 +264,7 @@ impl Puller {
                     hasher.update(&data);
                     file.write_all(&data)
                         .await
-                        .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
+                        .map_err(|e| remote.file_err(&path, e))?;
                     have += data.len() as u64;
                     progress
                         .done
@@ -274,9 +274,7 @@ impl Puller {
                         .fetch_add(data.len() as u64, Ordering::Relaxed);
                     reported = have;
                 };
-                file.flush()
-                    .await
-                    .map_err(|e| remote.err(Kind::Other, format!("{}: {e}", path.display())))?;
+                file.flush().await.map_err(|e| remote.file_err(&path, e))?;
                 drop(file);
                 // With every byte here, however the stream ended, check them.
                 if have < size {

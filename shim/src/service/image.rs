@@ -111,12 +111,12 @@ pub(crate) async fn pull(
     let parsed = images::Reference::parse(reference).ok();
     let Some(parsed) = parsed.filter(|_| !is_image_id(reference)) else {
         return Err(match present {
-            Some(_) => Error::Pull(registry::Error {
-                kind: registry::Kind::Unauthorized,
-                message: format!(
+            Some(_) => Error::Pull(registry::Error::new(
+                registry::Kind::Unauthorized,
+                format!(
                     "image {reference} was pulled with other credentials: pull it by name with credentials its registry accepts"
                 ),
-            }),
+            )),
             None => Error::NotFound(format!(
                 "image {reference:?} is not in the store, and an image ID cannot be pulled"
             )),
