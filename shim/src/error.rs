@@ -73,6 +73,18 @@ pub enum Error {
         op: &'static str,
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Post-fork code failed (the container's monitor or init): its
+    /// report, a `host::ChildError` (boxed as `host`'s errors arrive here;
+    /// [`Error::child_report`] reaches it), the errno it carried as the
+    /// source (an `io::Error`, its kind kept), and the ERROR lines of the
+    /// monitor's log (with a leading space, or empty).
+    #[error("internal error: create container: {report}{log}")]
+    Child {
+        report: Box<dyn std::error::Error + Send + Sync>,
+        #[source]
+        errno: Option<std::io::Error>,
+        log: String,
+    },
     /// Pod networking: a bad CNI config, a plugin that failed.
     #[error("pod network: {0}")]
     Cni(#[from] crate::cni::CniError),
@@ -109,6 +121,33 @@ impl Error {
     pub fn task(op: impl Into<String>) -> impl FnOnce(tokio::task::JoinError) -> Error {
         let op = op.into();
         move |source| Error::Task { op, source }
+    }
+
+    /// What post-fork code reported (`report`, with its `errno`), and the
+    /// ERROR lines of the monitor's log.
+    pub fn child(
+        report: impl std::error::Error + Send + Sync + 'static,
+        errno: Option<i32>,
+        log: &str,
+    ) -> Error {
+        let log = log.trim();
+        Error::Child {
+            report: Box::new(report),
+            errno: errno.map(std::io::Error::from_raw_os_error),
+            log: if log.is_empty() {
+                String::new()
+            } else {
+                format!(" {log}")
+            },
+        }
+    }
+
+    /// The report of post-fork code, for a caller that knows its type.
+    pub fn child_report<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        match self {
+            Error::Child { report, .. } => report.downcast_ref(),
+            _ => None,
+        }
     }
 
     /// `.map_err(Error::sys("mount rootfs at", &dir))`.
@@ -163,6 +202,7 @@ impl From<Error> for Status {
             | Error::Corrupt { .. }
             | Error::Task { .. }
             | Error::Host { .. }
+            | Error::Child { .. }
             | Error::Internal(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
@@ -195,6 +235,31 @@ mod tests {
         let s: Status = Error::Unimplemented("RunPodSandbox").into();
         assert_eq!(s.code(), Code::Unimplemented);
         assert!(s.message().contains("RunPodSandbox"));
+    }
+
+    #[test]
+    fn a_child_error_keeps_its_errno_kind_and_the_log() {
+        use crate::host::ChildError;
+        let report = ChildError::errno_at("mount", "/proc on /x")(nix::Error::ENOENT);
+        let e = Error::child(report.clone(), report.errno, " ERROR one | ERROR two ");
+        let source = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .map(std::io::Error::kind);
+        assert_eq!(source, Some(std::io::ErrorKind::NotFound));
+        assert_eq!(e.child_report::<ChildError>(), Some(&report));
+        let s: Status = e.into();
+        assert_eq!(s.code(), Code::Internal);
+        assert_eq!(
+            s.message(),
+            "internal error: create container: mount /proc on /x: \
+             No such file or directory (os error 2) ERROR one | ERROR two"
+        );
+        let bare = Error::child(ChildError::invalid("process.args", "empty"), None, "");
+        assert!(std::error::Error::source(&bare).is_none());
+        assert_eq!(
+            bare.to_string(),
+            "internal error: create container: process.args: empty"
+        );
     }
 
     #[test]

@@ -19,9 +19,14 @@ pub(crate) fn hierarchy() -> Option<&'static cgroup::Hierarchy> {
 /// (`init::supported`).
 pub(crate) fn resources(
     r: &oci_spec::runtime::LinuxResources,
-) -> Result<cgroup::container::Resources, String> {
+) -> Result<cgroup::container::Resources, super::ChildError> {
     let mut out = cgroup::container::Resources::default();
-    let refuse = |field: &str| Err(format!("linux.resources.{field}: not written by picolet"));
+    let refuse = |field: &str| {
+        Err(super::ChildError::invalid(
+            format!("linux.resources.{field}"),
+            "not written by picolet",
+        ))
+    };
     if r.block_io().is_some() {
         return refuse("blockIO");
     }
@@ -63,8 +68,9 @@ pub(crate) fn resources(
     for h in r.hugepage_limits().iter().flatten() {
         let size = h.page_size();
         if size.is_empty() || !size.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return Err(format!(
-                "linux.resources.hugepageLimits: page size {size:?}"
+            return Err(super::ChildError::invalid(
+                "linux.resources.hugepageLimits",
+                format!("page size {size:?}"),
             ));
         }
         out.hugepages.push((size.clone(), h.limit()));
@@ -198,7 +204,7 @@ mod tests {
                 "hugepageLimits",
             ),
         ] {
-            let e = resources(&oci(v)).expect_err(field);
+            let e = resources(&oci(v)).expect_err(field).to_string();
             assert!(e.contains(field), "{e}");
         }
     }

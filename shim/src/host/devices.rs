@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use cgroup::devices::{self, Kind, Policy, Rule};
 use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceType, Spec};
 
+use super::ChildError;
+
 /// One OCI rule; `Ok(None)` for a rule with no cgroup meaning (type `p`).
-pub(crate) fn rule(i: usize, d: &LinuxDeviceCgroup) -> Result<Option<Rule>, String> {
+pub(crate) fn rule(i: usize, d: &LinuxDeviceCgroup) -> Result<Option<Rule>, ChildError> {
     let field = |f: &str| format!("linux.resources.devices[{i}].{f}");
     let kind = match d.typ().unwrap_or_default() {
         LinuxDeviceType::A => None,
@@ -24,24 +26,21 @@ pub(crate) fn rule(i: usize, d: &LinuxDeviceCgroup) -> Result<Option<Rule>, Stri
         Some(n) if n < 0 => Ok(None),
         Some(n) => u32::try_from(n)
             .map(Some)
-            .map_err(|_| format!("{}: {n} is out of range", field(f))),
+            .map_err(|_| ChildError::invalid(field(f), format!("{n} is out of range"))),
     };
     Ok(Some(Rule {
         allow: d.allow(),
         kind,
         major: number(d.major(), "major")?,
         minor: number(d.minor(), "minor")?,
-        access: d
-            .access()
-            .as_deref()
-            .unwrap_or("")
-            .parse()
-            .map_err(|e| format!("{}: {e}", field("access")))?,
+        access: d.access().as_deref().unwrap_or("").parse().map_err(
+            |e: devices::AccessError| ChildError::invalid(field("access"), e.to_string()),
+        )?,
     }))
 }
 
 /// The policy for `spec`: its rules, then the runtime's defaults.
-pub fn policy(spec: &Spec) -> Result<Policy, String> {
+pub fn policy(spec: &Spec) -> Result<Policy, ChildError> {
     let mut rules = Vec::new();
     let listed = spec
         .linux()
@@ -72,9 +71,9 @@ pub fn v2_dir(cgroup: &str) -> Option<PathBuf> {
 const V2_ROOT: &str = "/sys/fs/cgroup";
 
 /// Attaches the spec's device program to `dir` (a v2 cgroup directory).
-pub fn restrict(spec: &Spec, dir: &Path) -> Result<(), String> {
+pub fn restrict(spec: &Spec, dir: &Path) -> Result<(), ChildError> {
     let policy = policy(spec)?;
-    devices::attach(dir, &policy).map_err(|e| format!("device rules: {e}"))
+    devices::attach(dir, &policy).map_err(ChildError::io("attach the device rules to", dir))
 }
 
 #[cfg(test)]
@@ -122,12 +121,14 @@ mod tests {
         let e = policy(&spec(serde_json::json!([
             {"allow": true, "type": "c", "major": 1, "minor": 3, "access": "rwx"}
         ])))
-        .expect_err("a bad rule");
+        .expect_err("a bad rule")
+        .to_string();
         assert!(e.starts_with("linux.resources.devices[0].access"), "{e}");
         let e = policy(&spec(serde_json::json!([
             {"allow": true, "type": "c", "major": 5_000_000_000i64, "access": "r"}
         ])))
-        .expect_err("a bad rule");
+        .expect_err("a bad rule")
+        .to_string();
         assert!(
             e.contains("devices[0].major: 5000000000 is out of range"),
             "{e}"

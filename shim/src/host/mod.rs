@@ -4,6 +4,7 @@
 //! children.
 
 pub mod cgroupfs;
+pub mod child_error;
 pub mod devices;
 pub mod exe;
 pub mod mountinfo;
@@ -11,6 +12,8 @@ pub mod pidfd;
 pub mod users;
 
 use nix::sys::signal::SigSet;
+
+pub use child_error::ChildError;
 
 /// Field 22 of /proc/<pid>/stat: start time in clock ticks since boot.
 pub fn proc_start_time(pid: i32) -> Option<u64> {
@@ -101,7 +104,7 @@ pub fn release_stack_below() {
 /// shim may have ignored others. Called right before exec, in the
 /// container's init too (`nsexec::become_the_container`).
 #[allow(unsafe_code)]
-pub(crate) fn reset_signals() -> Result<(), String> {
+pub(crate) fn reset_signals() -> Result<(), ChildError> {
     // The raw syscall: libc refuses its own reserved signals (32–34), which
     // can still arrive ignored. SIG_DFL with no flags, restorer or mask is an
     // all-zero kernel `struct sigaction` on both x86_64 and aarch64.
@@ -124,14 +127,14 @@ pub(crate) fn reset_signals() -> Result<(), String> {
     }
     SigSet::empty()
         .thread_set_mask()
-        .map_err(|e| format!("signal mask: {e}"))
+        .map_err(ChildError::errno("set the signal mask"))
 }
 
 /// Sends `fd` over the unix socket `sock` (SCM_RIGHTS), with one byte.
 pub fn send_fd(
     sock: std::os::fd::BorrowedFd<'_>,
     fd: std::os::fd::BorrowedFd<'_>,
-) -> Result<(), String> {
+) -> Result<(), ChildError> {
     use std::os::fd::AsRawFd;
     let fds = [fd.as_raw_fd()];
     let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
@@ -144,7 +147,7 @@ pub fn send_fd(
         None,
     )
     .map(|_| ())
-    .map_err(|e| format!("send the terminal: {e}"))
+    .map_err(ChildError::errno("send the terminal"))
 }
 
 /// Receives a descriptor sent over the unix socket `sock` (SCM_RIGHTS);
@@ -291,18 +294,18 @@ pub fn cloexec_from(first: u32) -> std::io::Result<()> {
 /// outside it, and the kernel then reports the path as `(unreachable)…`
 /// (runc's check for CVE-2024-21626).
 #[allow(unsafe_code)]
-pub fn cwd_is_inside_root() -> Result<(), String> {
+pub fn cwd_is_inside_root() -> Result<(), ChildError> {
     let mut buf = [0u8; 4096];
     // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
     let r = unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) };
     if r < 0 {
-        return Err(format!(
-            "the working directory: {}",
-            nix::errno::Errno::last()
-        ));
+        return Err(ChildError::errno("getcwd")(nix::errno::Errno::last()));
     }
     if buf[0] != b'/' {
-        return Err("the working directory is outside the container's root".into());
+        return Err(ChildError::detail(
+            "the working directory",
+            "outside the container's root",
+        ));
     }
     Ok(())
 }

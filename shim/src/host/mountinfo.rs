@@ -81,7 +81,10 @@ pub(crate) struct CgroupDir {
 /// Where the cgroups of a process (its `/proc/<pid>/cgroup`) are, from a
 /// mount table: one directory per hierarchy that is mounted with its root
 /// containing the path (a bind mount of a sub-tree may not).
-pub(crate) fn cgroup_dirs(cgroup: &str, mountinfo: &str) -> Result<Vec<CgroupDir>, String> {
+pub(crate) fn cgroup_dirs(
+    cgroup: &str,
+    mountinfo: &str,
+) -> Result<Vec<CgroupDir>, super::ChildError> {
     let mounts: Vec<(&str, String, Vec<&str>, bool)> = parse(mountinfo)
         .filter_map(|m| match m.fs_type {
             "cgroup2" => Some((m.root, m.mount_point, Vec::new(), true)),
@@ -99,7 +102,11 @@ pub(crate) fn cgroup_dirs(cgroup: &str, mountinfo: &str) -> Result<Vec<CgroupDir
         let mut parts = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
         else {
-            return Err(format!("unexpected /proc/<pid>/cgroup line {line:?}"));
+            return Err(super::ChildError::detail_at(
+                "read",
+                "/proc/<pid>/cgroup",
+                format!("unexpected line {line:?}"),
+            ));
         };
         let wanted: Vec<&str> = controllers.split(',').filter(|c| !c.is_empty()).collect();
         let found = mounts.iter().find_map(|(root, point, opts, v2)| {

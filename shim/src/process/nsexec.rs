@@ -35,6 +35,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, pipe2};
 
+use crate::process::ChildError;
+
 /// Exit code of `monitor exec` when it killed the command on timeout.
 pub const EXEC_TIMEOUT_CODE: i32 = 124 + 128;
 
@@ -109,16 +111,20 @@ pub fn exec(args: ExecArgs) -> i32 {
     run(plan, &args)
 }
 
-fn prepare(args: &ExecArgs) -> Result<Plan, String> {
+fn prepare(args: &ExecArgs) -> Result<Plan, ChildError> {
     let config = args.bundle.join("config.json");
     let spec = oci_spec::runtime::Spec::load(&config)
-        .map_err(|e| format!("load {}: {e}", config.display()))?;
+        .map_err(|e| ChildError::detail_at("load", config.display(), e.to_string()))?;
     let filters = crate::seccomp::seccomp_filters(&args.bundle, &spec)?;
     let mut plan = process_plan(&spec, filters, &args.cmd, args.tty)?;
 
     let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
     if differs(&proc_dir, "user")? {
-        return Err("the container has its own user namespace: not supported".into());
+        return Err(ChildError::detail_at(
+            "join",
+            "the container's user namespace",
+            "not supported",
+        ));
     }
     if differs(&proc_dir, "pid")? {
         plan.pid_ns = Some(open_ns(&proc_dir, "pid")?);
@@ -128,15 +134,21 @@ fn prepare(args: &ExecArgs) -> Result<Plan, String> {
             plan.namespaces.push((*flag, open_ns(&proc_dir, name)?));
         }
     }
-    let cgroup = std::fs::read_to_string(proc_dir.join("cgroup"))
-        .map_err(|e| format!("read {}/cgroup: {e}", proc_dir.display()))?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+    let cgroup_file = proc_dir.join("cgroup");
+    let cgroup =
+        std::fs::read_to_string(&cgroup_file).map_err(ChildError::io("read", &cgroup_file))?;
+    let mountinfo_file = Path::new("/proc/self/mountinfo");
+    let mountinfo =
+        std::fs::read_to_string(mountinfo_file).map_err(ChildError::io("read", mountinfo_file))?;
     plan.cgroup_procs = cgroup_procs(&cgroup, &mountinfo)?;
     // Checked after opening: what we hold belongs to this init, not to a
     // later process that got its pid.
     if args.start_time.is_some() && crate::host::proc_start_time(args.pid) != args.start_time {
-        return Err(format!("container init {} is gone", args.pid));
+        return Err(ChildError::detail_at(
+            "find",
+            format_args!("container init {}", args.pid),
+            "it is gone",
+        ));
     }
     Ok(plan)
 }
@@ -149,14 +161,14 @@ pub(crate) fn process_plan(
     filters: Vec<seccompiler::BpfProgram>,
     argv: &[String],
     tty: bool,
-) -> Result<Plan, String> {
+) -> Result<Plan, ChildError> {
     let process = spec
         .process()
         .clone()
-        .ok_or_else(|| "the spec has no process".to_string())?;
+        .ok_or_else(|| ChildError::invalid("process", "missing from the spec"))?;
     if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
         // The shim's specs set none; applying them is not implemented here.
-        return Err("process.rlimits in the spec: not supported".into());
+        return Err(ChildError::invalid("process.rlimits", "not supported"));
     }
     let user = process.user();
     let mut env: Vec<String> = process.env().clone().unwrap_or_default();
@@ -200,23 +212,30 @@ pub(crate) fn process_plan(
     })
 }
 
-fn cstring(b: &[u8]) -> Result<CString, String> {
-    CString::new(b).map_err(|_| format!("{:?} contains a NUL byte", String::from_utf8_lossy(b)))
+fn cstring(b: &[u8]) -> Result<CString, ChildError> {
+    CString::new(b).map_err(|_| {
+        ChildError::detail_at(
+            "pass",
+            format_args!("{:?}", String::from_utf8_lossy(b)),
+            "contains a NUL byte",
+        )
+    })
 }
 
 /// Whether the init's namespace `name` is another than ours.
-fn differs(proc_dir: &Path, name: &str) -> Result<bool, String> {
-    let theirs = std::fs::metadata(proc_dir.join("ns").join(name))
-        .map_err(|e| format!("{}/ns/{name}: {e}", proc_dir.display()))?;
-    let ours = std::fs::metadata(Path::new("/proc/self/ns").join(name))
-        .map_err(|e| format!("/proc/self/ns/{name}: {e}"))?;
+fn differs(proc_dir: &Path, name: &str) -> Result<bool, ChildError> {
+    let theirs = proc_dir.join("ns").join(name);
+    let theirs = std::fs::metadata(&theirs).map_err(ChildError::io("stat", &theirs))?;
+    let ours = Path::new("/proc/self/ns").join(name);
+    let ours = std::fs::metadata(&ours).map_err(ChildError::io("stat", &ours))?;
     Ok((theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino()))
 }
 
-fn open_ns(proc_dir: &Path, name: &str) -> Result<OwnedFd, String> {
-    File::open(proc_dir.join("ns").join(name))
+fn open_ns(proc_dir: &Path, name: &str) -> Result<OwnedFd, ChildError> {
+    let path = proc_dir.join("ns").join(name);
+    File::open(&path)
         .map(OwnedFd::from)
-        .map_err(|e| format!("open {}/ns/{name}: {e}", proc_dir.display()))
+        .map_err(ChildError::io("open", &path))
 }
 
 fn caps_of(c: &oci_spec::runtime::LinuxCapabilities) -> Caps {
@@ -249,7 +268,7 @@ fn cap_index(name: &str) -> Option<u32> {
 /// found through our mount table (v1 controllers, named v1 hierarchies and
 /// the v2 unified one). A listed hierarchy that is not mounted is skipped:
 /// nothing could limit through it.
-fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, String> {
+fn cgroup_procs(cgroup: &str, mountinfo: &str) -> Result<Vec<PathBuf>, ChildError> {
     let mut out: Vec<PathBuf> = crate::host::mountinfo::cgroup_dirs(cgroup, mountinfo)?
         .into_iter()
         .map(|d| d.dir.join("cgroup.procs"))
@@ -378,20 +397,25 @@ fn child(plan: Plan, go: OwnedFd) -> ! {
 pub(crate) fn container_terminal(
     console: std::os::fd::BorrowedFd<'_>,
     init: bool,
-) -> Result<(), String> {
+) -> Result<(), ChildError> {
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::fs::OpenOptionsExt;
     // /dev of a container can be a volume another container of the pod
     // writes: every node here is checked for what it is before use, and
     // nothing is reached by a name after the check (runc's CVE-2025-52565).
     let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
-        .map_err(|e| format!("open /dev/ptmx: {e}"))?;
-    let st = nix::sys::stat::fstat(master.as_raw_fd()).map_err(|e| format!("stat ptmx: {e}"))?;
+        .map_err(ChildError::errno_at("open", "/dev/ptmx"))?;
+    let st = nix::sys::stat::fstat(master.as_raw_fd())
+        .map_err(ChildError::errno_at("stat", "/dev/ptmx"))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != nix::sys::stat::makedev(5, 2) {
-        return Err("/dev/ptmx of the container is not the pty multiplexer (5:2)".into());
+        return Err(ChildError::detail_at(
+            "check",
+            "/dev/ptmx",
+            "not the pty multiplexer (5:2)",
+        ));
     }
-    nix::pty::grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
-    nix::pty::unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
+    nix::pty::grantpt(&master).map_err(ChildError::errno("grantpt"))?;
+    nix::pty::unlockpt(&master).map_err(ChildError::errno("unlockpt"))?;
     // The slave from the master itself, not from /dev/pts by name.
     // SAFETY: TIOCGPTPEER takes open flags and returns a new descriptor.
     let peer = unsafe {
@@ -402,9 +426,8 @@ pub(crate) fn container_terminal(
         )
     };
     if peer < 0 {
-        return Err(format!(
-            "open the terminal's slave: {}",
-            std::io::Error::last_os_error()
+        return Err(ChildError::os("open the terminal's slave")(
+            std::io::Error::last_os_error(),
         ));
     }
     // SAFETY: the ioctl just returned this descriptor to us.
@@ -416,20 +439,24 @@ pub(crate) fn container_terminal(
                 .create(true)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open("/dev/console")
-                .map_err(|e| format!("create /dev/console: {e}"))?,
+                .map_err(ChildError::io("create", Path::new("/dev/console")))?,
         );
         let console = nix::fcntl::open(
             "/dev/console",
             OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             nix::sys::stat::Mode::empty(),
         )
-        .map_err(|e| format!("open /dev/console: {e}"))?;
+        .map_err(ChildError::errno_at("open", "/dev/console"))?;
         // SAFETY: open just returned this descriptor to us.
         let console = unsafe { std::os::fd::OwnedFd::from_raw_fd(console) };
         let st = nix::sys::stat::fstat(console.as_raw_fd())
-            .map_err(|e| format!("stat /dev/console: {e}"))?;
+            .map_err(ChildError::errno_at("stat", "/dev/console"))?;
         if !matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFCHR) {
-            return Err("/dev/console of the container is neither a file nor a device".into());
+            return Err(ChildError::detail_at(
+                "check",
+                "/dev/console",
+                "neither a file nor a device",
+            ));
         }
         let fd_path = |fd: i32| format!("/proc/self/fd/{fd}");
         nix::mount::mount(
@@ -439,26 +466,30 @@ pub(crate) fn container_terminal(
             nix::mount::MsFlags::MS_BIND,
             None::<&str>,
         )
-        .map_err(|e| format!("bind the terminal onto /dev/console: {e}"))?;
+        .map_err(ChildError::errno_at(
+            "bind the terminal onto",
+            "/dev/console",
+        ))?;
     }
     // SAFETY: the master's raw fd is open for the duration of the call.
     let master_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(master.as_raw_fd()) };
     crate::host::send_fd(console, master_fd)?;
     drop(master);
     if !init {
-        nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+        nix::unistd::setsid().map_err(ChildError::errno("setsid"))?;
     }
     for n in 0..3 {
-        nix::unistd::dup2(slave.as_raw_fd(), n).map_err(|e| format!("dup2 the terminal: {e}"))?;
+        nix::unistd::dup2(slave.as_raw_fd(), n).map_err(ChildError::errno("dup2 the terminal"))?;
     }
     drop(slave);
     // SAFETY: TIOCSCTTY takes an int argument (0: do not steal a terminal
     // another session holds); fd 0 is now the slave.
     if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } != 0 {
-        return Err(format!(
-            "make the terminal the controlling terminal: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(
+            ChildError::os("make the terminal the controlling terminal")(
+                std::io::Error::last_os_error(),
+            ),
+        );
     }
     Ok(())
 }
@@ -501,23 +532,26 @@ pub(crate) fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
+pub(crate) fn become_the_container(plan: &Plan) -> Result<(), ChildError> {
     if let Some(adj) = plan.oom_score_adj {
         match std::fs::write("/proc/self/oom_score_adj", adj.to_string()) {
             // Lower than the helper's (a shim restarted with a higher score):
             // only CAP_SYS_RESOURCE may lower it; stay the more killable.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
-            r => r.map_err(|e| format!("set oom_score_adj {adj}: {e}"))?,
+            r => r.map_err(|e| ChildError::os("set oom_score_adj")(e).at(adj.to_string()))?,
         }
     }
     for (flag, fd) in &plan.namespaces {
-        setns(fd.as_fd(), *flag).map_err(|e| format!("join namespace {flag:?}: {e}"))?;
+        setns(fd.as_fd(), *flag).map_err(ChildError::errno_at(
+            "join namespace",
+            format_args!("{flag:?}"),
+        ))?;
     }
+    let cwd = plan.cwd.to_string_lossy();
     nix::unistd::chdir(plan.cwd.as_c_str())
-        .map_err(|e| format!("chdir {:?}: {e}", plan.cwd.to_string_lossy()))?;
+        .map_err(ChildError::errno_at("chdir", format_args!("{cwd:?}")))?;
     // A cwd of `/proc/self/fd/<n>` must not reach a descriptor of ours.
-    crate::host::cwd_is_inside_root()
-        .map_err(|e| format!("chdir {:?}: {e}", plan.cwd.to_string_lossy()))?;
+    crate::host::cwd_is_inside_root().map_err(|e| e.within(format_args!("chdir {cwd:?}")))?;
     if plan.tty {
         container_terminal(std::io::stdin().as_fd(), false)?;
     }
@@ -530,9 +564,9 @@ pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
         // then sets exactly the container's.
         set_keepcaps(true)?;
     }
-    nix::unistd::setgroups(&plan.groups).map_err(|e| format!("setgroups: {e}"))?;
-    nix::unistd::setresgid(plan.gid, plan.gid, plan.gid).map_err(|e| format!("setgid: {e}"))?;
-    nix::unistd::setresuid(plan.uid, plan.uid, plan.uid).map_err(|e| format!("setuid: {e}"))?;
+    nix::unistd::setgroups(&plan.groups).map_err(ChildError::errno("setgroups"))?;
+    nix::unistd::setresgid(plan.gid, plan.gid, plan.gid).map_err(ChildError::errno("setgid"))?;
+    nix::unistd::setresuid(plan.uid, plan.uid, plan.uid).map_err(ChildError::errno("setuid"))?;
     let has_sys_admin = match &plan.caps {
         Some(caps) => {
             set_keepcaps(false)?;
@@ -540,7 +574,7 @@ pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
             for i in 0..64 {
                 if caps.ambient & (1 << i) != 0 {
                     prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as u64, i)
-                        .map_err(|e| format!("raise ambient capability {i}: {e}"))?;
+                        .map_err(ChildError::errno_at("raise ambient capability", i))?;
                 }
             }
             caps.effective & (1 << caps::Capability::CAP_SYS_ADMIN.index()) != 0
@@ -548,18 +582,18 @@ pub(crate) fn become_the_container(plan: &Plan) -> Result<(), String> {
         None => plan.uid.is_root(),
     };
     if plan.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("set no_new_privs: {e}"))?;
+        nix::sys::prctl::set_no_new_privs().map_err(ChildError::errno("set no_new_privs"))?;
     }
     // Whatever the helper or the monitor had open stays out of the
     // container; before the filters, which may not allow close_range.
-    crate::host::cloexec_from(3).map_err(|e| format!("close-on-exec: {e}"))?;
+    crate::host::cloexec_from(3).map_err(ChildError::os("close-on-exec"))?;
     crate::seccomp::install(&plan.filters, has_sys_admin)?;
     crate::host::reset_signals()
 }
 
 /// Drops every capability outside `keep` from the bounding set, up to the
 /// last one this kernel knows.
-fn drop_bounding(keep: u64) -> Result<(), String> {
+fn drop_bounding(keep: u64) -> Result<(), ChildError> {
     for i in 0..64u64 {
         if keep & (1 << i) != 0 {
             continue;
@@ -568,14 +602,19 @@ fn drop_bounding(keep: u64) -> Result<(), String> {
             Ok(()) => {}
             // Past the kernel's last capability.
             Err(Errno::EINVAL) => break,
-            Err(e) => return Err(format!("drop capability {i} from the bounding set: {e}")),
+            Err(e) => {
+                return Err(ChildError::errno_at(
+                    "drop capability",
+                    format_args!("{i} from the bounding set"),
+                )(e));
+            }
         }
     }
     Ok(())
 }
 
-fn set_keepcaps(on: bool) -> Result<(), String> {
-    prctl(libc::PR_SET_KEEPCAPS, u64::from(on), 0).map_err(|e| format!("keepcaps: {e}"))
+fn set_keepcaps(on: bool) -> Result<(), ChildError> {
+    prctl(libc::PR_SET_KEEPCAPS, u64::from(on), 0).map_err(ChildError::errno("set keepcaps"))
 }
 
 fn prctl(option: libc::c_int, arg2: u64, arg3: u64) -> Result<(), Errno> {
@@ -586,7 +625,7 @@ fn prctl(option: libc::c_int, arg2: u64, arg3: u64) -> Result<(), Errno> {
 
 /// Sets effective, permitted and inheritable at once (capset v3: two 32-bit
 /// words per set).
-fn capset(caps: &Caps) -> Result<(), String> {
+fn capset(caps: &Caps) -> Result<(), ChildError> {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -617,7 +656,7 @@ fn capset(caps: &Caps) -> Result<(), String> {
     // SAFETY: header and data are the kernel's v3 layout, alive for the call.
     let r = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
     if r < 0 {
-        return Err(format!("capset: {}", Errno::last()));
+        return Err(ChildError::errno("capset")(Errno::last()));
     }
     Ok(())
 }

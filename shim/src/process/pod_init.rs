@@ -41,7 +41,7 @@ pub enum PodInitError {
         source: nix::errno::Errno,
     },
     #[error("the init's seccomp filter: {0}")]
-    Filter(String),
+    Filter(#[source] crate::seccomp::SeccompError),
     #[error("join {path}: {source}")]
     Join {
         path: PathBuf,

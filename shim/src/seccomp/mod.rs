@@ -13,6 +13,7 @@
 //! (the kernel requires one or the other) — as if allowPrivilegeEscalation
 //! were false. Containers without a seccomp profile are unaffected.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOperator};
@@ -23,6 +24,42 @@ mod default_profile;
 mod tree;
 
 pub use default_profile::runtime_default;
+
+use crate::host::ChildError;
+
+/// Why a seccomp profile does not compile, or compiled filters do not
+/// decode. Post-fork code reports it as a [`ChildError`] of step `seccomp`.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error("seccomp action {0} is not supported")]
+    Action(String),
+    #[error("compile seccomp profile: {0}")]
+    Compile(#[source] seccompiler::Error),
+    #[error("compile seccomp rules of {name}: {source}")]
+    Rules {
+        name: String,
+        #[source]
+        source: seccompiler::Error,
+    },
+    /// seccompiler's program is not what the binary search expects, or
+    /// the search does not fit the kernel.
+    #[error("compile seccomp profile: {0}")]
+    Program(Cow<'static, str>),
+    #[error("compile seccomp profile: {0}")]
+    Tree(#[from] tree::TreeError),
+    #[error("seccomp filter: {0}")]
+    Filter(#[source] seccompiler::BackendError),
+    #[error("seccomp profile: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("{0}")]
+    Decode(Cow<'static, str>),
+}
+
+impl From<SeccompError> for ChildError {
+    fn from(e: SeccompError) -> ChildError {
+        ChildError::detail("seccomp", e.to_string())
+    }
+}
 
 const EPERM: u32 = 1;
 const ENOSYS: u32 = 38;
@@ -38,7 +75,7 @@ fn target_arch() -> TargetArch {
     }
 }
 
-fn action_json(action: LinuxSeccompAction, errno: Option<u32>) -> Result<Value, String> {
+fn action_json(action: LinuxSeccompAction, errno: Option<u32>) -> Result<Value, SeccompError> {
     Ok(match action {
         LinuxSeccompAction::ScmpActAllow | LinuxSeccompAction::ScmpActLog => json!("allow"),
         LinuxSeccompAction::ScmpActErrno => json!({"errno": errno.unwrap_or(EPERM)}),
@@ -47,7 +84,7 @@ fn action_json(action: LinuxSeccompAction, errno: Option<u32>) -> Result<Value, 
         }
         LinuxSeccompAction::ScmpActKillProcess => json!("kill_process"),
         LinuxSeccompAction::ScmpActTrap => json!("trap"),
-        other => return Err(format!("seccomp action {other:?} is not supported")),
+        other => return Err(SeccompError::Action(format!("{other:?}"))),
     })
 }
 
@@ -57,7 +94,10 @@ fn known(name: &str) -> bool {
     seccompiler::compile_from_json(probe.to_string().as_bytes(), target_arch()).is_ok()
 }
 
-fn rule_json(name: &str, args: &[oci_spec::runtime::LinuxSeccompArg]) -> Result<Value, String> {
+fn rule_json(
+    name: &str,
+    args: &[oci_spec::runtime::LinuxSeccompArg],
+) -> Result<Value, SeccompError> {
     let mut conds = Vec::new();
     for a in args {
         let op = match a.op() {
@@ -86,14 +126,14 @@ fn rule_json(name: &str, args: &[oci_spec::runtime::LinuxSeccompArg]) -> Result<
 /// Syscall names this architecture lacks are skipped, as libseccomp does.
 /// The main filter dispatches by a binary search over syscall numbers
 /// (tree.rs says why).
-pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, String> {
+pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<BpfProgram>, SeccompError> {
     compile_with(profile, true)
 }
 
 /// Below this many named syscalls the main filter stays seccompiler's row.
 const TREE_FROM: usize = 16;
 
-fn compile_with(profile: &LinuxSeccomp, as_tree: bool) -> Result<Vec<BpfProgram>, String> {
+fn compile_with(profile: &LinuxSeccomp, as_tree: bool) -> Result<Vec<BpfProgram>, SeccompError> {
     let default = action_json(profile.default_action(), profile.default_errno_ret())?;
     let mut allow_all_named = Vec::new();
     let mut groups: BTreeMap<String, (Value, Vec<Value>)> = BTreeMap::new();
@@ -128,7 +168,7 @@ fn compile_with(profile: &LinuxSeccomp, as_tree: bool) -> Result<Vec<BpfProgram>
             json!({"mismatch_action": "allow", "filter_action": action, "filter": rules});
     }
     let mut map = seccompiler::compile_from_json(filters.to_string().as_bytes(), target_arch())
-        .map_err(|e| format!("compile seccomp profile: {e}"))?;
+        .map_err(SeccompError::Compile)?;
     let mut out = Vec::new();
     // Main first; order does not change the outcome (most restrictive wins).
     if let Some(main) = map.remove("main") {
@@ -157,8 +197,8 @@ fn main_as_tree(
     compiled: &BpfProgram,
     rules: &[Value],
     default: &Value,
-) -> Result<BpfProgram, String> {
-    let bad = |what: &str| format!("compile seccomp profile: seccompiler's program {what}");
+) -> Result<BpfProgram, SeccompError> {
+    let bad = |what: &str| SeccompError::Program(format!("seccompiler's program {what}").into());
     let prefix = tree::prefix_of(compiled).ok_or_else(|| bad("loads no syscall number"))?;
     let mismatch = compiled
         .last()
@@ -182,7 +222,10 @@ fn main_as_tree(
         };
         let one = json!({"one": {"mismatch_action": default, "filter_action": "allow", "filter": filter}});
         let alone = seccompiler::compile_from_json(one.to_string().as_bytes(), target_arch())
-            .map_err(|e| format!("compile seccomp rules of {name}: {e}"))?
+            .map_err(|source| SeccompError::Rules {
+                name: name.to_string(),
+                source,
+            })?
             .remove("one")
             .ok_or_else(|| bad("is missing"))?;
         let nr = tree::number_of(&alone).ok_or_else(|| bad(&format!("for {name}: no number")))?;
@@ -195,7 +238,7 @@ fn main_as_tree(
         };
         arms.push((nr, arm));
     }
-    tree::dispatch(prefix, arms, mismatch).map_err(|e| format!("compile seccomp profile: {e}"))
+    Ok(tree::dispatch(prefix, arms, mismatch)?)
 }
 
 /// `ret SECCOMP_RET_ALLOW`: a one-instruction filter.
@@ -208,7 +251,7 @@ const ALLOW_ALL: seccompiler::sock_filter = seccompiler::sock_filter {
 
 /// A filter that lets through only `syscalls` and fails every other call
 /// with EPERM (for picolet's own processes in a pod, not for containers).
-pub(crate) fn allow_only(syscalls: &[i64]) -> Result<BpfProgram, String> {
+pub(crate) fn allow_only(syscalls: &[i64]) -> Result<BpfProgram, SeccompError> {
     let rules = syscalls.iter().map(|n| (*n, Vec::new())).collect();
     let filter = seccompiler::SeccompFilter::new(
         rules,
@@ -216,21 +259,27 @@ pub(crate) fn allow_only(syscalls: &[i64]) -> Result<BpfProgram, String> {
         seccompiler::SeccompAction::Allow,
         target_arch(),
     )
-    .map_err(|e| format!("seccomp filter: {e}"))?;
-    BpfProgram::try_from(filter).map_err(|e| format!("seccomp filter: {e}"))
+    .map_err(SeccompError::Filter)?;
+    BpfProgram::try_from(filter).map_err(SeccompError::Filter)
 }
 
 /// Installs the filters in this thread; without CAP_SYS_ADMIN the kernel
 /// requires no_new_privs first, so it is set.
-pub fn install(filters: &[BpfProgram], has_sys_admin: bool) -> Result<(), String> {
+pub fn install(filters: &[BpfProgram], has_sys_admin: bool) -> Result<(), ChildError> {
     if filters.is_empty() {
         return Ok(());
     }
     if !has_sys_admin {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("set no_new_privs: {e}"))?;
+        nix::sys::prctl::set_no_new_privs().map_err(ChildError::errno("set no_new_privs"))?;
     }
+    let step = "install a seccomp filter";
     for f in filters {
-        seccompiler::apply_filter(f).map_err(|e| format!("install seccomp filter: {e}"))?;
+        seccompiler::apply_filter(f).map_err(|e| match e {
+            seccompiler::Error::Prctl(io) | seccompiler::Error::Seccomp(io) => {
+                ChildError::os(step)(io)
+            }
+            other => ChildError::detail(step, other.to_string()),
+        })?;
     }
     Ok(())
 }
@@ -245,15 +294,17 @@ pub(crate) const BUNDLE_FILE: &str = "seccomp.bpf";
 pub(crate) fn seccomp_filters(
     bundle: &std::path::Path,
     spec: &oci_spec::runtime::Spec,
-) -> Result<Vec<seccompiler::BpfProgram>, String> {
+) -> Result<Vec<seccompiler::BpfProgram>, ChildError> {
     let Some(profile) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else {
         return Ok(Vec::new());
     };
     let file = bundle.join(BUNDLE_FILE);
     match std::fs::read(&file) {
-        Ok(raw) => decode(&raw).map_err(|e| format!("{}: {e}", file.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => compile(profile),
-        Err(e) => Err(format!("read {}: {e}", file.display())),
+        Ok(raw) => {
+            decode(&raw).map_err(|e| ChildError::detail_at("decode", file.display(), e.to_string()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(compile(profile)?),
+        Err(e) => Err(ChildError::io("read", &file)(e)),
     }
 }
 
@@ -270,8 +321,11 @@ const CACHE_MAX: usize = 64;
 
 impl Cache {
     /// `profile` compiled and [`encode`]d.
-    pub(crate) fn encoded(&self, profile: &LinuxSeccomp) -> Result<std::sync::Arc<[u8]>, String> {
-        let key = serde_json::to_string(profile).map_err(|e| format!("seccomp profile: {e}"))?;
+    pub(crate) fn encoded(
+        &self,
+        profile: &LinuxSeccomp,
+    ) -> Result<std::sync::Arc<[u8]>, SeccompError> {
+        let key = serde_json::to_string(profile).map_err(SeccompError::Encode)?;
         // Held while compiling: 100 pods created at once compile the
         // profile once, the others wait for it, rather than 100 times.
         // Post-fork code's module: std's lock, not crate::mutex (a panic
@@ -314,15 +368,22 @@ pub(crate) fn encode(programs: &[BpfProgram]) -> Vec<u8> {
 const MAX_INSNS: usize = 4096;
 
 /// Reads what [`encode`] wrote; anything else is an error.
-pub(crate) fn decode(mut raw: &[u8]) -> Result<Vec<BpfProgram>, String> {
+pub(crate) fn decode(mut raw: &[u8]) -> Result<Vec<BpfProgram>, SeccompError> {
+    let bad = |why: &'static str| SeccompError::Decode(why.into());
     let mut out = Vec::new();
     while !raw.is_empty() {
-        let (len, rest) = raw.split_at_checked(4).ok_or("truncated program length")?;
+        let (len, rest) = raw
+            .split_at_checked(4)
+            .ok_or_else(|| bad("truncated program length"))?;
         let n = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
         if n == 0 || n > MAX_INSNS {
-            return Err(format!("a program of {n} instructions"));
+            return Err(SeccompError::Decode(
+                format!("a program of {n} instructions").into(),
+            ));
         }
-        let (body, rest) = rest.split_at_checked(n * 8).ok_or("truncated program")?;
+        let (body, rest) = rest
+            .split_at_checked(n * 8)
+            .ok_or_else(|| bad("truncated program"))?;
         out.push(
             body.chunks_exact(8)
                 .map(|c| seccompiler::sock_filter {
@@ -336,7 +397,7 @@ pub(crate) fn decode(mut raw: &[u8]) -> Result<Vec<BpfProgram>, String> {
         raw = rest;
     }
     if out.is_empty() {
-        return Err("no program".into());
+        return Err(bad("no program"));
     }
     Ok(out)
 }

@@ -17,6 +17,17 @@
 
 use seccompiler::{BpfProgram, sock_filter};
 
+/// Why the search cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeError {
+    #[error("syscall number {0} has two arms")]
+    TwoArms(u32),
+    #[error("{0} instructions: more than the kernel's {MAX_INSNS}")]
+    TooLong(usize),
+    #[error("a jump of {0} instructions: too far")]
+    TooFar(usize),
+}
+
 const LD_W_ABS: u16 = 0x20;
 const JA: u16 = 0x05;
 const JEQ_K: u16 = 0x15;
@@ -66,10 +77,10 @@ pub fn dispatch(
     prefix: &[sock_filter],
     mut arms: Vec<(u32, Arm)>,
     mismatch: u32,
-) -> Result<BpfProgram, String> {
+) -> Result<BpfProgram, TreeError> {
     arms.sort_by_key(|(nr, _)| *nr);
-    if arms.windows(2).any(|w| w[0].0 == w[1].0) {
-        return Err("a syscall number with two arms".into());
+    if let Some(w) = arms.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(TreeError::TwoArms(w[0].0));
     }
     let mut out: Vec<sock_filter> = prefix.to_vec();
     out.push(stmt(LD_W_ABS, NR));
@@ -97,10 +108,7 @@ pub fn dispatch(
         });
     }
     if out.len() > MAX_INSNS {
-        return Err(format!(
-            "{} instructions: more than the kernel's {MAX_INSNS}",
-            out.len()
-        ));
+        return Err(TreeError::TooLong(out.len()));
     }
     for (at, target) in patches {
         let to = match target {
@@ -109,7 +117,7 @@ pub fn dispatch(
             Target::At(to) => to,
         };
         // Forward only: every target is placed after its jump.
-        out[at].k = u32::try_from(to - at - 1).map_err(|_| "jump too far".to_string())?;
+        out[at].k = u32::try_from(to - at - 1).map_err(|_| TreeError::TooFar(to - at - 1))?;
     }
     Ok(out)
 }

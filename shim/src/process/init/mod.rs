@@ -33,6 +33,7 @@ use nix::unistd::{ForkResult, Pid, fork, pipe2};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
 use crate::host::mountinfo::CgroupDir;
+use crate::process::ChildError;
 
 /// Refuses, naming it, what of a spec this create does not make: a user
 /// namespace, hooks, rlimits, sysctls (pod sysctls go on the pod's
@@ -40,55 +41,58 @@ use crate::host::mountinfo::CgroupDir;
 /// hostname (the pod's UTS namespace has it), namespaces other than ours,
 /// or cgroup limits `cgroup::container` does not write. The shim's spec
 /// builder writes none of them.
-pub(crate) fn supported(spec: &Spec) -> Result<(), String> {
-    let no = |what: &str| {
-        Err(format!(
-            "the spec asks for {what}, which picolet does not make"
+pub(crate) fn supported(spec: &Spec) -> Result<(), ChildError> {
+    let no = |field: &'static str, what: &str| {
+        Err(ChildError::invalid(
+            field,
+            format!("the spec asks for {what}, which picolet does not make"),
         ))
     };
-    let process = spec.process().as_ref().ok_or("the spec has no process")?;
+    let process = spec.process().as_ref().ok_or_else(|| missing("process"))?;
     if process.rlimits().as_ref().is_some_and(|r| !r.is_empty()) {
-        return no("process.rlimits");
+        return no("process.rlimits", "rlimits");
     }
     if process.apparmor_profile().is_some() {
-        return no("process.apparmorProfile");
+        return no("process.apparmorProfile", "an AppArmor profile");
     }
     if process.selinux_label().is_some() {
-        return no("process.selinuxLabel");
+        return no("process.selinuxLabel", "an SELinux label");
     }
-    let linux = spec
-        .linux()
-        .as_ref()
-        .ok_or("the spec has no linux section")?;
+    let linux = spec.linux().as_ref().ok_or_else(|| missing("linux"))?;
     for n in linux.namespaces().iter().flatten() {
         match n.typ() {
             LinuxNamespaceType::Mount if n.path().is_some() => {
-                return no("joining an existing mount namespace");
+                return no("linux.namespaces", "joining an existing mount namespace");
             }
             LinuxNamespaceType::Mount
             | LinuxNamespaceType::Pid
             | LinuxNamespaceType::Network
             | LinuxNamespaceType::Ipc
             | LinuxNamespaceType::Uts => {}
-            other => return no(&format!("a {other:?} namespace")),
+            other => return no("linux.namespaces", &format!("a {other:?} namespace")),
         }
     }
     if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
-        return no("linux.sysctl");
+        return no("linux.sysctl", "sysctls");
     }
     if linux.uid_mappings().as_ref().is_some_and(|m| !m.is_empty()) {
-        return no("a user namespace (linux.uidMappings)");
+        return no("linux.uidMappings", "a user namespace");
     }
     if let Some(r) = linux.resources() {
         crate::host::cgroupfs::resources(r)?;
     }
     if spec.hooks().is_some() {
-        return no("hooks");
+        return no("hooks", "hooks");
     }
     if spec.hostname().is_some() {
-        return no("hostname");
+        return no("hostname", "a hostname");
     }
     Ok(())
+}
+
+/// The spec has no `field`.
+fn missing(field: &'static str) -> ChildError {
+    ChildError::invalid(field, "missing from the spec")
 }
 
 /// The container's standard streams, as the init gets them.
@@ -150,7 +154,7 @@ struct Namespaces {
     new: CloneFlags,
 }
 
-fn namespaces(spec: &Spec) -> Result<Namespaces, String> {
+fn namespaces(spec: &Spec) -> Result<Namespaces, ChildError> {
     let mut ns = Namespaces {
         pid: None,
         join: Vec::new(),
@@ -169,13 +173,18 @@ fn namespaces(spec: &Spec) -> Result<Namespaces, String> {
             LinuxNamespaceType::Ipc => CloneFlags::CLONE_NEWIPC,
             LinuxNamespaceType::Uts => CloneFlags::CLONE_NEWUTS,
             LinuxNamespaceType::Pid => CloneFlags::CLONE_NEWPID,
-            other => return Err(format!("namespace {other:?}: not supported here")),
+            other => {
+                return Err(ChildError::invalid(
+                    "linux.namespaces",
+                    format!("a {other:?} namespace is not supported here"),
+                ));
+            }
         };
         let fd = match n.path() {
             Some(p) => Some(
                 File::open(p)
                     .map(OwnedFd::from)
-                    .map_err(|e| format!("open namespace {}: {e}", p.display()))?,
+                    .map_err(ChildError::io("open namespace", p))?,
             ),
             None => None,
         };
@@ -186,7 +195,10 @@ fn namespaces(spec: &Spec) -> Result<Namespaces, String> {
         }
     }
     if !ns.new.contains(CloneFlags::CLONE_NEWNS) {
-        return Err("the spec has no new mount namespace".into());
+        return Err(ChildError::invalid(
+            "linux.namespaces",
+            "no new mount namespace",
+        ));
     }
     Ok(ns)
 }
@@ -199,31 +211,29 @@ pub(crate) fn create(
     state_root: &Path,
     stdio: Stdio,
     console: Option<&Path>,
-) -> Result<Created, String> {
+) -> Result<Created, ChildError> {
     let root = plan::root(spec)?;
     let args = spec
         .process()
         .as_ref()
         .and_then(|p| p.args().clone())
         .filter(|a| !a.is_empty())
-        .ok_or("the spec has no process.args")?;
+        .ok_or_else(|| missing("process.args"))?;
     let process = crate::process::nsexec::process_plan(spec, filters, &args, false)?;
     let ns = namespaces(spec)?;
-    let linux = spec
-        .linux()
-        .as_ref()
-        .ok_or("the spec has no linux section")?;
+    let linux = spec.linux().as_ref().ok_or_else(|| missing("linux"))?;
     let cgroup_path = linux
         .cgroups_path()
         .as_ref()
         .and_then(|p| p.to_str())
-        .ok_or("the spec has no cgroupsPath")?;
+        .ok_or_else(|| missing("linux.cgroupsPath"))?;
     let resources =
         crate::host::cgroupfs::resources(&linux.resources().clone().unwrap_or_default())?;
-    let h = crate::host::cgroupfs::hierarchy().ok_or("no cgroup filesystem mounted")?;
+    let h = crate::host::cgroupfs::hierarchy()
+        .ok_or_else(|| ChildError::detail("find the cgroup filesystem", "none is mounted"))?;
     let cgroups: Vec<CgroupDir> = h
         .container_dirs(cgroup_path)
-        .map_err(|e| format!("cgroup: {e}"))?
+        .map_err(ChildError::os("find the container's cgroup"))?
         .into_iter()
         .map(|(mount_point, dir)| CgroupDir {
             v2: matches!(h, cgroup::Hierarchy::V2(_)),
@@ -232,10 +242,9 @@ pub(crate) fn create(
         })
         .collect();
 
-    std::fs::create_dir_all(state_root)
-        .map_err(|e| format!("create {}: {e}", state_root.display()))?;
+    std::fs::create_dir_all(state_root).map_err(ChildError::io("create", state_root))?;
     let dir = state_root.join(id);
-    std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    std::fs::create_dir(&dir).map_err(ChildError::io("create", &dir))?;
     let mut unmade = Unmade {
         dir: dir.clone(),
         cgroup: (h, cgroup_path),
@@ -243,14 +252,14 @@ pub(crate) fn create(
     };
     // Limits in force before the init joins.
     h.make_container(cgroup_path, &resources)
-        .map_err(|e| format!("cgroup: {e}"))?;
+        .map_err(ChildError::os("make the container's cgroup"))?;
     let sock = dir.join("notify.sock");
     let listener = crate::host::via_dir_fd(&sock)
         .and_then(|(_dir, via)| UnixListener::bind(via))
-        .map_err(|e| format!("bind {}: {e}", sock.display()))?;
+        .map_err(ChildError::io("bind", &sock))?;
     let ((go_r, go_w), (status_r, status_w)) = pipe2(OFlag::O_CLOEXEC)
         .and_then(|go| Ok((go, pipe2(OFlag::O_CLOEXEC)?)))
-        .map_err(|e| format!("pipe: {e}"))?;
+        .map_err(ChildError::errno("pipe"))?;
     // The PID namespace is the one the monitor's next child gets: the
     // monitor forks nothing else.
     let entered = match &ns.pid {
@@ -259,13 +268,13 @@ pub(crate) fn create(
         None => Ok(()),
     };
     if let Err(e) = entered {
-        return Err(format!("PID namespace: {e}"));
+        return Err(ChildError::errno("enter the PID namespace")(e));
     }
     // Not dumpable from birth to exec: nothing in the container (a pod's
     // shared PID namespace has other processes) may open the child's
     // /proc/<pid>/exe, the picolet binary (CVE-2019-5736). The monitor is
     // dumpable again right after the fork.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("set dumpable: {e}"))?;
+    nix::sys::prctl::set_dumpable(false).map_err(ChildError::errno("set dumpable"))?;
     // SAFETY: the monitor is single-threaded: the child may run any code.
     let forked = unsafe { fork() };
     if matches!(forked, Ok(ForkResult::Parent { .. }) | Err(_)) {
@@ -286,7 +295,7 @@ pub(crate) fn create(
             child.run(go_r, status_w)
         }
         Ok(ForkResult::Parent { child }) => child,
-        Err(e) => return Err(format!("fork: {e}")),
+        Err(e) => return Err(ChildError::errno("fork")(e)),
     };
     drop((go_r, status_w, stdio, listener));
     let created = Created {
@@ -296,27 +305,32 @@ pub(crate) fn create(
     };
     let placed = h
         .join_container(cgroup_path, pid.as_raw())
-        .map_err(|e| format!("cgroup: {e}"));
+        .map_err(ChildError::os("place the init in its cgroup"));
     if let Err(e) = placed.and_then(|()| {
         File::from(go_w)
             .write_all(b"g")
-            .map_err(|e| format!("release the init: {e}"))
+            .map_err(ChildError::os("release the init"))
     }) {
         created.kill();
         return Err(e);
     }
-    // One byte for ready; a message when the init failed (then EOF).
+    // One byte for ready; a ChildError (JSON) when the init failed (then EOF).
     let mut said = Vec::new();
-    let _ = File::from(status_r).take(4096).read_to_end(&mut said);
+    let _ = File::from(status_r)
+        .take(crate::host::child_error::WIRE_MAX)
+        .read_to_end(&mut said);
     if said.as_slice() == b"r" {
         unmade.made = true;
         return Ok(created);
     }
     created.kill();
     if said.is_empty() {
-        return Err("the container's init exited before it was ready".into());
+        return Err(ChildError::detail(
+            "wait for the container's init",
+            "it exited before it was ready",
+        ));
     }
-    Err(String::from_utf8_lossy(&said).trim().to_string())
+    Err(ChildError::from_wire("the container's init said", &said))
 }
 
 /// What the forked init works with (borrowed from the monitor's copy).
@@ -343,7 +357,7 @@ impl Child<'_> {
         let file = match self.prepare() {
             Ok(f) => f,
             Err(e) => {
-                let _ = status.write_all(format!("create container: {e}").as_bytes());
+                let _ = status.write_all(&e.to_wire());
                 crate::process::nsexec::exit_now(1);
             }
         };
@@ -385,17 +399,17 @@ impl Child<'_> {
     }
 
     /// Everything up to the wait for the start; returns the program to exec.
-    fn prepare(&self) -> Result<std::ffi::CString, String> {
+    fn prepare(&self) -> Result<std::ffi::CString, ChildError> {
         // Device nodes get the spec's modes, not the monitor's umask ones.
         let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
-        nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+        nix::unistd::setsid().map_err(ChildError::errno("setsid"))?;
         // Connected while the host's paths are in reach; the master goes
         // over it once the pty is made in the container's devpts.
         let console = match self.console {
             Some(p) => Some(
                 crate::host::via_dir_fd(p)
                     .and_then(|(_dir, via)| std::os::unix::net::UnixStream::connect(via))
-                    .map_err(|e| format!("connect to the console socket {}: {e}", p.display()))?,
+                    .map_err(ChildError::io("connect to the console socket", p))?,
             ),
             None => None,
         };
@@ -404,26 +418,37 @@ impl Child<'_> {
             (&self.stdio.stdout, 1),
             (&self.stdio.stderr, 2),
         ] {
-            nix::unistd::dup2(fd.as_raw_fd(), n).map_err(|e| format!("stdio: {e}"))?;
+            nix::unistd::dup2(fd.as_raw_fd(), n).map_err(ChildError::errno("dup2 stdio"))?;
         }
         for (flag, fd) in &self.ns.join {
-            setns(fd.as_fd(), *flag).map_err(|e| format!("join namespace {flag:?}: {e}"))?;
+            setns(fd.as_fd(), *flag).map_err(ChildError::errno_at(
+                "join namespace",
+                format_args!("{flag:?}"),
+            ))?;
         }
-        unshare(self.ns.new).map_err(|e| format!("new namespaces {:?}: {e}", self.ns.new))?;
+        unshare(self.ns.new).map_err(ChildError::errno_at(
+            "make new namespaces",
+            format_args!("{:?}", self.ns.new),
+        ))?;
         rootfs::prepare(self.root, self.cgroups)?;
         if let Some(c) = &console {
             crate::process::nsexec::container_terminal(c.as_fd(), true)?;
         }
-        let arg0 = self.process.argv.first().ok_or("no process.args")?;
+        let arg0 = self
+            .process
+            .argv
+            .first()
+            .ok_or_else(|| missing("process.args"))?;
         let file = crate::process::nsexec::resolve(arg0, &self.process.search_path)
             .filter(|f| {
                 std::fs::metadata(std::ffi::OsStr::from_bytes(f.as_bytes()))
                     .is_ok_and(|m| m.is_file())
             })
             .ok_or_else(|| {
-                format!(
-                    "exec: {:?}: executable file not found in $PATH",
-                    arg0.to_string_lossy()
+                ChildError::detail_at(
+                    "exec",
+                    format_args!("{:?}", arg0.to_string_lossy()),
+                    "executable file not found in $PATH",
                 )
             })?;
         nix::sys::stat::umask(match self.process.umask {
@@ -484,7 +509,9 @@ mod tests {
                 "linux.resources.blockIO",
             ),
         ] {
-            let err = supported(&spec(process, linux)).expect_err(named);
+            let err = supported(&spec(process, linux))
+                .expect_err(named)
+                .to_string();
             assert!(err.contains(named), "{err}");
         }
     }

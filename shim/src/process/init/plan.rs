@@ -8,6 +8,16 @@ use std::path::{Component, Path, PathBuf};
 use nix::mount::MsFlags;
 use oci_spec::runtime::Spec;
 
+use crate::process::ChildError;
+
+/// `linux.devices[i].<field>` holds `n`, which no device number is.
+fn out_of_range(i: usize, field: &str, n: i64) -> ChildError {
+    ChildError::invalid(
+        format!("linux.devices[{i}].{field}"),
+        format!("{n} is out of range"),
+    )
+}
+
 /// One mount of the spec, ready for the init.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MountPlan {
@@ -139,23 +149,22 @@ pub(crate) fn inside(dest: &Path) -> PathBuf {
 }
 
 /// The spec's mounts, in order.
-pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, String> {
+pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, ChildError> {
     let mut out = Vec::new();
     for (i, m) in spec.mounts().iter().flatten().enumerate() {
         let o = parse_options(m.options().as_deref().unwrap_or_default());
         let typ = m.typ().as_deref().unwrap_or("");
         let dest = inside(m.destination());
         if !m.destination().is_absolute() {
-            return Err(format!(
-                "mounts[{i}].destination: {:?} is not absolute",
-                m.destination()
+            return Err(ChildError::invalid(
+                format!("mounts[{i}].destination"),
+                format!("{:?} is not absolute", m.destination()),
             ));
         }
         let kind = if o.bind || typ == "bind" {
-            let source = m
-                .source()
-                .clone()
-                .ok_or_else(|| format!("mounts[{i}]: a bind mount without a source"))?;
+            let source = m.source().clone().ok_or_else(|| {
+                ChildError::invalid(format!("mounts[{i}]"), "a bind mount without a source")
+            })?;
             Kind::Bind {
                 source,
                 recursive: o.recursive,
@@ -163,7 +172,7 @@ pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, String> {
         } else if typ == "cgroup" {
             Kind::Cgroup
         } else if typ.is_empty() {
-            return Err(format!("mounts[{i}]: no type"));
+            return Err(ChildError::invalid(format!("mounts[{i}]"), "no type"));
         } else {
             Kind::Fs {
                 fstype: typ.to_string(),
@@ -175,10 +184,13 @@ pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, String> {
             }
         };
         if dest.starts_with("proc") && !allowed_in_proc(&dest, &kind) {
-            return Err(format!(
-                "mounts[{i}].destination: {:?} is inside /proc: only a procfs at /proc \
-                 and binds onto the files LXCFS serves may go there",
-                m.destination()
+            return Err(ChildError::invalid(
+                format!("mounts[{i}].destination"),
+                format!(
+                    "{:?} is inside /proc: only a procfs at /proc \
+                     and binds onto the files LXCFS serves may go there",
+                    m.destination()
+                ),
             ));
         }
         let mut flags = o.set;
@@ -264,18 +276,26 @@ const DEFAULT_DEVICES: [(&str, u64, u64); 6] = [
     ("dev/random", 1, 8),
 ];
 
-pub(crate) fn root(spec: &Spec) -> Result<RootPlan, String> {
-    let root = spec.root().as_ref().ok_or("the spec has no root")?;
+pub(crate) fn root(spec: &Spec) -> Result<RootPlan, ChildError> {
+    let root = spec
+        .root()
+        .as_ref()
+        .ok_or_else(|| ChildError::invalid("root", "missing from the spec"))?;
     let linux = spec
         .linux()
         .as_ref()
-        .ok_or("the spec has no linux section")?;
+        .ok_or_else(|| ChildError::invalid("linux", "missing from the spec"))?;
     let (propagation, after_pivot) = match linux.rootfs_propagation().as_deref() {
         Some("shared") => (MsFlags::MS_SHARED, Some(MsFlags::MS_SHARED)),
         Some("private") => (MsFlags::MS_PRIVATE, None),
         Some("slave") | None => (MsFlags::MS_SLAVE, None),
         Some("unbindable") => (MsFlags::MS_SLAVE, Some(MsFlags::MS_UNBINDABLE)),
-        Some(other) => return Err(format!("linux.rootfsPropagation: unknown {other:?}")),
+        Some(other) => {
+            return Err(ChildError::invalid(
+                "linux.rootfsPropagation",
+                format!("unknown {other:?}"),
+            ));
+        }
     };
     let mut devices = Vec::new();
     for (i, d) in linux.devices().iter().flatten().enumerate() {
@@ -284,16 +304,17 @@ pub(crate) fn root(spec: &Spec) -> Result<RootPlan, String> {
             T::B => true,
             T::C | T::U => false,
             other => {
-                return Err(format!(
-                    "linux.devices[{i}].type: {other:?} is not supported"
+                return Err(ChildError::invalid(
+                    format!("linux.devices[{i}].type"),
+                    format!("{other:?} is not supported"),
                 ));
             }
         };
         devices.push(DevicePlan {
             dest: inside(d.path()),
             block,
-            major: u64::try_from(d.major()).map_err(|_| format!("linux.devices[{i}].major"))?,
-            minor: u64::try_from(d.minor()).map_err(|_| format!("linux.devices[{i}].minor"))?,
+            major: u64::try_from(d.major()).map_err(|_| out_of_range(i, "major", d.major()))?,
+            minor: u64::try_from(d.minor()).map_err(|_| out_of_range(i, "minor", d.minor()))?,
             mode: d.file_mode().unwrap_or(0o666) & 0o7777,
             uid: d.uid().unwrap_or(0),
             gid: d.gid().unwrap_or(0),
@@ -419,7 +440,12 @@ mod tests {
             "mounts": [{"destination": "/y", "options": ["rw"]}],
         }))
         .expect("spec");
-        assert!(mounts(&bad).expect_err("no type").contains("mounts[0]"));
+        assert!(
+            mounts(&bad)
+                .expect_err("no type")
+                .to_string()
+                .contains("mounts[0]")
+        );
     }
 
     #[test]
@@ -443,7 +469,7 @@ mod tests {
             ("/proc/sys", "tmpfs"),
             ("/proc/1", "proc"),
         ] {
-            let err = plan(dest, typ, &["rbind"]).expect_err(dest);
+            let err = plan(dest, typ, &["rbind"]).expect_err(dest).to_string();
             assert!(
                 err.contains("mounts[0].destination") && err.contains("inside /proc"),
                 "{err}"

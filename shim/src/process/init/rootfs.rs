@@ -21,6 +21,7 @@ use nix::unistd::{Gid, Uid, fchownat, symlinkat};
 
 use super::plan::{DevicePlan, Kind, MountPlan, RootPlan};
 use crate::host::mountinfo::CgroupDir;
+use crate::process::ChildError;
 
 const AT_EMPTY_PATH: libc::c_uint = 0x1000;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
@@ -43,7 +44,12 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-type Res<T> = Result<T, String>;
+type Res<T> = Result<T, ChildError>;
+
+/// `rel` as the container names it.
+fn slash(rel: &Path) -> String {
+    format!("/{}", rel.display())
+}
 
 fn owned(fd: RawFd) -> OwnedFd {
     // SAFETY: `fd` was just returned by the kernel to us and nothing else
@@ -74,26 +80,27 @@ fn in_root(root: &OwnedFd, rel: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
 fn mkdir_all(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
     match in_root(root, rel, OFlag::O_PATH | OFlag::O_DIRECTORY) {
         Err(Errno::ENOENT) => {}
-        r => return r.map_err(|e| format!("open /{}: {e}", rel.display())),
+        r => return r.map_err(ChildError::errno_at("open", slash(rel))),
     }
     let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(format!("open /{}: not found", rel.display()));
+        return Err(ChildError::detail_at("open", slash(rel), "not found"));
     };
     let dir = mkdir_all(root, parent)?;
     match mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755)) {
         Ok(()) | Err(Errno::EEXIST) => {}
-        Err(e) => return Err(format!("mkdir /{}: {e}", rel.display())),
+        Err(e) => return Err(ChildError::errno_at("mkdir", slash(rel))(e)),
     }
     in_root(root, rel, OFlag::O_PATH | OFlag::O_DIRECTORY)
-        .map_err(|e| format!("open /{}: {e}", rel.display()))
+        .map_err(ChildError::errno_at("open", slash(rel)))
 }
 
 /// A mount point for a file: `rel` made as an empty file when missing.
 fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
     let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
-        return Err(format!(
-            "bind a file onto /{}: not a file path",
-            rel.display()
+        return Err(ChildError::detail_at(
+            "bind a file onto",
+            slash(rel),
+            "not a file path",
         ));
     };
     let dir = mkdir_all(root, parent)?;
@@ -105,9 +112,9 @@ fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
     ) {
         Ok(fd) => drop(owned(fd)),
         Err(Errno::EEXIST) => {}
-        Err(e) => return Err(format!("create /{}: {e}", rel.display())),
+        Err(e) => return Err(ChildError::errno_at("create", slash(rel))(e)),
     }
-    in_root(root, rel, OFlag::O_PATH).map_err(|e| format!("open /{}: {e}", rel.display()))
+    in_root(root, rel, OFlag::O_PATH).map_err(ChildError::errno_at("open", slash(rel)))
 }
 
 fn setattr(mnt: &OwnedFd, attr: &MountAttr, recursive: bool) -> nix::Result<()> {
@@ -233,7 +240,7 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
         MsFlags::MS_REC | plan.propagation,
         None::<&str>,
     )
-    .map_err(|e| format!("set the propagation of /: {e}"))?;
+    .map_err(ChildError::errno_at("set the propagation of", "/"))?;
     if plan.propagation.contains(MsFlags::MS_SHARED) {
         // pivot_root refuses a shared new root or parent.
         mount(
@@ -243,7 +250,7 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
             MsFlags::MS_PRIVATE,
             None::<&str>,
         )
-        .map_err(|e| format!("make the rootfs mount private: {e}"))?;
+        .map_err(ChildError::errno_at("make private", plan.rootfs.display()))?;
     }
     mount(
         Some(&plan.rootfs),
@@ -252,21 +259,28 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
         MsFlags::MS_BIND | MsFlags::MS_REC,
         None::<&str>,
     )
-    .map_err(|e| format!("bind the rootfs {}: {e}", plan.rootfs.display()))?;
+    .map_err(ChildError::errno_at(
+        "bind the rootfs",
+        plan.rootfs.display(),
+    ))?;
     let root = nix::fcntl::open(
         &plan.rootfs,
         OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map(owned)
-    .map_err(|e| format!("open the rootfs {}: {e}", plan.rootfs.display()))?;
+    .map_err(ChildError::errno_at(
+        "open the rootfs",
+        plan.rootfs.display(),
+    ))?;
     for m in &plan.mounts {
-        mount_one(&root, m, cgroups).map_err(|e| format!("mount /{}: {e}", m.dest.display()))?;
+        mount_one(&root, m, cgroups)
+            .map_err(|e| e.within(format_args!("mount {}", slash(&m.dest))))?;
     }
     let dev = mkdir_all(&root, Path::new("dev"))?;
     links(&dev)?;
     for d in &plan.devices {
-        device(&root, d).map_err(|e| format!("device /{}: {e}", d.dest.display()))?;
+        device(&root, d).map_err(|e| e.within(format_args!("device {}", slash(&d.dest))))?;
     }
     match nix::unistd::unlinkat(
         Some(dev.as_raw_fd()),
@@ -274,16 +288,16 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
         nix::unistd::UnlinkatFlags::NoRemoveDir,
     ) {
         Ok(()) | Err(Errno::ENOENT) => {}
-        Err(e) => return Err(format!("remove /dev/ptmx: {e}")),
+        Err(e) => return Err(ChildError::errno_at("remove", "/dev/ptmx")(e)),
     }
     symlinkat("pts/ptmx", Some(dev.as_raw_fd()), "ptmx")
-        .map_err(|e| format!("link /dev/ptmx: {e}"))?;
+        .map_err(ChildError::errno_at("link", "/dev/ptmx"))?;
     drop(dev);
     pivot(&root)?;
     drop(root);
     if let Some(p) = plan.after_pivot {
         mount(None::<&str>, "/", None::<&str>, p, None::<&str>)
-            .map_err(|e| format!("set the propagation of /: {e}"))?;
+            .map_err(ChildError::errno_at("set the propagation of", "/"))?;
     }
     // Nothing of the container is opened before /proc is known to be the
     // procfs mounted above (the mounts below go through /proc/self/fd) and
@@ -294,7 +308,7 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
             nix::fcntl::open("/", OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).map(owned);
         slash
             .and_then(|s| setattr(&s, &attr_of(MsFlags::MS_RDONLY), false))
-            .map_err(|e| format!("make / read-only: {e}"))?;
+            .map_err(ChildError::errno_at("make read-only", "/"))?;
     }
     let protect = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     for p in &plan.readonly_paths {
@@ -309,12 +323,12 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
                         open_path(p)
                     })
                 })
-                .map_err(|e| format!("make {} read-only: {e}", p.display()))?,
+                .map_err(ChildError::errno_at("make read-only", p.display()))?,
         }
     }
     let null = dev_null()?;
     for p in &plan.masked {
-        mask(p, &null).map_err(|e| format!("mask {}: {e}", p.display()))?;
+        mask(p, &null).map_err(ChildError::errno_at("mask", p.display()))?;
     }
     reopen_dev_null(&null)
 }
@@ -329,10 +343,14 @@ fn check_proc() -> Res<()> {
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
     let fd = openat2(libc::AT_FDCWD, "/proc", how)
         .map(owned)
-        .map_err(|e| format!("open /proc: {e}"))?;
-    let fs = nix::sys::statfs::fstatfs(&fd).map_err(|e| format!("statfs /proc: {e}"))?;
+        .map_err(ChildError::errno_at("open", "/proc"))?;
+    let fs = nix::sys::statfs::fstatfs(&fd).map_err(ChildError::errno_at("statfs", "/proc"))?;
     if fs.filesystem_type() != nix::sys::statfs::PROC_SUPER_MAGIC {
-        return Err("/proc of the container is not a procfs mount".into());
+        return Err(ChildError::detail_at(
+            "check",
+            "/proc",
+            "not a procfs mount",
+        ));
     }
     Ok(())
 }
@@ -346,10 +364,14 @@ fn dev_null() -> Res<OwnedFd> {
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
     let fd = openat2(libc::AT_FDCWD, "/dev/null", how)
         .map(owned)
-        .map_err(|e| format!("open /dev/null: {e}"))?;
-    let st = fstat(fd.as_raw_fd()).map_err(|e| format!("stat /dev/null: {e}"))?;
+        .map_err(ChildError::errno_at("open", "/dev/null"))?;
+    let st = fstat(fd.as_raw_fd()).map_err(ChildError::errno_at("stat", "/dev/null"))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != makedev(1, 3) {
-        return Err("/dev/null of the container is not the null device (1:3)".into());
+        return Err(ChildError::detail_at(
+            "check",
+            "/dev/null",
+            "not the null device (1:3)",
+        ));
     }
     Ok(fd)
 }
@@ -361,9 +383,13 @@ fn outside_proc(onto: &OwnedFd, m: &MountPlan) -> Res<()> {
     if m.dest.starts_with("proc") {
         return Ok(());
     }
-    let fs = nix::sys::statfs::fstatfs(onto).map_err(|e| format!("statfs: {e}"))?;
+    let fs =
+        nix::sys::statfs::fstatfs(onto).map_err(ChildError::errno("statfs the mount point"))?;
     if fs.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC {
-        return Err("resolves into /proc (through a link)".into());
+        return Err(ChildError::detail(
+            "the mount point",
+            "resolves into /proc (through a link)",
+        ));
     }
     Ok(())
 }
@@ -372,7 +398,7 @@ fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
     match &m.kind {
         Kind::Bind { source, recursive } => {
             let is_dir = std::fs::metadata(source)
-                .map_err(|e| format!("source {}: {e}", source.display()))?
+                .map_err(ChildError::io("source", source))?
                 .is_dir();
             let onto = if is_dir {
                 mkdir_all(root, &m.dest)?
@@ -382,7 +408,7 @@ fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             outside_proc(&onto, m)?;
             let again = || in_root(root, &m.dest, OFlag::O_PATH);
             bind(source, &onto, *recursive, m.flags, m.propagation, &again)
-                .map_err(|e| format!("bind {}: {e}", source.display()))
+                .map_err(ChildError::errno_at("bind", source.display()))
         }
         Kind::Fs { fstype, source } => {
             let onto = mkdir_all(root, &m.dest)?;
@@ -395,10 +421,15 @@ fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
                     &m.dest,
                     OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW,
                 )
-                .map_err(|e| format!("{fstype} must be mounted on a plain directory: {e}"))?;
-                return new_fs(fstype, source, &here, m.flags, &m.data).map_err(|e| e.to_string());
+                .map_err(|e| {
+                    ChildError::new(format!("{fstype} must be mounted on a plain directory"))
+                        .with_errno(e as i32)
+                })?;
+                return new_fs(fstype, source, &here, m.flags, &m.data)
+                    .map_err(ChildError::errno_at("mount", fstype));
             }
-            new_fs(fstype, source, &onto, m.flags, &m.data).map_err(|e| e.to_string())
+            new_fs(fstype, source, &onto, m.flags, &m.data)
+                .map_err(ChildError::errno_at("mount", fstype))
         }
         Kind::Cgroup => cgroup(root, m, cgroups),
     }
@@ -419,15 +450,17 @@ fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
         return match new_fs("cgroup2", "cgroup", &onto, m.flags | fixed, "") {
             Err(Errno::EPERM | Errno::EBUSY) => {
                 let again = || in_root(root, &m.dest, OFlag::O_PATH);
-                bind(&v2.dir, &onto, true, m.flags | fixed, None, &again).map_err(|e| e.to_string())
+                bind(&v2.dir, &onto, true, m.flags | fixed, None, &again)
+                    .map_err(ChildError::errno_at("bind", v2.dir.display()))
             }
-            r => r.map_err(|e| e.to_string()),
+            r => r.map_err(ChildError::errno_at("mount", "cgroup2")),
         };
     }
-    new_fs("tmpfs", "tmpfs", &onto, fixed, "mode=755").map_err(|e| format!("tmpfs: {e}"))?;
+    new_fs("tmpfs", "tmpfs", &onto, fixed, "mode=755")
+        .map_err(ChildError::errno_at("mount", "tmpfs"))?;
     // The tmpfs just mounted, not the directory under it.
-    let tmpfs =
-        in_root(root, &m.dest, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| e.to_string())?;
+    let tmpfs = in_root(root, &m.dest, OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(ChildError::errno("open the new tmpfs"))?;
     for c in cgroups.iter().filter(|c| !c.v2) {
         let Some(name) = c
             .mount_point
@@ -446,7 +479,7 @@ fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             Mode::from_bits_truncate(0o755),
         ) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("mkdir {name}: {e}")),
+            Err(e) => return Err(ChildError::errno_at("mkdir", name)(e)),
         }
         let sub = || {
             openat(
@@ -457,21 +490,21 @@ fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             )
             .map(owned)
         };
-        let onto = sub().map_err(|e| format!("open {name}: {e}"))?;
+        let onto = sub().map_err(ChildError::errno_at("open", name))?;
         bind(&c.dir, &onto, true, m.flags | fixed, None, &sub)
-            .map_err(|e| format!("bind {}: {e}", c.dir.display()))?;
+            .map_err(ChildError::errno_at("bind", c.dir.display()))?;
         if name.contains(',') {
             for part in name.split(',') {
                 match symlinkat(name, Some(tmpfs.as_raw_fd()), part) {
                     Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(format!("link {part}: {e}")),
+                    Err(e) => return Err(ChildError::errno_at("link", part)(e)),
                 }
             }
         }
     }
     if m.flags.contains(MsFlags::MS_RDONLY) {
         setattr(&tmpfs, &attr_of(MsFlags::MS_RDONLY), false)
-            .map_err(|e| format!("read-only: {e}"))?;
+            .map_err(ChildError::errno("make read-only"))?;
     }
     Ok(())
 }
@@ -490,7 +523,7 @@ fn links(dev: &OwnedFd) -> Res<()> {
     for (to, name) in links {
         match symlinkat(to, Some(dev.as_raw_fd()), name) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("link /dev/{name}: {e}")),
+            Err(e) => return Err(ChildError::errno_at("link", format_args!("/dev/{name}"))(e)),
         }
     }
     Ok(())
@@ -498,7 +531,7 @@ fn links(dev: &OwnedFd) -> Res<()> {
 
 fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
     let (Some(parent), Some(name)) = (d.dest.parent(), d.dest.file_name()) else {
-        return Err("not a file path".into());
+        return Err(ChildError::detail("check the path", "not a file path"));
     };
     let dir = mkdir_all(root, parent)?;
     let kind = if d.block {
@@ -527,7 +560,7 @@ fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
                 name,
                 nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
             )
-            .map_err(|e| format!("stat: {e}"))?;
+            .map_err(ChildError::errno("stat"))?;
             if st.st_mode & libc::S_IFMT == kind.bits() && st.st_rdev == makedev(d.major, d.minor) {
                 return Ok(());
             }
@@ -536,10 +569,10 @@ fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
                 name,
                 nix::unistd::UnlinkatFlags::NoRemoveDir,
             )
-            .map_err(|e| format!("remove what is there instead: {e}"))?;
-            make().map_err(|e| format!("mknod: {e}"))?;
+            .map_err(ChildError::errno("remove what is there instead"))?;
+            make().map_err(ChildError::errno("mknod"))?;
         }
-        Err(e) => return Err(format!("mknod: {e}")),
+        Err(e) => return Err(ChildError::errno("mknod")(e)),
     }
     // mknod's mode went through the umask; the spec's is exact.
     nix::sys::stat::fchmodat(
@@ -548,7 +581,7 @@ fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
         Mode::from_bits_truncate(d.mode),
         nix::sys::stat::FchmodatFlags::NoFollowSymlink,
     )
-    .map_err(|e| format!("chmod: {e}"))?;
+    .map_err(ChildError::errno("chmod"))?;
     fchownat(
         Some(dir.as_raw_fd()),
         name,
@@ -556,18 +589,18 @@ fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
         Some(Gid::from_raw(d.gid)),
         nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )
-    .map_err(|e| format!("chown: {e}"))
+    .map_err(ChildError::errno("chown"))
 }
 
 /// pivot_root into the root and drop the old one, as runc: the old root
 /// is made a slave first so its unmount cannot reach the host.
 fn pivot(root: &OwnedFd) -> Res<()> {
-    let old = open_path(Path::new("/")).map_err(|e| format!("open /: {e}"))?;
-    nix::unistd::fchdir(root.as_raw_fd()).map_err(|e| format!("chdir into the rootfs: {e}"))?;
-    nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
+    let old = open_path(Path::new("/")).map_err(ChildError::errno_at("open", "/"))?;
+    nix::unistd::fchdir(root.as_raw_fd()).map_err(ChildError::errno("chdir into the rootfs"))?;
+    nix::unistd::pivot_root(".", ".").map_err(ChildError::errno("pivot_root"))?;
     // "." is the old root only from inside it: from the new root's
     // directory the rslave below would reach the container's own mounts.
-    nix::unistd::fchdir(old.as_raw_fd()).map_err(|e| format!("chdir into the old root: {e}"))?;
+    nix::unistd::fchdir(old.as_raw_fd()).map_err(ChildError::errno("chdir into the old root"))?;
     drop(old);
     mount(
         None::<&str>,
@@ -576,9 +609,9 @@ fn pivot(root: &OwnedFd) -> Res<()> {
         MsFlags::MS_SLAVE | MsFlags::MS_REC,
         None::<&str>,
     )
-    .map_err(|e| format!("make the old root a slave: {e}"))?;
-    umount2(".", MntFlags::MNT_DETACH).map_err(|e| format!("unmount the old root: {e}"))?;
-    nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))
+    .map_err(ChildError::errno("make the old root a slave"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(ChildError::errno("unmount the old root"))?;
+    nix::unistd::chdir("/").map_err(ChildError::errno_at("chdir", "/"))
 }
 
 /// `p` (after the pivot: inside the container) as an O_PATH descriptor,
@@ -608,11 +641,12 @@ fn reopen_dev_null(null: &OwnedFd) -> Res<()> {
                     Mode::empty(),
                 )
                 .map(owned)
-                .map_err(|e| format!("open /dev/null: {e}"))?,
+                .map_err(ChildError::errno_at("open", "/dev/null"))?,
             );
         }
         if let Some(fd) = &opened {
-            nix::unistd::dup2(fd.as_raw_fd(), n).map_err(|e| format!("reopen /dev/null: {e}"))?;
+            nix::unistd::dup2(fd.as_raw_fd(), n)
+                .map_err(ChildError::errno_at("reopen", "/dev/null"))?;
         }
     }
     Ok(())

@@ -15,7 +15,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 const WAIT: Duration = Duration::from_secs(10);
 
 /// Accepts the init's connection and takes the pty master it sends.
-pub fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
+pub fn receive_master(listener: &UnixListener) -> Result<OwnedFd, crate::process::ChildError> {
+    use crate::process::ChildError;
     let mut fds = [PollFd::new(
         std::os::fd::AsFd::as_fd(listener),
         PollFlags::POLLIN,
@@ -23,14 +24,24 @@ pub fn receive_master(listener: &UnixListener) -> Result<OwnedFd, String> {
     let ms = u16::try_from(WAIT.as_millis()).unwrap_or(u16::MAX);
     match poll(&mut fds, PollTimeout::from(ms)) {
         Ok(n) if n > 0 => {}
-        _ => return Err("the container's init sent no terminal".into()),
+        _ => {
+            return Err(ChildError::detail(
+                "wait for the terminal",
+                "the container's init sent none",
+            ));
+        }
     }
     let (conn, _) = listener
         .accept()
-        .map_err(|e| format!("accept on the console socket: {e}"))?;
+        .map_err(ChildError::os("accept on the console socket"))?;
     crate::host::recv_fd(std::os::fd::AsFd::as_fd(&conn))
-        .map_err(|e| format!("receive the terminal: {e}"))?
-        .ok_or_else(|| "the console socket message carried no terminal".to_string())
+        .map_err(ChildError::os("receive the terminal"))?
+        .ok_or_else(|| {
+            ChildError::detail(
+                "receive the terminal",
+                "the console socket message carried none",
+            )
+        })
 }
 
 /// Sets the terminal's size (the container's foreground job gets SIGWINCH).

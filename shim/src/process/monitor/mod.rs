@@ -35,6 +35,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Pid, pipe2};
 use serde::{Deserialize, Serialize};
 
+use crate::process::ChildError;
 use crate::state::ExitRecord;
 
 /// Arguments of `picolet monitor` (create mode).
@@ -59,12 +60,30 @@ pub struct MonitorArgs {
     pub tty: bool,
 }
 
-/// The handshake line the monitor prints once the container is created.
+/// The handshake line the monitor prints once the container is created:
+/// the init's pid, or why there is none.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handshake {
     pub pid: Option<i32>,
     pub start_time: Option<u64>,
-    pub error: Option<String>,
+    #[serde(default, deserialize_with = "typed_or_text")]
+    pub error: Option<ChildError>,
+}
+
+/// A handshake's error as this monitor writes it, or as text (a monitor
+/// from before [`ChildError`], during an upgrade): then the text is the
+/// detail.
+fn typed_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ChildError>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Said {
+        Typed(ChildError),
+        Text(String),
+    }
+    Ok(Option::<Said>::deserialize(d)?.map(|s| match s {
+        Said::Typed(e) => e,
+        Said::Text(t) => ChildError::detail("the monitor said", t),
+    }))
 }
 
 fn say(h: &Handshake) {
@@ -78,11 +97,11 @@ fn say(h: &Handshake) {
 pub fn run(args: MonitorArgs) -> i32 {
     let (out_r, out_w) = match pipe2(OFlag::O_CLOEXEC) {
         Ok(p) => p,
-        Err(e) => return fail(format!("pipe: {e}")),
+        Err(e) => return fail(ChildError::errno("pipe")(e)),
     };
     let (err_r, err_w) = match pipe2(OFlag::O_CLOEXEC) {
         Ok(p) => p,
-        Err(e) => return fail(format!("pipe: {e}")),
+        Err(e) => return fail(ChildError::errno("pipe")(e)),
     };
     let (stdin_r, stdin_w) = if args.stdin {
         match pipe2(OFlag::O_CLOEXEC) {
@@ -90,12 +109,13 @@ pub fn run(args: MonitorArgs) -> i32 {
                 let _ = fcntl(w.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
                 (r, Some(File::from(w)))
             }
-            Err(e) => return fail(format!("pipe: {e}")),
+            Err(e) => return fail(ChildError::errno("pipe")(e)),
         }
     } else {
-        match File::open("/dev/null") {
+        let null = Path::new("/dev/null");
+        match File::open(null) {
             Ok(f) => (OwnedFd::from(f), None),
-            Err(e) => return fail(format!("open /dev/null: {e}")),
+            Err(e) => return fail(ChildError::io("open", null)(e)),
         }
     };
     let listener = match args.attach.as_deref().map(bind_attach).transpose() {
@@ -116,17 +136,26 @@ pub fn run(args: MonitorArgs) -> i32 {
     let config = args.bundle.join("config.json");
     let spec = match oci_spec::runtime::Spec::load(&config) {
         Ok(s) => s,
-        Err(e) => return fail(format!("load {}: {e}", config.display())),
+        Err(e) => {
+            return fail(ChildError::detail_at(
+                "load",
+                config.display(),
+                e.to_string(),
+            ));
+        }
     };
     let filters = match crate::seccomp::seccomp_filters(&args.bundle, &spec) {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
     if let Err(e) = crate::process::init::supported(&spec) {
-        return fail(format!("create container: {e}"));
+        return fail(e);
     }
     if args.tty && console_path.is_none() {
-        return fail("create container: a terminal needs an attach socket".into());
+        return fail(ChildError::invalid(
+            "process.terminal",
+            "a terminal needs an attach socket",
+        ));
     }
     let made = crate::process::init::create(
         &args.id,
@@ -142,12 +171,7 @@ pub fn run(args: MonitorArgs) -> i32 {
     )
     .map_err(|e| {
         // What the init said before it failed.
-        let said = pending(err_r.as_fd());
-        if said.is_empty() {
-            e
-        } else {
-            format!("{e}: {said}")
-        }
+        e.and_said(&pending(err_r.as_fd()))
     });
     let made = match made {
         Ok(m) => m,
@@ -159,7 +183,7 @@ pub fn run(args: MonitorArgs) -> i32 {
         Some(Ok(m)) => Some(m),
         Some(Err(e)) => {
             made.undo();
-            return fail(format!("create container: {e}"));
+            return fail(e);
         }
     };
     drop(console_listener);
@@ -172,14 +196,14 @@ pub fn run(args: MonitorArgs) -> i32 {
         && let Err(e) = crate::host::devices::restrict(&spec, &dir)
     {
         made.undo();
-        return fail(format!("create container: {e}"));
+        return fail(e);
     }
     // From here the container outlives the shim (the shim's recovery finds
     // it by its record, or kills it by its cgroup if the record is not
     // complete): no more death signal.
     if let Err(e) = nix::sys::prctl::set_pdeathsig(None) {
         made.undo();
-        return fail(format!("clear the parent-death signal: {e}"));
+        return fail(ChildError::errno("clear the parent-death signal")(e));
     }
     // The CRI log exists once CreateContainer returns (critest reads it
     // as soon as StartContainer does: opened in the loop, it raced).
@@ -241,24 +265,24 @@ fn pending(fd: std::os::fd::BorrowedFd<'_>) -> String {
 
 /// Binds the attach socket at `path` (a stale one from a dead monitor of
 /// the same container is replaced), through `host::via_dir_fd`.
-fn bind_attach(path: &Path) -> Result<std::os::unix::net::UnixListener, String> {
+fn bind_attach(path: &Path) -> Result<std::os::unix::net::UnixListener, ChildError> {
     let _ = std::fs::remove_file(path);
-    let (_dir, via) = crate::host::via_dir_fd(path)
-        .map_err(|e| format!("open the folder of {}: {e}", path.display()))?;
+    let (_dir, via) =
+        crate::host::via_dir_fd(path).map_err(ChildError::io("open the folder of", path))?;
     // Only root may connect (it writes to the container's stdin and reads
     // its output): the socket is made 0600, never briefly wider. The
     // monitor is single-threaded, so the umask change is ours alone.
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
     let bound = std::os::unix::net::UnixListener::bind(&via);
     nix::sys::stat::umask(old);
-    bound.map_err(|e| format!("bind the attach socket {}: {e}", path.display()))
+    bound.map_err(ChildError::io("bind the attach socket", path))
 }
 
-fn fail(msg: String) -> i32 {
+fn fail(error: ChildError) -> i32 {
     say(&Handshake {
         pid: None,
         start_time: None,
-        error: Some(msg),
+        error: Some(error),
     });
     1
 }
@@ -455,4 +479,32 @@ pub fn oom_kills(cgroup: &str) -> u64 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_carries_a_typed_error_or_an_old_monitors_text() {
+        let error = ChildError::errno_at("mount", "/proc")(Errno::EPERM).within("mount /proc");
+        let line = serde_json::to_string(&Handshake {
+            pid: None,
+            start_time: None,
+            error: Some(error.clone()),
+        })
+        .expect("encode");
+        let back: Handshake = serde_json::from_str(&line).expect("decode");
+        assert_eq!(back.error, Some(error));
+        let old: Handshake =
+            serde_json::from_str(r#"{"pid":null,"start_time":null,"error":"pipe: EMFILE"}"#)
+                .expect("decode an old line");
+        let old = old.error.expect("an error");
+        assert_eq!(
+            (old.errno, old.detail.as_deref()),
+            (None, Some("pipe: EMFILE"))
+        );
+        let ok: Handshake = serde_json::from_str(r#"{"pid":7,"start_time":1}"#).expect("decode");
+        assert_eq!((ok.pid, ok.error), (Some(7), None));
+    }
 }

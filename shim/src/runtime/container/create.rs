@@ -328,11 +328,8 @@ impl Runtime {
                 .filter(|l| l.contains("ERROR"))
                 .collect::<Vec<_>>()
                 .join(" | ");
-            return Err(Error::Internal(
-                format!("create container: {err} {detail}")
-                    .trim_end()
-                    .to_string(),
-            ));
+            let errno = err.errno;
+            return Err(Error::child(err, errno, &detail));
         }
         rec.init_pid = hs.pid;
         rec.init_start_time = hs.start_time;

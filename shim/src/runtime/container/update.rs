@@ -61,8 +61,8 @@ impl Runtime {
         let mut rec = self.container(id)?;
         let hugetlb = crate::runtime::host_inputs::hugetlb_available();
         let resources = crate::spec::linux_resources(&r, hugetlb, id)?;
-        let resources =
-            crate::host::cgroupfs::resources(&resources).map_err(Error::InvalidArgument)?;
+        let resources = crate::host::cgroupfs::resources(&resources)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let h = crate::host::cgroupfs::hierarchy()
             .ok_or_else(|| Error::Internal("no cgroup filesystem mounted".into()))?;
         h.update_container(&rec.cgroup, &resources).map_err(|e| {
