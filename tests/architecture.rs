@@ -23,6 +23,7 @@ const AGENT: &[(&str, &[&str])] = &[
         &[
             "certificate",
             "config",
+            "devicemanager",
             "events",
             "eviction",
             "health",
@@ -52,7 +53,8 @@ const AGENT: &[(&str, &[&str])] = &[
         &["clock", "cri_config", "events", "kube", "mutex", "phase"],
     ),
     ("credentialprovider", &[]),
-    ("cri_config", &["qos", "volumes"]),
+    ("cri_config", &["devicemanager", "qos", "volumes"]),
+    ("devicemanager", &["mutex"]),
     ("events", &["clock", "kube", "mutex"]),
     (
         "eviction",
@@ -84,7 +86,10 @@ const AGENT: &[(&str, &[&str])] = &[
     ("logs", &["runtime"]),
     ("metrics", &["mutex"]),
     ("mutex", &[]),
-    ("nodestatus", &["cri_config", "eviction", "kube", "runtime"]),
+    (
+        "nodestatus",
+        &["cri_config", "devicemanager", "eviction", "kube", "runtime"],
+    ),
     (
         "oom",
         &["cri_config", "events", "mutex", "runtime", "status"],
@@ -100,6 +105,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "clock",
             "credentialprovider",
             "cri_config",
+            "devicemanager",
             "events",
             "lifecycle",
             "metrics",
@@ -187,6 +193,7 @@ const AGENT_PURE: &[&str] = &[
     "config::validate",
     "credentialprovider",
     "cri_config",
+    "devicemanager::pod_devices",
     "events::reason",
     "eviction::helpers",
     "kube::config",

@@ -22,6 +22,7 @@ pub mod clock;
 pub mod config;
 pub mod credentialprovider;
 pub mod cri_config;
+pub mod devicemanager;
 pub mod events;
 pub mod eviction;
 pub mod health;

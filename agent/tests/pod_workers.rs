@@ -40,12 +40,13 @@ async fn setup_with(
     fake: &FakeCri,
     objects: Option<Arc<dyn agent::volumes::objects::ApiObjects>>,
 ) -> Setup {
-    setup_config(fake, objects, |_| {}).await
+    setup_config(fake, objects, None, |_| {}).await
 }
 
 async fn setup_config(
     fake: &FakeCri,
     objects: Option<Arc<dyn agent::volumes::objects::ApiObjects>>,
+    devices: Option<agent::devicemanager::Manager>,
     adjust: impl FnOnce(&mut edge_config::Config),
 ) -> Setup {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -80,6 +81,7 @@ async fn setup_config(
         metrics: Arc::new(metrics::AgentMetrics::default()),
         started: Instant::now(),
         objects,
+        devices,
     });
     // PLEG wakes the workers, wired as the sync loop wires it.
     let (changed, mut rx) = tokio::sync::mpsc::channel::<String>(64);
@@ -653,7 +655,7 @@ async fn config_maps_and_secrets_reach_the_volumes_and_env_of_an_api_pod() {
 async fn most_pulls_at_once(adjust: impl FnOnce(&mut edge_config::Config)) -> usize {
     let fake = FakeCri::start().await;
     fake.state().pull_delay = Duration::from_millis(300);
-    let s = setup_config(&fake, None, adjust).await;
+    let s = setup_config(&fake, None, None, adjust).await;
     let pods: Vec<_> = ["a", "b", "c"]
         .iter()
         .map(|n| {
@@ -746,3 +748,7 @@ async fn image_pull_secrets_are_tried_in_kubelets_order() {
     });
     assert!(warned, "no FailedToRetrieveImagePullSecret event");
 }
+
+#[path = "pod_workers/devices.rs"]
+mod devices;
+mod fake_plugin;

@@ -20,6 +20,13 @@ pub use socket::{SocketError, connect, listen};
 /// The client channel type [`connect`] returns.
 pub use tonic::transport::Channel;
 
+/// kubelet's device plugin API (`v1beta1`): the Registration service the
+/// agent serves and the DevicePlugin service plugins serve.
+#[allow(clippy::doc_lazy_continuation, missing_docs)]
+pub mod deviceplugin {
+    tonic::include_proto!("v1beta1");
+}
+
 /// picolet's own management API (`picolet.v1`).
 #[allow(clippy::doc_lazy_continuation, missing_docs)]
 pub mod picolet {

@@ -126,6 +126,9 @@ struct RawPicolet {
     /// Most bytes one image layer may unpack to (a quantity); free space
     /// bounds it too.
     max_layer_size: Option<String>,
+    /// Where device plugins register (`kubelet.sock`) and keep their
+    /// sockets.
+    device_plugin_dirs: Option<Vec<String>>,
 }
 
 pub use crate::eviction::EVICTION_SIGNALS;
@@ -226,6 +229,11 @@ pub struct Config {
     pub node_ip: Option<IpAddr>,
     pub cri_socket: PathBuf,
     pub data_dir: PathBuf,
+    /// `picolet.devicePluginDirs`: each gets a `kubelet.sock` device
+    /// plugins register on. Default: `<dataDir>/device-plugins`, and with
+    /// the default data dir also kubelet's `/var/lib/kubelet/device-plugins`
+    /// (unless a kubelet serves there), so unmodified plugins find it.
+    pub device_plugin_dirs: Vec<PathBuf>,
     pub images_dir: PathBuf,
     /// `picolet.registryConfig`: the shim's registries.yaml (k3s format).
     pub registry_config: PathBuf,
@@ -645,6 +653,17 @@ impl Config {
             reserved,
             node_ip,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
+            device_plugin_dirs: match p.device_plugin_dirs {
+                Some(dirs) => dirs.into_iter().map(PathBuf::from).collect(),
+                None => {
+                    let root = p.data_dir.as_deref().unwrap_or(crate::DEFAULT_ROOT);
+                    let mut dirs = vec![Path::new(root).join("device-plugins")];
+                    if root == crate::DEFAULT_ROOT {
+                        dirs.push(PathBuf::from(crate::KUBELET_DEVICE_PLUGINS));
+                    }
+                    dirs
+                }
+            },
             data_dir: PathBuf::from(p.data_dir.unwrap_or_else(|| crate::DEFAULT_ROOT.into())),
             images_dir: PathBuf::from(
                 p.images_dir

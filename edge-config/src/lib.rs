@@ -19,6 +19,8 @@ pub use config::{Config, ConfigError, FieldError};
 
 /// Default data root (`--root`).
 pub const DEFAULT_ROOT: &str = "/var/lib/picolet";
+/// Where kubelet's device plugins look for `kubelet.sock`.
+pub const KUBELET_DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
 /// Default runtime directory (`--run-dir`).
 pub const DEFAULT_RUN_DIR: &str = "/run/picolet";
 /// Default CRI socket (`--socket`, `--cri-socket`).

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use cri_proto::v1::{
-    Capability, ContainerConfig, ContainerMetadata, ImageSpec, Int64Value, KeyValue,
-    LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, Mount,
+    Capability, CdiDevice, ContainerConfig, ContainerMetadata, Device, ImageSpec, Int64Value,
+    KeyValue, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext, Mount,
 };
 use edge_config::quantity::{parse_quantity, parse_quantity_milli};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
@@ -50,6 +50,8 @@ const READONLY_PATHS: [&str; 5] = [
 /// Everything about the running pod that a container config depends on.
 #[derive(Debug, Clone)]
 pub struct ContainerEnv<'a> {
+    /// What the container's device plugins' Allocate answered.
+    pub devices: &'a crate::devicemanager::pod_devices::ContainerDevices,
     pub node: &'a NodeInfo,
     pub pod_ip: &'a str,
     /// Volume name → host path, prepared by the agent.
@@ -258,6 +260,19 @@ pub fn container_config(
             }),
         }
     }
+    // The device plugins' env first, as kubelet's run options carry it;
+    // the container's own variables win.
+    let from_devices = env
+        .devices
+        .envs
+        .iter()
+        .filter(|(k, _)| !envs.iter().any(|kv| &kv.key == *k))
+        .map(|(k, v)| KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect::<Vec<_>>();
+    envs.splice(0..0, from_devices);
     let command = c
         .command
         .iter()
@@ -265,7 +280,18 @@ pub fn container_config(
         .map(|s| expand(s, &vars))
         .collect();
     let args = c.args.iter().flatten().map(|s| expand(s, &vars)).collect();
-    let mut mounts = Vec::new();
+    // Device plugins' mounts, then the volumes (kubelet's order).
+    let mut mounts: Vec<Mount> = env
+        .devices
+        .mounts
+        .iter()
+        .map(|m| Mount {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.read_only,
+            ..Default::default()
+        })
+        .collect();
     for m in c.volume_mounts.iter().flatten() {
         let base = env
             .volumes
@@ -299,7 +325,7 @@ pub fn container_config(
         (LABEL_CONTAINER_NAME.to_string(), c.name.clone()),
     ]);
     labels.retain(|_, v| !v.is_empty());
-    let annotations = HashMap::from([
+    let mut annotations = HashMap::from([
         (ANN_CONTAINER_HASH.to_string(), container_hash(c)),
         (ANN_RESTART_COUNT.to_string(), restart_count.to_string()),
         (
@@ -313,6 +339,9 @@ pub fn container_config(
             c.termination_message_path.clone().unwrap_or_default(),
         ),
     ]);
+    for (k, v) in &env.devices.annotations {
+        annotations.entry(k.clone()).or_insert_with(|| v.clone());
+    }
     // Security context: the container's fields override the pod's.
     let psc = spec.security_context.as_ref();
     let csc = c.security_context.as_ref();
@@ -361,6 +390,22 @@ pub fn container_config(
         mounts,
         labels,
         annotations,
+        devices: env
+            .devices
+            .devices
+            .iter()
+            .map(|d| Device {
+                container_path: d.container_path.clone(),
+                host_path: d.host_path.clone(),
+                permissions: d.permissions.clone(),
+            })
+            .collect(),
+        cdi_devices: env
+            .devices
+            .cdi_devices
+            .iter()
+            .map(|name| CdiDevice { name: name.clone() })
+            .collect(),
         log_path: format!("{}/{restart_count}.log", c.name),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
@@ -431,6 +476,7 @@ mod tests {
         };
         let n = node();
         let env = ContainerEnv {
+            devices: &crate::devicemanager::pod_devices::ContainerDevices::default(),
             node: &n,
             pod_ip: "10.1.0.2",
             etc_hosts: None,
@@ -475,6 +521,7 @@ mod tests {
         let volumes = BTreeMap::from([("data".to_string(), PathBuf::from("/v/data"))]);
         let n = node();
         let env = ContainerEnv {
+            devices: &crate::devicemanager::pod_devices::ContainerDevices::default(),
             node: &n,
             pod_ip: "10.1.0.2",
             etc_hosts: None,

@@ -115,6 +115,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ));
     let allocatable = facts.allocatable();
     let (pressure_tx, pressure) = eviction::pressure();
+    // Device plugins register from now on; without its directory the
+    // agent runs without devices rather than not at all.
+    let devices = match crate::devicemanager::Manager::start(&config.device_plugin_dirs) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::error!(error = %e, "no device plugins");
+            None
+        }
+    };
     // With a bootstrap kubeconfig, the kubeconfig is ours to make (TLS
     // bootstrap) when it does not exist yet.
     let kubeconfig = match (&config.kubeconfig, &config.bootstrap_kubeconfig) {
@@ -163,6 +172,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 update_every: config.node_status_update_frequency,
                 report_every: config.node_status_report_frequency,
                 lease_seconds: config.node_lease_duration_seconds,
+                devices: devices.clone(),
             });
             Some(client)
         }
@@ -281,6 +291,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         probe_metrics,
         metrics,
         started: Instant::now(),
+        devices,
         objects: api_client.as_ref().map(|c| {
             Arc::new(volumes::api_objects::Objects::new(c.clone()))
                 as Arc<dyn crate::volumes::objects::ApiObjects>

@@ -15,6 +15,7 @@ pub mod lease;
 pub mod machine;
 pub mod setters;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,6 +95,8 @@ pub struct NodeSync {
     pub update_every: Duration,
     pub report_every: Duration,
     pub lease_seconds: u32,
+    /// Device plugins' resources for capacity and allocatable.
+    pub devices: Option<crate::devicemanager::Manager>,
 }
 
 /// Registers the node, then keeps its status and lease up to date until
@@ -266,7 +269,11 @@ async fn report_status(ns: Arc<NodeSync>) {
             .as_ref()
             .and_then(|(s, _)| s["conditions"].as_array().cloned())
             .unwrap_or_default();
-        let status = node_status(&ns.cri, &ns.facts, &ns.pressure, &previous).await;
+        let mut facts = ns.facts.clone();
+        if let Some(d) = &ns.devices {
+            facts.extended = d.capacity();
+        }
+        let status = node_status(&ns.cri, &facts, &ns.pressure, &previous).await;
         let due = match &posted {
             None => true,
             Some((old, at)) => {
@@ -370,6 +377,7 @@ pub fn facts(config: &edge_config::Config, info: &crate::cri_config::NodeInfo) -
         reserved_ephemeral: threshold("nodefs.available", ephemeral_bytes)
             .saturating_add(clamp(config.reserved.ephemeral)),
         reserved_cpu_milli: clamp(config.reserved.cpu_milli),
+        extended: BTreeMap::new(),
     }
 }
 

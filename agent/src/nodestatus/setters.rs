@@ -44,6 +44,9 @@ pub struct Facts {
     pub reserved_memory: u64,
     pub reserved_ephemeral: u64,
     pub reserved_cpu_milli: u64,
+    /// Device plugins' resources now: name → (capacity: every device,
+    /// allocatable: the healthy ones).
+    pub extended: BTreeMap<String, (usize, usize)>,
 }
 
 /// Capacity less what is kept back: millicores, bytes, pods.
@@ -147,6 +150,10 @@ fn resources(f: &Facts) -> (Value, Value) {
         };
         capacity[&name] = json!("0");
         allocatable[&name] = json!("0");
+    }
+    for (name, (all, healthy)) in &f.extended {
+        capacity[name] = json!(all.to_string());
+        allocatable[name] = json!(healthy.to_string());
     }
     (capacity, allocatable)
 }
@@ -339,6 +346,16 @@ mod tests {
                 .get("taints")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn device_plugin_resources_are_capacity_and_their_healthy_ones_allocatable() {
+        let mut f = facts();
+        f.extended
+            .insert("devices.picolet.io/serial".into(), (3, 2));
+        let s = status(&f, vec![], vec![]);
+        assert_eq!(s["capacity"]["devices.picolet.io/serial"], "3");
+        assert_eq!(s["allocatable"]["devices.picolet.io/serial"], "2");
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Ctx {
     pub started: Instant,
     /// configMaps, secrets and tokens (cluster mode); None: static pods only.
     pub objects: Option<Arc<dyn crate::volumes::objects::ApiObjects>>,
+    /// Device plugins' devices; None: no device manager.
+    pub devices: Option<crate::devicemanager::Manager>,
 }
 
 /// The workers and the state they share: restart and image back-off, and

@@ -24,6 +24,7 @@ use crate::volumes;
 
 use super::{Shared, SyncError};
 
+mod devices;
 mod start;
 mod stop;
 use stop::Stop;
@@ -114,6 +115,10 @@ pub struct Worker {
     /// stream), as kubelet's pod cache spares its periodic syncs the
     /// runtime. Older than [`OBSERVED_MAX_AGE`], it is observed again.
     observed: Option<(Observed, tokio::time::Instant)>,
+    /// The pod has the devices it asks for (or asks for none); a pod
+    /// refused them is failed and never runs.
+    devices_admitted: bool,
+    refused: Option<devices::Refused>,
 }
 
 /// How long a clock-woken sync may plan from the last observation: at most
@@ -172,6 +177,8 @@ pub fn spawn(
         volumes_written: None,
         evicted,
         observed: None,
+        devices_admitted: false,
+        refused: None,
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
@@ -222,6 +229,9 @@ impl Worker {
             }
         }
         self.shared.forget(&self.uid);
+        if let Some(m) = &self.shared.devices {
+            m.release(&self.uid);
+        }
         let _ = done.send(true);
     }
 
@@ -279,6 +289,12 @@ impl Worker {
         if let Some(e) = eviction {
             return self.sync_evicted(&pod, &e).await;
         }
+        if self.refused.is_none() {
+            self.refused = self.admit_devices(&pod).await;
+        }
+        if let Some(r) = self.refused.clone() {
+            return self.sync_refused(&pod, &r).await;
+        }
         let cri = self.shared.cri.clone();
         let (observed, observed_at) = match self.observed.take() {
             Some((o, at)) if !woken && at.elapsed() < OBSERVED_MAX_AGE => (o, at),
@@ -323,44 +339,13 @@ impl Worker {
         };
         self.probes.sync(&env, &pod, &observed);
         self.publish(&pod, &observed);
+        self.release_devices_if_done();
         self.observed = Some((observed, observed_at));
         Ok(plan::next_sync(
             self.shared.config.sync_frequency,
             &actions.waits,
             self.waiting.values().map(|w| w.reason.as_str()),
         ))
-    }
-
-    /// An evicted pod: its containers stop with the eviction's grace, its
-    /// sandbox stops, and it is Failed with reason Evicted and the
-    /// DisruptionTarget condition (kubelet 1.26+); nothing starts again.
-    async fn sync_evicted(&mut self, pod: &Pod, e: &Eviction) -> Result<Duration, SyncError> {
-        self.stop_pod().await?;
-        let observed = self.shared.cri.observe(&self.uid).await?;
-        const DISRUPTION: &str = "DisruptionTarget";
-        let since = self
-            .shared
-            .status_of(&self.uid)
-            .and_then(|p| p.status?.conditions)
-            .and_then(|cs| cs.into_iter().find(|c| c.type_ == DISRUPTION))
-            .and_then(|c| c.last_transition_time);
-        let mut p = self.with_status(pod, &observed);
-        let st = p.status.get_or_insert_with(Default::default);
-        st.phase = Some(crate::phase::FAILED.into());
-        st.reason = Some(crate::reason::EVICTED.into());
-        st.message = Some(e.message.clone());
-        st.conditions
-            .get_or_insert_with(Vec::new)
-            .push(k8s_openapi::api::core::v1::PodCondition {
-                type_: DISRUPTION.into(),
-                status: "True".into(),
-                reason: Some("TerminationByKubelet".into()),
-                message: Some(e.message.clone()),
-                last_transition_time: since.or_else(|| status::time(now_ns())),
-                ..Default::default()
-            });
-        self.shared.set_status(&self.uid, p);
-        Ok(Duration::from_secs(3600))
     }
 
     /// The pure plan for this sync, given restart back-off and probe results.

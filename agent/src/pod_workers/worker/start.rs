@@ -454,7 +454,9 @@ impl Worker {
                 return;
             }
         };
+        let devices = self.container_devices(&c.name);
         let env = ContainerEnv {
+            devices: &devices,
             node: &self.shared.node,
             pod_ip: hosts_ip,
             etc_hosts: etc_hosts.as_deref(),
@@ -502,8 +504,19 @@ impl Worker {
             event::CREATED_CONTAINER,
             &format!("Created container {}", c.name),
         );
-        if let Err(e) = cri.start_container(&id).await {
-            let msg = format!("Error: {}", e.status.message());
+        let pre_started = match &self.shared.devices {
+            Some(m) => m.pre_start(&self.uid, &c.name).await,
+            None => Ok(()),
+        };
+        let started = match pre_started {
+            Ok(()) => cri
+                .start_container(&id)
+                .await
+                .map_err(|e| e.status.message().to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = started {
+            let msg = format!("Error: {e}");
             self.event(
                 Some(&c.name),
                 EventType::Warning,
@@ -514,7 +527,7 @@ impl Worker {
                 c.name.clone(),
                 Waiting {
                     reason: reason::RUN_CONTAINER_ERROR.into(),
-                    message: e.status.message().into(),
+                    message: e,
                 },
             );
             return;

@@ -1,13 +1,18 @@
 //! Stopping a pod's containers: preStop hooks within the grace period, the
-//! `Killing` events, app containers before sidecars.
+//! `Killing` events, app containers before sidecars; an evicted pod.
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
+
+use super::super::{Eviction, SyncError};
 use super::{MIN_GRACE, Worker};
+use crate::clock::now_ns;
 use crate::events::EventType;
 use crate::events::reason as event;
 use crate::lifecycle::handlers;
 use crate::plan::{self, ObservedContainer, State};
+use crate::status;
 
 /// Containers of one pod stopped at once (preStop hook and StopContainer).
 /// kubelet stops them all at once; 1,000 at once kept the runtime so busy
@@ -128,5 +133,41 @@ impl Worker {
             .status_of(&self.uid)
             .and_then(|p| p.status.and_then(|s| s.pod_ip))
             .unwrap_or_default()
+    }
+
+    /// An evicted pod: its containers stop with the eviction's grace, its
+    /// sandbox stops, and it is Failed with reason Evicted and the
+    /// DisruptionTarget condition (kubelet 1.26+); nothing starts again.
+    pub(super) async fn sync_evicted(
+        &mut self,
+        pod: &Pod,
+        e: &Eviction,
+    ) -> Result<Duration, SyncError> {
+        self.stop_pod().await?;
+        let observed = self.shared.cri.observe(&self.uid).await?;
+        const DISRUPTION: &str = "DisruptionTarget";
+        let since = self
+            .shared
+            .status_of(&self.uid)
+            .and_then(|p| p.status?.conditions)
+            .and_then(|cs| cs.into_iter().find(|c| c.type_ == DISRUPTION))
+            .and_then(|c| c.last_transition_time);
+        let mut p = self.with_status(pod, &observed);
+        let st = p.status.get_or_insert_with(Default::default);
+        st.phase = Some(crate::phase::FAILED.into());
+        st.reason = Some(crate::reason::EVICTED.into());
+        st.message = Some(e.message.clone());
+        st.conditions
+            .get_or_insert_with(Vec::new)
+            .push(k8s_openapi::api::core::v1::PodCondition {
+                type_: DISRUPTION.into(),
+                status: "True".into(),
+                reason: Some("TerminationByKubelet".into()),
+                message: Some(e.message.clone()),
+                last_transition_time: since.or_else(|| status::time(now_ns())),
+                ..Default::default()
+            });
+        self.shared.set_status(&self.uid, p);
+        Ok(Duration::from_secs(3600))
     }
 }

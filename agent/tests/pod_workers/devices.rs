@@ -1,0 +1,171 @@
+//! Pods asking for a device plugin's resource, against the fake CRI and a
+//! fake plugin speaking kubelet's device plugin API: registration,
+//! devices in the container's CRI config, kubelet's admission failures,
+//! devices given back, the checkpoint across a restart.
+
+use std::path::Path;
+
+use agent::devicemanager::{self, Manager};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::fake_cri::FakeCri;
+use super::fake_plugin::FakePlugin;
+use super::{desired, eventually, phase, setup_config};
+
+const SERIAL: &str = "devices.picolet.io/serial";
+
+/// A static pod whose container `main` asks for `n` of `resource`.
+fn asking(name: &str, resource: &str, n: u32) -> Pod {
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  \
+         - name: main\n    image: busybox\n    command: [sleep]\n    resources:\n      \
+         limits: {{{resource}: {n}}}\n"
+    );
+    agent::config::manifest::parse(
+        Path::new(&format!("/pods/{name}.yaml")),
+        &text,
+        "node",
+        "2026-01-01T00:00:00Z",
+    )
+    .expect("valid pod")
+    .remove(0)
+}
+
+fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().expect("uid")
+}
+
+async fn registered(dir: &Path) -> (Manager, FakePlugin) {
+    let manager = Manager::start(&[dir.to_path_buf()]).expect("device manager");
+    let plugin = FakePlugin::start(dir, "serial", SERIAL, &["tty0", "tty1"]);
+    plugin.register().await.expect("registered");
+    eventually("two healthy devices", || {
+        manager.capacity().get(SERIAL) == Some(&(2, 2))
+    })
+    .await;
+    (manager, plugin)
+}
+
+#[tokio::test]
+async fn a_pod_gets_its_devices_and_a_pod_they_do_not_fit_is_refused() {
+    let fake = FakeCri::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("device-plugins");
+    let (manager, plugin) = registered(&plugins).await;
+    let s = setup_config(&fake, None, Some(manager.clone()), |_| {}).await;
+
+    let one = asking("one", SERIAL, 1);
+    let two = asking("two", SERIAL, 2);
+    let other = asking("other", "vendor.example/fpga", 1);
+    s.workers.update(&desired(&[&one]));
+    eventually("one running", || {
+        phase(&s.statuses, &uid(&one)) == "Running"
+    })
+    .await;
+    let c = fake.containers_named("main").remove(0);
+    assert_eq!(c.config.devices.len(), 1, "{:?}", c.config.devices);
+    assert_eq!(c.config.devices[0].container_path, "/dev/fake-tty0");
+    assert_eq!(c.config.devices[0].host_path, "/dev/null");
+    assert_eq!(c.config.devices[0].permissions, "rw");
+    assert!(
+        c.config
+            .envs
+            .iter()
+            .any(|e| e.key == "FAKE_DEVICES" && e.value == "tty0")
+    );
+    assert_eq!(c.config.annotations["fake.example/devices"], "tty0");
+    {
+        let st = plugin.state.lock().expect("state");
+        assert_eq!(st.allocations, [vec!["tty0".to_string()]]);
+        // The plugin asked for PreStartContainer: called before the start.
+        assert_eq!(st.pre_starts, [vec!["tty0".to_string()]]);
+    }
+
+    // Two wanted, one left: kubelet's admission error, nothing run.
+    s.workers.update(&desired(&[&one, &two, &other]));
+    eventually("two refused", || phase(&s.statuses, &uid(&two)) == "Failed").await;
+    let st = s
+        .statuses
+        .get(&uid(&two))
+        .and_then(|p| p.status)
+        .expect("status");
+    assert_eq!(st.reason.as_deref(), Some("UnexpectedAdmissionError"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some(
+            "Pod was rejected: Allocate failed due to requested number of devices unavailable for devices.picolet.io/serial. Requested: 2, Available: 1, which is unexpected"
+        )
+    );
+    // No plugin serves it: the node has none.
+    eventually("other refused", || {
+        phase(&s.statuses, &uid(&other)) == "Failed"
+    })
+    .await;
+    let st = s
+        .statuses
+        .get(&uid(&other))
+        .and_then(|p| p.status)
+        .expect("status");
+    assert_eq!(st.reason.as_deref(), Some("OutOfvendor.example/fpga"));
+    assert_eq!(fake.containers_named("main").len(), 1, "only one ran");
+
+    // A device turns unhealthy: allocatable drops, capacity stays.
+    plugin.set("tty1", false);
+    eventually("tty1 unhealthy", || {
+        manager.capacity().get(SERIAL) == Some(&(2, 1))
+    })
+    .await;
+    plugin.set("tty1", true);
+
+    // The first pod goes: its device comes back, a new pod can have both.
+    s.workers.update(&desired(&[]));
+    eventually("one's device given back", || {
+        manager.container(&uid(&one), "main").devices.is_empty()
+    })
+    .await;
+    let both = asking("both", SERIAL, 2);
+    s.workers.update(&desired(&[&both]));
+    eventually("both running", || {
+        phase(&s.statuses, &uid(&both)) == "Running"
+    })
+    .await;
+    let ids: Vec<String> = fake
+        .containers_named("main")
+        .into_iter()
+        .filter(|c| c.config.labels["io.kubernetes.pod.uid"] == uid(&both))
+        .flat_map(|c| c.config.devices)
+        .map(|d| d.container_path)
+        .collect();
+    assert_eq!(ids, ["/dev/fake-tty0", "/dev/fake-tty1"]);
+}
+
+#[tokio::test]
+async fn allocations_survive_a_restart_in_the_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("device-plugins");
+    let (manager, _plugin) = registered(&plugins).await;
+    let p = asking("one", SERIAL, 1);
+    manager.admit(&uid(&p), &p).await.expect("admitted");
+    assert_eq!(manager.container(&uid(&p), "main").devices.len(), 1);
+
+    // A restarted agent: the same checkpoint in a directory of its own
+    // (the first agent's socket still serves its own).
+    let again = dir.path().join("restarted");
+    std::fs::create_dir_all(&again).expect("dir");
+    std::fs::copy(
+        plugins.join(devicemanager::CHECKPOINT),
+        again.join(devicemanager::CHECKPOINT),
+    )
+    .expect("checkpoint");
+    let restarted = Manager::start(&[again]).expect("restarted");
+    // Known, but unhealthy until the plugin registers again; the pod
+    // keeps its device, and admitting it again allocates nothing new.
+    assert_eq!(restarted.capacity().get(SERIAL), Some(&(2, 0)));
+    let held = restarted.container(&uid(&p), "main");
+    assert_eq!(held.devices[0].container_path, "/dev/fake-tty0");
+    restarted.admit(&uid(&p), &p).await.expect("still admitted");
+    // Another pod cannot have a device while none is healthy.
+    let q = asking("two", SERIAL, 1);
+    let e = restarted.admit(&uid(&q), &q).await.expect_err("unhealthy");
+    assert_eq!(e.reason(), "UnexpectedAdmissionError");
+}
