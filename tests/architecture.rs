@@ -24,6 +24,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "certificate",
             "config",
             "devicemanager",
+            "deviceplugin",
             "events",
             "eviction",
             "health",
@@ -55,6 +56,7 @@ const AGENT: &[(&str, &[&str])] = &[
     ("credentialprovider", &[]),
     ("cri_config", &["devicemanager", "qos", "volumes"]),
     ("devicemanager", &["mutex"]),
+    ("deviceplugin", &["devicemanager", "mutex"]),
     ("events", &["clock", "kube", "mutex"]),
     (
         "eviction",
@@ -144,6 +146,7 @@ const AGENT: &[(&str, &[&str])] = &[
         &[
             "certificate",
             "config",
+            "devicemanager",
             "events",
             "eviction",
             "health",

@@ -23,6 +23,7 @@ pub mod config;
 pub mod credentialprovider;
 pub mod cri_config;
 pub mod devicemanager;
+pub mod deviceplugin;
 pub mod events;
 pub mod eviction;
 pub mod health;

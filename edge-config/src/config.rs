@@ -129,6 +129,8 @@ struct RawPicolet {
     /// Where device plugins register (`kubelet.sock`) and keep their
     /// sockets.
     device_plugin_dirs: Option<Vec<String>>,
+    /// The built-in generic device plugin's resources.
+    devices: Option<Vec<crate::devices::DeviceSpec>>,
 }
 
 pub use crate::eviction::EVICTION_SIGNALS;
@@ -234,6 +236,8 @@ pub struct Config {
     /// the default data dir also kubelet's `/var/lib/kubelet/device-plugins`
     /// (unless a kubelet serves there), so unmodified plugins find it.
     pub device_plugin_dirs: Vec<PathBuf>,
+    /// `picolet.devices`: the built-in generic device plugin's resources.
+    pub devices: Vec<crate::devices::DeviceSpec>,
     pub images_dir: PathBuf,
     /// `picolet.registryConfig`: the shim's registries.yaml (k3s format).
     pub registry_config: PathBuf,
@@ -457,6 +461,19 @@ impl Config {
                 format!("{node_name:?} is not a valid DNS subdomain"),
             ));
         }
+        let devices = p.devices.clone().unwrap_or_default();
+        let mut names = std::collections::BTreeSet::new();
+        for (i, d) in devices.iter().enumerate() {
+            d.check().map_err(|(field, message)| {
+                err(&format!("picolet.devices[{i}].{field}"), message)
+            })?;
+            if !names.insert(d.name.as_str()) {
+                return Err(err(
+                    &format!("picolet.devices[{i}].name"),
+                    format!("{:?} is named twice", d.name),
+                ));
+            }
+        }
         let node_ip = match p.node_ip.as_deref() {
             None => None,
             Some(t) => Some(
@@ -653,6 +670,7 @@ impl Config {
             reserved,
             node_ip,
             cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
+            devices,
             device_plugin_dirs: match p.device_plugin_dirs {
                 Some(dirs) => dirs.into_iter().map(PathBuf::from).collect(),
                 None => {

@@ -7,6 +7,7 @@
 //! subcommands together with it.
 
 pub mod config;
+pub mod devices;
 mod error;
 pub mod eviction;
 pub mod labels;

@@ -11,7 +11,7 @@
 
 mod endpoint;
 pub mod pod_devices;
-mod registration;
+pub mod registration;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

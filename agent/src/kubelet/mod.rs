@@ -124,6 +124,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             None
         }
     };
+    // The built-in generic plugin registers like any other.
+    if let (Some(_), Some(dir)) = (&devices, config.device_plugin_dirs.first())
+        && let Err(e) = crate::deviceplugin::start(&config.devices, dir)
+    {
+        tracing::error!(error = %e, "built-in device plugin");
+    }
     // With a bootstrap kubeconfig, the kubeconfig is ours to make (TLS
     // bootstrap) when it does not exist yet.
     let kubeconfig = match (&config.kubeconfig, &config.bootstrap_kubeconfig) {
@@ -233,6 +239,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             meta: node_meta.clone(),
             pressure: pressure.clone(),
             shown: std::sync::Mutex::new(Vec::new()),
+            devices: devices.clone(),
         },
         auth: server::auth::Auth::new(config.node_name.clone(), cfg, api_client.clone()),
         streams: Arc::new(tokio::sync::Semaphore::new(server::MAX_STREAMS)),

@@ -85,6 +85,8 @@ pub struct LocalNode {
     pub meta: crate::nodestatus::SharedMeta,
     pub pressure: crate::eviction::Pressure,
     pub shown: std::sync::Mutex<Vec<serde_json::Value>>,
+    /// Device plugins' resources for capacity and allocatable.
+    pub devices: Option<crate::devicemanager::Manager>,
 }
 
 impl Server {
@@ -408,7 +410,11 @@ async fn pods(State(s): Shared) -> Response {
 async fn local_node(State(s): Shared) -> Response {
     let n = &s.node;
     let previous = crate::mutex::lock(&n.shown).clone();
-    let status = crate::nodestatus::node_status(&s.cri, &n.facts, &n.pressure, &previous).await;
+    let mut facts = n.facts.clone();
+    if let Some(d) = &n.devices {
+        facts.extended = d.capacity();
+    }
+    let status = crate::nodestatus::node_status(&s.cri, &facts, &n.pressure, &previous).await;
     if let Some(c) = status["conditions"].as_array() {
         crate::mutex::lock(&n.shown).clone_from(c);
     }
