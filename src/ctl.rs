@@ -139,6 +139,13 @@ enum CtlCommand {
         /// Only this container.
         container: Option<String>,
     },
+    /// Devices the node has and which pod's container holds each (the
+    /// agent's pod-resources API).
+    Devices {
+        /// The agent's pod-resources socket (`<dataDir>/pod-resources/kubelet.sock`).
+        #[arg(long, default_value = "/var/lib/picolet/pod-resources/kubelet.sock")]
+        pod_resources: PathBuf,
+    },
     /// Change a running container's resources (UpdateContainerResources),
     /// as `crictl update` does: the request carries exactly these values (0:
     /// unset), as kubelet's does.
@@ -201,10 +208,20 @@ pub fn run(args: CtlArgs) -> ExitCode {
 }
 
 async fn dispatch(args: CtlArgs) -> Result<()> {
-    let channel = cri_proto::connect(&args.socket)
-        .await
-        .with_context(|| format!("is `picolet shim` running on {}?", args.socket.display()))?;
     match args.command {
+        // The agent's API, not the shim's.
+        CtlCommand::Devices { pod_resources } => crate::ctl_devices::devices(&pod_resources).await,
+        command => dispatch_cri(&args.socket, command).await,
+    }
+}
+
+/// The commands the shim's CRI socket answers.
+async fn dispatch_cri(socket: &std::path::Path, command: CtlCommand) -> Result<()> {
+    let channel = cri_proto::connect(socket)
+        .await
+        .with_context(|| format!("is `picolet shim` running on {}?", socket.display()))?;
+    match command {
+        CtlCommand::Devices { .. } => unreachable!("dispatch answers it"),
         CtlCommand::Images { quiet } => crate::ctl_images::images(channel, quiet).await,
         CtlCommand::Import { files } => crate::ctl_images::import(channel, files).await,
         CtlCommand::Pull { image, creds } => crate::ctl_images::pull(channel, image, creds).await,

@@ -6,6 +6,7 @@ mod alloc;
 #[macro_use]
 mod ctl_out;
 mod ctl;
+mod ctl_devices;
 mod ctl_images;
 mod ctl_logs;
 mod ctl_manage;

@@ -38,6 +38,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "phase",
             "pleg",
             "pod_workers",
+            "podresources",
             "prober",
             "runtime",
             "server",
@@ -122,6 +123,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "volumes",
         ],
     ),
+    ("podresources", &["devicemanager", "phase", "status"]),
     ("probe", &[]),
     (
         "prober",

@@ -42,6 +42,7 @@ pub mod plan;
 pub mod pleg;
 pub mod pod;
 pub mod pod_workers;
+pub mod podresources;
 pub mod probe;
 pub mod prober;
 pub mod qos;

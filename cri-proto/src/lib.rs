@@ -27,6 +27,13 @@ pub mod deviceplugin {
     tonic::include_proto!("v1beta1");
 }
 
+/// kubelet's pod-resources API (`v1`): the devices pods hold, for
+/// monitoring agents.
+#[allow(clippy::doc_lazy_continuation, missing_docs)]
+pub mod podresources {
+    tonic::include_proto!("v1");
+}
+
 /// picolet's own management API (`picolet.v1`).
 #[allow(clippy::doc_lazy_continuation, missing_docs)]
 pub mod picolet {

@@ -5,7 +5,8 @@
 //! node even after making one; a pod asking for more than is left is
 //! refused with kubelet's reason; a node that appears or goes changes the
 //! capacity within seconds; the pod keeps its device across an agent
-//! restart. The nodes are c 1:11 (/dev/kmsg, write-only for the test: a
+//! restart; `picolet ctl devices` (the pod-resources API) shows who holds
+//! which. The nodes are c 1:11 (/dev/kmsg, write-only for the test: a
 //! write needs no capability). Root.
 
 use std::path::Path;
@@ -114,6 +115,32 @@ fn a_pod_gets_the_serial_port_it_asks_for_and_its_neighbour_cannot_open_one() {
     assert!(err.contains("Operation not permitted"), "{err}");
     let ls = std::fs::read_to_string(host.join("neighbour-ls")).expect("ls");
     assert!(ls.contains("No such file"), "{ls}");
+
+    // `ctl devices` (the pod-resources API): one held by granted, one free.
+    let socket = agent.shim.root().join("pod-resources").join("kubelet.sock");
+    let out = std::process::Command::new(common::picolet())
+        .args(["ctl", "devices", "--pod-resources"])
+        .arg(&socket)
+        .output()
+        .expect("ctl devices");
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let held: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains("granted-e2e"))
+        .collect();
+    assert_eq!(held.len(), 1, "{table}");
+    assert!(
+        held[0].contains("ttyFAKE0") && held[0].ends_with("main"),
+        "{table}"
+    );
+    let free: Vec<&str> = table.lines().filter(|l| l.ends_with(" -")).collect();
+    assert_eq!(free.len(), 1, "{table}");
+    assert!(free[0].contains("ttyFAKE1"), "{table}");
 
     // Two wanted, one left: refused, nothing run.
     agent.write_manifest("greedy.yaml", &pod(&agent, "greedy", 2, "exec sleep 600"));

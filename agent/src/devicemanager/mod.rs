@@ -76,6 +76,15 @@ impl Error {
     }
 }
 
+/// Devices of one resource a container holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    pub pod_uid: String,
+    pub container: String,
+    pub resource: String,
+    pub ids: Vec<String>,
+}
+
 /// The device manager: a cloneable handle.
 #[derive(Clone, Debug)]
 pub struct Manager(Arc<Inner>);
@@ -121,6 +130,32 @@ impl Manager {
     /// ones, for the Node.
     pub fn capacity(&self) -> BTreeMap<String, (usize, usize)> {
         lock(&self.0.state).capacity()
+    }
+
+    /// Every allocation.
+    pub fn allocations(&self) -> Vec<Holding> {
+        lock(&self.0.state)
+            .allocated
+            .iter()
+            .map(|((u, c, r), a)| Holding {
+                pod_uid: u.clone(),
+                container: c.clone(),
+                resource: r.clone(),
+                ids: a.ids.clone(),
+            })
+            .collect()
+    }
+
+    /// resource → its healthy devices' IDs.
+    pub fn healthy(&self) -> BTreeMap<String, Vec<String>> {
+        lock(&self.0.state)
+            .devices
+            .iter()
+            .map(|(r, ds)| {
+                let ids = ds.iter().filter(|(_, h)| **h).map(|(id, _)| id.clone());
+                (r.clone(), ids.collect())
+            })
+            .collect()
     }
 
     /// Wakes on each change of the devices.

@@ -287,6 +287,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         period: cfg.image_gc_period,
     });
     let cri_for_eviction = cri.clone();
+    if let Some(d) = &devices {
+        let dir = config.data_dir.join("pod-resources");
+        if let Err(e) = crate::podresources::serve(&dir, d.clone(), statuses.clone()) {
+            tracing::error!(error = %e, "pod-resources API");
+        }
+    }
     let workers = PodWorkers::new(pod_workers::Ctx {
         cri,
         config: config.clone(),
