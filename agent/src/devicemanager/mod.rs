@@ -173,11 +173,33 @@ impl Manager {
             return Ok(());
         }
         let _one = self.0.admitting.lock().await;
-        let plan = lock(&self.0.state).plan(uid, &requests)?;
+        let (plan, free) = {
+            let state = lock(&self.0.state);
+            let plan = state.plan(uid, &requests)?;
+            let free: BTreeMap<String, Vec<String>> = plan
+                .iter()
+                .map(|p| (p.request.resource.clone(), state.free(&p.request.resource)))
+                .collect();
+            (plan, free)
+        };
         let mut made = Vec::new();
-        for p in plan {
-            let resource = &p.request.resource;
+        for mut p in plan {
+            let resource = p.request.resource.clone();
+            let resource = &resource;
             let mut client = self.client(resource)?;
+            // The plugin's preference, when it has one and the choice is
+            // the pod's only one of this resource (others share the pool).
+            let alone =
+                !p.request.init && requests.iter().filter(|r| &r.resource == resource).count() == 1;
+            let prefers = lock(&self.0.endpoints)
+                .get(resource)
+                .is_some_and(|e| e.options.get_preferred_allocation_available);
+            if alone && prefers {
+                let available = free.get(resource).cloned().unwrap_or_default();
+                if let Some(ids) = preferred(&mut client, &available, p.ids.len()).await {
+                    p.ids = ids;
+                }
+            }
             let req = cri_proto::deviceplugin::AllocateRequest {
                 container_requests: vec![cri_proto::deviceplugin::ContainerAllocateRequest {
                     devices_ids: p.ids.clone(),
@@ -291,6 +313,35 @@ impl Manager {
     fn devices_changed(&self) {
         self.0.changed.send_modify(|n| *n += 1);
     }
+}
+
+/// The plugin's preferred `size` of `available`, if it answers with that
+/// many of them (its answer is advice: anything else is not taken).
+async fn preferred(
+    client: &mut DevicePluginClient<cri_proto::Channel>,
+    available: &[String],
+    size: usize,
+) -> Option<Vec<String>> {
+    use cri_proto::deviceplugin::{
+        ContainerPreferredAllocationRequest, PreferredAllocationRequest,
+    };
+    let req = PreferredAllocationRequest {
+        container_requests: vec![ContainerPreferredAllocationRequest {
+            available_device_i_ds: available.to_vec(),
+            must_include_device_i_ds: Vec::new(),
+            allocation_size: i32::try_from(size).ok()?,
+        }],
+    };
+    let answer = client
+        .get_preferred_allocation(req)
+        .await
+        .ok()?
+        .into_inner();
+    let ids = answer.container_responses.into_iter().next()?.device_i_ds;
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    (unique.len() == size && ids.iter().all(|id| available.contains(id))).then_some(ids)
 }
 
 /// The checkpoint's state; none yet is an empty one.

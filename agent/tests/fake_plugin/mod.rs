@@ -35,11 +35,24 @@ pub struct FakePlugin {
     pub state: Arc<Mutex<PluginState>>,
     changed: tokio::sync::watch::Sender<u64>,
     pre_start_required: bool,
+    /// GetPreferredAllocation answers the last IDs of those available.
+    pub prefers_last: bool,
 }
 
 impl FakePlugin {
     /// Serves on `<dir>/<name>.sock` with `devices` healthy.
     pub fn start(dir: &Path, name: &str, resource: &str, devices: &[&str]) -> Self {
+        Self::start_with(dir, name, resource, devices, false)
+    }
+
+    /// As [`FakePlugin::start`]; `prefers_last`: it has a preference.
+    pub fn start_with(
+        dir: &Path,
+        name: &str,
+        resource: &str,
+        devices: &[&str],
+        prefers_last: bool,
+    ) -> Self {
         let socket = dir.join(format!("{name}.sock"));
         let plugin = FakePlugin {
             resource: resource.into(),
@@ -51,6 +64,7 @@ impl FakePlugin {
             })),
             changed: tokio::sync::watch::channel(0).0,
             pre_start_required: true,
+            prefers_last,
         };
         let incoming = cri_proto::listen(socket.clone()).expect("plugin socket");
         let server = DevicePluginServer::new(plugin.clone());
@@ -80,7 +94,7 @@ impl FakePlugin {
                 resource_name: self.resource.clone(),
                 options: Some(DevicePluginOptions {
                     pre_start_required: self.pre_start_required,
-                    get_preferred_allocation_available: false,
+                    get_preferred_allocation_available: self.prefers_last,
                 }),
             })
             .await
@@ -121,7 +135,7 @@ impl DevicePlugin for FakePlugin {
     async fn get_device_plugin_options(&self, _: Request<Empty>) -> Reply<DevicePluginOptions> {
         Ok(Response::new(DevicePluginOptions {
             pre_start_required: self.pre_start_required,
-            get_preferred_allocation_available: false,
+            get_preferred_allocation_available: self.prefers_last,
         }))
     }
 
@@ -149,9 +163,26 @@ impl DevicePlugin for FakePlugin {
 
     async fn get_preferred_allocation(
         &self,
-        _: Request<PreferredAllocationRequest>,
+        req: Request<PreferredAllocationRequest>,
     ) -> Reply<PreferredAllocationResponse> {
-        Err(Status::unimplemented("no preference"))
+        if !self.prefers_last {
+            return Err(Status::unimplemented("no preference"));
+        }
+        let container_responses = req
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|c| {
+                let n = usize::try_from(c.allocation_size).unwrap_or(0);
+                let ids = &c.available_device_i_ds;
+                ContainerPreferredAllocationResponse {
+                    device_i_ds: ids[ids.len().saturating_sub(n)..].to_vec(),
+                }
+            })
+            .collect();
+        Ok(Response::new(PreferredAllocationResponse {
+            container_responses,
+        }))
     }
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Reply<AllocateResponse> {

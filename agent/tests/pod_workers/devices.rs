@@ -169,3 +169,27 @@ async fn allocations_survive_a_restart_in_the_checkpoint() {
     let e = restarted.admit(&uid(&q), &q).await.expect_err("unhealthy");
     assert_eq!(e.reason(), "UnexpectedAdmissionError");
 }
+
+#[tokio::test]
+async fn the_plugins_preference_is_taken_when_it_names_free_devices() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("device-plugins");
+    let manager = Manager::start(std::slice::from_ref(&plugins)).expect("device manager");
+    let plugin =
+        FakePlugin::start_with(&plugins, "serial", SERIAL, &["tty0", "tty1", "tty2"], true);
+    plugin.register().await.expect("registered");
+    eventually("three devices", || {
+        manager.capacity().get(SERIAL) == Some(&(3, 3))
+    })
+    .await;
+    let p = asking("one", SERIAL, 2);
+    manager.admit(&uid(&p), &p).await.expect("admitted");
+    let got: Vec<String> = manager
+        .container(&uid(&p), "main")
+        .devices
+        .into_iter()
+        .map(|d| d.container_path)
+        .collect();
+    // Without the preference it would be the first two.
+    assert_eq!(got, ["/dev/fake-tty1", "/dev/fake-tty2"]);
+}
