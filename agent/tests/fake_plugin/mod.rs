@@ -37,6 +37,8 @@ pub struct FakePlugin {
     pre_start_required: bool,
     /// GetPreferredAllocation answers the last IDs of those available.
     pub prefers_last: bool,
+    /// True: its ListAndWatch streams end, as when a plugin exits.
+    gone: tokio::sync::watch::Sender<bool>,
 }
 
 impl FakePlugin {
@@ -65,6 +67,7 @@ impl FakePlugin {
             changed: tokio::sync::watch::channel(0).0,
             pre_start_required: true,
             prefers_last,
+            gone: tokio::sync::watch::channel(false).0,
         };
         let incoming = cri_proto::listen(socket.clone()).expect("plugin socket");
         let server = DevicePluginServer::new(plugin.clone());
@@ -112,6 +115,16 @@ impl FakePlugin {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    /// Ends its ListAndWatch streams, as a plugin that exits.
+    pub fn go_away(&self) {
+        self.gone.send_replace(true);
+    }
+
+    /// Serves streams again (then [`FakePlugin::register`] again).
+    pub fn come_back(&self) {
+        self.gone.send_replace(false);
+    }
+
     fn list(&self) -> ListAndWatchResponse {
         let st = self.state.lock().expect("state");
         ListAndWatchResponse {
@@ -145,14 +158,16 @@ impl DevicePlugin for FakePlugin {
     async fn list_and_watch(&self, _: Request<Empty>) -> Reply<Self::ListAndWatchStream> {
         let me = self.clone();
         let mut changed = self.changed.subscribe();
+        let mut gone = self.gone.subscribe();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         tokio::spawn(async move {
             loop {
-                if tx.send(Ok(me.list())).await.is_err() {
+                if *gone.borrow_and_update() || tx.send(Ok(me.list())).await.is_err() {
                     return;
                 }
-                if changed.changed().await.is_err() {
-                    return;
+                tokio::select! {
+                    c = changed.changed() => if c.is_err() { return },
+                    _ = gone.changed() => {}
                 }
             }
         });

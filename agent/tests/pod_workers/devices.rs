@@ -193,3 +193,31 @@ async fn the_plugins_preference_is_taken_when_it_names_free_devices() {
     // Without the preference it would be the first two.
     assert_eq!(got, ["/dev/fake-tty1", "/dev/fake-tty2"]);
 }
+
+#[tokio::test]
+async fn a_plugin_that_goes_leaves_its_devices_unhealthy_until_it_registers_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("device-plugins");
+    let (manager, plugin) = registered(&plugins).await;
+    let p = asking("one", SERIAL, 1);
+    manager.admit(&uid(&p), &p).await.expect("admitted");
+    plugin.go_away();
+    eventually("unhealthy", || {
+        manager.capacity().get(SERIAL) == Some(&(2, 0))
+    })
+    .await;
+    // The pod keeps what it holds; nobody new gets a device.
+    assert_eq!(manager.container(&uid(&p), "main").devices.len(), 1);
+    let q = asking("two", SERIAL, 1);
+    assert!(manager.admit(&uid(&q), &q).await.is_err());
+    // The plugin restarts and registers again: healthy, the hold kept.
+    plugin.come_back();
+    plugin.register().await.expect("registered again");
+    eventually("healthy again", || {
+        manager.capacity().get(SERIAL) == Some(&(2, 2))
+    })
+    .await;
+    manager.admit(&uid(&q), &q).await.expect("admitted now");
+    let got = manager.container(&uid(&q), "main").devices;
+    assert_eq!(got[0].container_path, "/dev/fake-tty1", "not the held one");
+}
