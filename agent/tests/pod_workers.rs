@@ -137,6 +137,17 @@ async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// A pod `web` (restartPolicy Always, `sleep`) given to fresh workers,
+/// once it is Running: the setup, the pod, its UID.
+async fn running_web(fake: &FakeCri) -> (Setup, Pod, String) {
+    let s = setup(fake).await;
+    let p = pod("web", "Always", "sleep");
+    let uid = p.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&p]));
+    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    (s, p, uid)
+}
+
 fn phase(s: &status::Manager, uid: &str) -> String {
     s.get(uid).and_then(|p| p.status?.phase).unwrap_or_default()
 }
@@ -144,11 +155,7 @@ fn phase(s: &status::Manager, uid: &str) -> String {
 #[tokio::test]
 async fn a_pod_gets_a_sandbox_and_its_container_and_runs() {
     let fake = FakeCri::start().await;
-    let s = setup(&fake).await;
-    let p = pod("web", "Always", "sleep");
-    let uid = p.metadata.uid.clone().expect("uid");
-    s.workers.update(&desired(&[&p]));
-    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    let (s, _, uid) = running_web(&fake).await;
     let st = fake.state();
     assert_eq!(st.sandboxes.len(), 1, "{:?}", st.sandboxes);
     let c: Vec<_> = st.containers.values().collect();
@@ -205,11 +212,7 @@ fn changes(fake: &FakeCri) -> Vec<&'static str> {
 #[tokio::test(start_paused = true)]
 async fn clock_woken_syncs_read_statuses_every_five_minutes_or_when_woken() {
     let fake = FakeCri::start().await;
-    let s = setup(&fake).await;
-    let p = pod("web", "Always", "sleep");
-    let uid = p.metadata.uid.clone().expect("uid");
-    s.workers.update(&desired(&[&p]));
-    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    let (s, _, uid) = running_web(&fake).await;
     // Only observe reads a sandbox's or a container's status (PLEG lists).
     let reads = |fake: &FakeCri| {
         fake.state()
@@ -241,11 +244,7 @@ async fn clock_woken_syncs_read_statuses_every_five_minutes_or_when_woken() {
 #[tokio::test(start_paused = true)]
 async fn a_running_pod_is_left_alone_through_an_hour_of_syncs() {
     let fake = FakeCri::start().await;
-    let s = setup(&fake).await;
-    let p = pod("web", "Always", "sleep");
-    let uid = p.metadata.uid.clone().expect("uid");
-    s.workers.update(&desired(&[&p]));
-    eventually("phase Running", || phase(&s.statuses, &uid) == "Running").await;
+    let (s, p, uid) = running_web(&fake).await;
     let made = changes(&fake);
     let ids: Vec<String> = fake
         .containers_named("main")
