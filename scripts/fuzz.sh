@@ -3,7 +3,8 @@
 # static pod manifests, the config file, /dev/kmsg records with the OOM
 # matcher, CRI log lines and the log writer, image archive import, the CRI
 # socket's :authority rewriter (HTTP/2 frames, HPACK), SPDY/3.1 and
-# WebSocket streaming frames (resize and status channels), certificates.
+# WebSocket streaming frames (resize and status channels), certificates,
+# CDI spec files.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   # default 20 s, all
 #
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(manifest config kmsg cri_log archive hpack spdy websocket x509)
+[ ${#targets[@]} -gt 0 ] || targets=(manifest config kmsg cri_log archive hpack spdy websocket x509 cdi_spec)
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 export RUSTC_BOOTSTRAP=1
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}/fuzz"

@@ -638,6 +638,8 @@ fn run_shim(args: ShimArgs) -> ExitCode {
             .cni_bin_dir
             .map(|l| edge_config::split_dirs(&l))
             .unwrap_or(config.cni_bin_dirs),
+        enable_cdi: config.enable_cdi,
+        cdi_spec_dirs: config.cdi_spec_dirs,
     };
     if config.cgroup_favor_dynmods {
         shim::host::cgroupfs::favor_dynmods(&paths.run_dir);

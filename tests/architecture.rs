@@ -231,6 +231,8 @@ const SHIM: &[(&str, &[&str])] = &[
             "process",
             "runtime",
             "service",
+            // The CDI spec parser, for its fuzz target.
+            "spec",
             "streaming",
         ],
     ),

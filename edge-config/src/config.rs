@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod api_port;
+mod devices;
 
 use crate::labels::check_node_label;
 pub use crate::labels::parse_node_labels;
@@ -116,6 +117,12 @@ struct RawPicolet {
     default_network: Option<bool>,
     /// The shim sets the cgroup2 root's `favordynmods` at start.
     cgroup_favor_dynmods: Option<bool>,
+    /// CDI devices (containerd's `enable_cdi`).
+    #[serde(rename = "enableCDI")]
+    enable_cdi: Option<bool>,
+    /// Where CDI spec files are read (containerd's `cdi_spec_dirs`).
+    #[serde(rename = "cdiSpecDirs")]
+    cdi_spec_dirs: Option<Vec<String>>,
     /// First restart back-off (kubelet: 10s); tests shorten it.
     restart_backoff_initial: Option<String>,
     /// Back-off cap (kubelet: 300s).
@@ -258,6 +265,14 @@ pub struct Config {
     /// an RCU grace period; forks and exits machine-wide pay a little more
     /// (kubelet changes kernel defaults the same way, with sysctls).
     pub cgroup_favor_dynmods: bool,
+    /// `picolet.enableCDI` (default true, as containerd 2.x): the shim
+    /// injects the CDI devices a container asks for (CRI `CDI_devices`,
+    /// `cdi.k8s.io/*` annotations).
+    pub enable_cdi: bool,
+    /// `picolet.cdiSpecDirs` (default `/etc/cdi`, `/var/run/cdi`): where
+    /// CDI spec files are read; a later folder's device wins over an
+    /// earlier one's of the same name.
+    pub cdi_spec_dirs: Vec<PathBuf>,
     pub restart_backoff_initial: Duration,
     pub restart_backoff_max: Duration,
     /// How often unused images are garbage collected (kubelet: 5m).
@@ -461,19 +476,8 @@ impl Config {
                 format!("{node_name:?} is not a valid DNS subdomain"),
             ));
         }
-        let devices = p.devices.clone().unwrap_or_default();
-        let mut names = std::collections::BTreeSet::new();
-        for (i, d) in devices.iter().enumerate() {
-            d.check().map_err(|(field, message)| {
-                err(&format!("picolet.devices[{i}].{field}"), message)
-            })?;
-            if !names.insert(d.name.as_str()) {
-                return Err(err(
-                    &format!("picolet.devices[{i}].name"),
-                    format!("{:?} is named twice", d.name),
-                ));
-            }
-        }
+        let devices = devices::check(p.devices.clone().unwrap_or_default(), &err)?;
+        let cdi_spec_dirs = devices::cdi_spec_dirs(p.cdi_spec_dirs.clone(), &err)?;
         let node_ip = match p.node_ip.as_deref() {
             None => None,
             Some(t) => Some(
@@ -707,6 +711,8 @@ impl Config {
             ),
             default_network: p.default_network.unwrap_or(true),
             cgroup_favor_dynmods: p.cgroup_favor_dynmods.unwrap_or(true),
+            enable_cdi: p.enable_cdi.unwrap_or(true),
+            cdi_spec_dirs: cdi_spec_dirs.into_iter().map(PathBuf::from).collect(),
             restart_backoff_initial: backoff_initial,
             restart_backoff_max: backoff_max,
             image_gc_period,
@@ -751,6 +757,19 @@ mod tests {
         );
         assert_eq!(c.restart_backoff_initial, Duration::from_secs(10));
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn cdi_is_on_with_the_cdi_librarys_folders_by_default() {
+        let c = parse("").expect("defaults");
+        assert!(c.enable_cdi);
+        assert_eq!(
+            c.cdi_spec_dirs,
+            [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]
+        );
+        let c = parse("picolet:\n  enableCDI: false\n  cdiSpecDirs: [/opt/cdi]\n").expect("valid");
+        assert!(!c.enable_cdi);
+        assert_eq!(c.cdi_spec_dirs, [PathBuf::from("/opt/cdi")]);
     }
 
     #[test]
@@ -821,6 +840,18 @@ mod tests {
             (
                 "picolet:\n  criSockt: /x\n",
                 "picolet: unknown field `criSockt`",
+            ),
+            (
+                "picolet:\n  cdiSpecDirs: [/etc/cdi, run/cdi]\n",
+                "picolet.cdiSpecDirs[1]: \"run/cdi\" is not an absolute path",
+            ),
+            (
+                "picolet:\n  cdiSpecDirs: []\n",
+                "picolet.cdiSpecDirs: empty (enableCDI: false turns CDI off)",
+            ),
+            (
+                "picolet:\n  enableCdi: false\n",
+                "picolet: unknown field `enableCdi`",
             ),
             (
                 "picolet:\n  maxLayerSize: lots\n",

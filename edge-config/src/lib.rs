@@ -39,6 +39,10 @@ pub const DEFAULT_CNI_CONF_DIR: &str = "/etc/cni/net.d";
 /// upstream install path, then Debian's `containernetworking-plugins`.
 pub const DEFAULT_CNI_BIN_DIR: &str = "/opt/cni/bin,/usr/lib/cni";
 
+/// Default CDI spec folders (`picolet.cdiSpecDirs`), the CDI library's:
+/// static specs, then generated ones (which win for the same device).
+pub const DEFAULT_CDI_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
 /// A comma-separated folder list (`--cni-bin-dir`); empty entries are dropped.
 /// Creates `dir` (and its parents) and makes it root's alone (0700), also
 /// when it already existed with a wider mode: what picolet keeps there —
@@ -103,6 +107,10 @@ pub struct ShimPaths {
     pub cni_conf_dir: PathBuf,
     /// Where CNI plugins are searched, in order.
     pub cni_bin_dirs: Vec<PathBuf>,
+    /// Whether CDI devices are injected (containerd's `enable_cdi`).
+    pub enable_cdi: bool,
+    /// CDI spec folders, lowest priority first.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl Default for ShimPaths {
@@ -114,6 +122,8 @@ impl Default for ShimPaths {
             images_dir: PathBuf::from(DEFAULT_IMAGES_DIR),
             cni_conf_dir: PathBuf::from(DEFAULT_CNI_CONF_DIR),
             cni_bin_dirs: split_dirs(DEFAULT_CNI_BIN_DIR),
+            enable_cdi: true,
+            cdi_spec_dirs: DEFAULT_CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
         }
     }
 }

@@ -21,6 +21,8 @@ mod streaming;
 
 /// picolet's own CNI plugin (`picolet cni`), for devices without one.
 pub use cni::builtin as cni_plugin;
+/// The CDI spec parser and resolver (its fuzz target uses it).
+pub use spec::cdi;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -5,13 +5,15 @@
 //! devices controller; on cgroup v2 the shim attaches an eBPF program with
 //! the same rules (tests/vm/run.sh checks that in a v2 guest). Also drives
 //! `picolet ctl exec` and `picolet ctl logs`, and ctl's stop, rm, stopp,
-//! rmp, inspect, inspectp and stats on a pod nobody else manages. Root.
+//! rmp, inspect, inspectp and stats on a pod nobody else manages. CDI
+//! devices from the shim's spec folders, asked for by CRI field and by
+//! annotation. Root.
 
 use crate::common;
 
 use common::cri;
 use common::{Shim, test_images};
-use cri_proto::v1::Device;
+use cri_proto::v1::{CdiDevice, Device};
 
 /// `picolet ctl exec ID -- sh -c SCRIPT`: (exit code, stdout, stderr).
 fn sh(shim: &Shim, id: &str, script: &str) -> (i32, String, String) {
@@ -215,4 +217,136 @@ async fn ctl_inspects_stops_and_removes_an_orphaned_pod() {
     // Teardown does not warn about cgroup controllers the host lacks.
     let log = shim.log();
     assert!(!log.contains("not supported on this system"), "{log}");
+}
+
+/// CDI: a spec file in the shim's `cdiSpecDirs` names a device node the
+/// test made on the host (c 1:11, /dev/kmsg's numbers, outside the default
+/// rules) at a path of its own in the container, with env and a read-only
+/// mount. A container that asks for it (CRI `CDI_devices`, or a
+/// `cdi.k8s.io/` annotation) has the node, writable, the env and the
+/// mount; one that does not has none of them and the device cgroup keeps
+/// it from opening a node it makes. A device in the later folder wins; a
+/// broken file is skipped with a warning naming it; an unknown device
+/// fails the create as NotFound, a malformed name as InvalidArgument.
+#[tokio::test]
+async fn cdi_devices_come_from_the_spec_folders() {
+    require_root!();
+    let host = tempfile::Builder::new()
+        .prefix("picolet-cdi-e2e-")
+        .tempdir()
+        .expect("tempdir");
+    let (etc, run) = (host.path().join("etc-cdi"), host.path().join("run-cdi"));
+    let share = host.path().join("share");
+    for d in [&etc, &run, &share] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(share.join("hello"), "from the host\n").expect("write");
+    let node = host.path().join("kmsg-node");
+    nix::sys::stat::mknod(
+        &node,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(1, 11),
+    )
+    .expect("mknod the host node");
+    // No type or numbers: the shim takes them from the host node.
+    let spec = format!(
+        "cdiVersion: 0.6.0\nkind: picolet.test/kmsg\n\
+         containerEdits:\n  env: [CDI_COMMON=yes]\n  mounts:\n  \
+         - {{hostPath: {share}, containerPath: /cdi-share, options: [ro, rbind]}}\n\
+         devices:\n- name: k0\n  containerEdits:\n    env: [CDI_DEVICE=k0]\n    \
+         deviceNodes: [{{path: /dev/cdi-kmsg, hostPath: {node}}}]\n\
+         - name: which\n  containerEdits:\n    env: [CDI_WHICH=etc]\n",
+        share = share.display(),
+        node = node.display()
+    );
+    std::fs::write(etc.join("kmsg.yaml"), spec).expect("spec");
+    std::fs::write(
+        run.join("which.json"),
+        r#"{"cdiVersion": "0.8.0", "kind": "picolet.test/kmsg", "devices": [{"name": "which", "containerEdits": {"env": ["CDI_WHICH=run"]}}]}"#,
+    )
+    .expect("spec");
+    std::fs::write(etc.join("bad.yaml"), "cdiVersion: 0.6.0\nkind: nope\n").expect("spec");
+
+    let shim = Shim::start_with_config(&format!(
+        "picolet:\n  cdiSpecDirs: [{}, {}]\n",
+        etc.display(),
+        run.display()
+    ));
+    shim.import(&test_images().busybox_layout);
+    let mut c = cri::client(&shim.socket()).await;
+    let logs = shim.dir.path().join("pods").join("cdi");
+    let pod = cri::pod("cdi", &logs, false, &shim.cgroup_parent("cdi"));
+    let pod_id = cri::run_pod(&mut c, &pod).await;
+
+    let mut by_field = cri::container("by-field", "busybox", &["sleep", "60"]);
+    by_field.cdi_devices = vec![CdiDevice {
+        name: "picolet.test/kmsg=k0".into(),
+    }];
+    let by_field = cri::create(&mut c, &pod_id, &pod, by_field).await;
+    cri::start(&mut c, &by_field).await;
+    let mut by_annotation = cri::container("by-annotation", "busybox", &["sleep", "60"]);
+    by_annotation.annotations.insert(
+        "cdi.k8s.io/e2e_k0".into(),
+        "picolet.test/kmsg=k0,picolet.test/kmsg=which".into(),
+    );
+    let by_annotation = cri::create(&mut c, &pod_id, &pod, by_annotation).await;
+    cri::start(&mut c, &by_annotation).await;
+    let plain = cri::container("plain", "busybox", &["sleep", "60"]);
+    let plain = cri::create(&mut c, &pod_id, &pod, plain).await;
+    cri::start(&mut c, &plain).await;
+
+    let check = "test -c /dev/cdi-kmsg && echo picolet-cdi-e2e > /dev/cdi-kmsg && \
+                 echo \"$CDI_DEVICE $CDI_COMMON ${CDI_WHICH:-none}\" && cat /cdi-share/hello";
+    for (id, which) in [(&by_field, "none"), (&by_annotation, "run")] {
+        let (code, out, err) = sh(&shim, id, check);
+        assert_eq!(code, 0, "{id}: {err}");
+        assert_eq!(out, format!("k0 yes {which}\nfrom the host\n"), "{id}");
+        let (code, _, err) = sh(&shim, id, "touch /cdi-share/x");
+        assert_ne!(code, 0, "the mount is read-only");
+        assert!(err.contains("Read-only file system"), "{err}");
+    }
+    let (code, out, _) = sh(
+        &shim,
+        &plain,
+        "test -e /dev/cdi-kmsg || test -e /cdi-share || echo \"absent ${CDI_DEVICE:-unset}\"",
+    );
+    assert_eq!((code, out.as_str()), (0, "absent unset\n"));
+    let (code, _, err) = sh(
+        &shim,
+        &plain,
+        "mknod /tmp/k c 1 11 && echo picolet-cdi-e2e > /tmp/k",
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("Operation not permitted"), "{err}");
+
+    let mut unknown = cri::container("unknown", "busybox", &["true"]);
+    unknown.cdi_devices = vec![CdiDevice {
+        name: "picolet.test/kmsg=k9".into(),
+    }];
+    let e = cri::try_create(&mut c, &pod_id, &pod, unknown)
+        .await
+        .expect_err("an unknown device");
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    assert!(
+        e.message()
+            .contains("unresolvable CDI devices picolet.test/kmsg=k9"),
+        "{e:?}"
+    );
+    let mut malformed = cri::container("malformed", "busybox", &["true"]);
+    malformed
+        .annotations
+        .insert("cdi.k8s.io/x".into(), "kmsg".into());
+    let e = cri::try_create(&mut c, &pod_id, &pod, malformed)
+        .await
+        .expect_err("a malformed name");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let log = shim.log();
+    assert!(
+        log.contains(&format!("{}: kind:", etc.join("bad.yaml").display())),
+        "the broken file is named: {log}"
+    );
+
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
 }

@@ -14,12 +14,13 @@ use serde_json::{Value, json};
 use crate::error::Error;
 use crate::host::users::{self, User};
 
-/// runc's masked paths.
 pub(crate) mod caps;
+pub mod cdi;
 
 use caps::cap_name;
 pub use caps::capabilities;
 
+/// runc's masked paths.
 pub const MASKED_PATHS: [&str; 11] = [
     "/proc/acpi",
     "/proc/asound",
@@ -97,6 +98,10 @@ pub struct SpecInput<'a> {
     pub localhost_seccomp: Option<Value>,
     /// Whether the host has the hugetlb cgroup controller.
     pub hugetlb: bool,
+    /// The CDI devices' edits, resolved and their nodes filled from the
+    /// host (`runtime::host_inputs::resolve_cdi`); applied last, as
+    /// containerd's `WithCDI`.
+    pub cdi: Option<&'a cdi::ContainerEdits>,
 }
 
 fn invalid(field: &str, what: impl std::fmt::Display) -> Error {
@@ -341,7 +346,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
         sb.cgroup_parent.trim_end_matches('/')
     };
 
-    let spec = json!({
+    let mut spec = json!({
         "ociVersion": "1.0.2",
         "process": {
             // A tty container gets a pty from its init (in the
@@ -369,6 +374,9 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             "seccomp": seccomp,
         },
     });
+    if let Some(edits) = input.cdi {
+        cdi::apply(&mut spec, edits);
+    }
     serde_json::from_value(spec).map_err(Error::json("generated spec does not parse"))
 }
 

@@ -126,6 +126,7 @@ fn spec_on_host(
         cap_bounding: u64::MAX,
         localhost_seccomp: None,
         hugetlb,
+        cdi: None,
     })
 }
 
@@ -282,4 +283,76 @@ fn hugepage_limits_are_dropped_without_the_hugetlb_controller() {
     let without =
         serde_json::to_value(spec_on_host(&c, &img, 0, false).expect("spec")).expect("json");
     assert!(without["linux"]["resources"]["hugepageLimits"].is_null());
+}
+
+#[test]
+fn cdi_edits_come_last_env_devices_rules_and_mounts() {
+    let img = image(&[], &["sh"], &["A=image"], "");
+    let mut c = config(&[], &[]);
+    c.envs = vec![KeyValue {
+        key: "A".into(),
+        value: "pod".into(),
+    }];
+    let sb = SandboxView {
+        shm: "/dev/shm".into(),
+        ..Default::default()
+    };
+    let edits = cdi::ContainerEdits {
+        env: vec!["A=cdi".into()],
+        device_nodes: vec![cdi::DeviceNode {
+            path: "/dev/gpu0".into(),
+            host_path: "/dev/nvidia0".into(),
+            kind: "c".into(),
+            major: 195,
+            minor: 0,
+            ..Default::default()
+        }],
+        mounts: vec![cdi::Mount {
+            host_path: "/usr/lib/libcuda.so".into(),
+            container_path: "/usr/lib/libcuda.so".into(),
+            options: vec!["ro".into(), "bind".into()],
+            ..Default::default()
+        }],
+        additional_gids: vec![44],
+        ..Default::default()
+    };
+    let spec = build(&SpecInput {
+        id: "abc",
+        config: &c,
+        image: &img,
+        sandbox: &sb,
+        rootfs: Path::new("/r"),
+        passwd: None,
+        group: None,
+        devices: &[],
+        min_oom_score_adj: -1000,
+        cap_bounding: u64::MAX,
+        localhost_seccomp: None,
+        hugetlb: true,
+        cdi: Some(&edits),
+    })
+    .expect("spec");
+    let v = serde_json::to_value(&spec).expect("json");
+    assert!(
+        v["process"]["env"]
+            .as_array()
+            .expect("env")
+            .contains(&json!("A=cdi"))
+    );
+    assert!(!v["process"]["env"].to_string().contains("A=pod"));
+    assert_eq!(v["process"]["user"]["additionalGids"], json!([44]));
+    assert_eq!(v["linux"]["devices"][0]["path"], "/dev/gpu0");
+    let rules = v["linux"]["resources"]["devices"]
+        .as_array()
+        .expect("rules");
+    assert_eq!(
+        rules.last(),
+        Some(&json!({"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}))
+    );
+    assert_eq!(rules[0]["allow"], false, "deny-all stays first");
+    let mounts = v["mounts"].as_array().expect("mounts");
+    assert_eq!(
+        mounts.last().map(|m| &m["destination"]),
+        Some(&json!("/usr/lib/libcuda.so"))
+    );
 }

@@ -189,6 +189,11 @@ impl Runtime {
         .map_err(Error::sys("mount rootfs at", &rec.rootfs))?;
 
         let devices = crate::runtime::host_inputs::resolve_devices(&rec.config)?;
+        let cdi = crate::runtime::host_inputs::resolve_cdi(
+            &rec.config,
+            self.paths.enable_cdi,
+            &self.paths.cdi_spec_dirs,
+        )?;
         for (i, m) in rec.config.mounts.iter().enumerate() {
             // As containerd: a missing host path becomes a directory.
             if !m.host_path.is_empty() && !Path::new(&m.host_path).exists() {
@@ -237,6 +242,7 @@ impl Runtime {
             cap_bounding: crate::runtime::host_inputs::own_cap_bounding(),
             localhost_seccomp: crate::runtime::host_inputs::load_localhost_seccomp(&rec.config)?,
             hugetlb: crate::runtime::host_inputs::hugetlb_available(),
+            cdi: cdi.as_ref(),
         })?;
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
