@@ -64,25 +64,6 @@ fn import_web_image(shim: &Shim) -> String {
     id
 }
 
-async fn exec(c: &mut cri::Client, id: &str, cmd: &str) -> String {
-    let r = c
-        .exec_sync(ExecSyncRequest {
-            container_id: id.into(),
-            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
-            timeout: 10,
-        })
-        .await
-        .expect("ExecSync")
-        .into_inner();
-    assert_eq!(
-        r.exit_code,
-        0,
-        "{cmd}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    String::from_utf8_lossy(&r.stdout).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_kubelets_recorded_requests_run_its_pod() {
     require_root!();
@@ -153,7 +134,7 @@ async fn the_kubelets_recorded_requests_run_its_pod() {
     assert_eq!(r.exit_code, 0);
 
     // What the request asked for is what the container got.
-    let st = exec(&mut c, &id, "echo $GREETING; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; wc -c < /proc/keys; touch /scratch/x && echo rw").await;
+    let st = cri::exec_ok(&mut c, &id, "echo $GREETING; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; wc -c < /proc/keys; touch /scratch/x && echo rw").await;
     let lines: Vec<&str> = st.lines().collect();
     assert_eq!(lines[0], "hello", "{st}");
     let cap_eff =

@@ -23,6 +23,7 @@ mod images_bad_input;
 mod isolation;
 mod kubelet;
 mod kubelet_api;
+mod kubelet_devices;
 mod observability;
 mod probes;
 mod registry;

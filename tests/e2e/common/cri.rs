@@ -197,3 +197,23 @@ pub async fn teardown(c: &mut Client, pod_id: &str) {
     .await
     .expect("RemovePodSandbox");
 }
+
+/// ExecSync of `sh -c cmd`, asserting exit 0: its stdout.
+pub async fn exec_ok(c: &mut Client, id: &str, cmd: &str) -> String {
+    let r = c
+        .exec_sync(cri_proto::v1::ExecSyncRequest {
+            container_id: id.into(),
+            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(
+        r.exit_code,
+        0,
+        "{cmd}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
