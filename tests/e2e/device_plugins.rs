@@ -9,7 +9,6 @@
 //! which. The nodes are c 1:11 (/dev/kmsg, write-only for the test: a
 //! write needs no capability). Root.
 
-use std::path::Path;
 use std::time::Duration;
 
 use crate::common;
@@ -17,17 +16,6 @@ use crate::common;
 use common::agent::{Agent, container, phase, running};
 
 const T: Duration = Duration::from_secs(60);
-
-fn mknod_kmsg(path: &Path) {
-    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-    mknod(
-        path,
-        SFlag::S_IFCHR,
-        Mode::from_bits_truncate(0o600),
-        makedev(1, 11),
-    )
-    .expect("mknod");
-}
 
 /// A static pod whose container `main` runs `script` (the host dir at
 /// /out), asking for `serial` devices when `serial` > 0.
@@ -67,7 +55,7 @@ fn a_pod_gets_the_serial_port_it_asks_for_and_its_neighbour_cannot_open_one() {
     let devs = agent.dir().join("devs");
     std::fs::create_dir_all(&devs).expect("mkdir");
     for n in 0..2 {
-        mknod_kmsg(&devs.join(format!("ttyFAKE{n}")));
+        common::rt::mknod_kmsg(&devs.join(format!("ttyFAKE{n}")));
     }
     agent.picolet_extra = format!(
         "  devices:\n  - name: serial\n    groups:\n    - paths: [{{path: {}/ttyFAKE*, mountPath: /dev/serial/}}]\n",
@@ -155,7 +143,7 @@ fn a_pod_gets_the_serial_port_it_asks_for_and_its_neighbour_cannot_open_one() {
 
     // Hotplug: a third node appears, then goes.
     let third = devs.join("ttyFAKE2");
-    mknod_kmsg(&third);
+    common::rt::mknod_kmsg(&third);
     agent.wait("three devices", T, || capacity(&agent).0 == "3");
     std::fs::remove_file(&third).expect("rm");
     agent.wait("two devices again", T, || capacity(&agent).0 == "2");

@@ -242,13 +242,7 @@ async fn cdi_devices_come_from_the_spec_folders() {
     }
     std::fs::write(share.join("hello"), "from the host\n").expect("write");
     let node = host.path().join("kmsg-node");
-    nix::sys::stat::mknod(
-        &node,
-        nix::sys::stat::SFlag::S_IFCHR,
-        nix::sys::stat::Mode::from_bits_truncate(0o600),
-        nix::sys::stat::makedev(1, 11),
-    )
-    .expect("mknod the host node");
+    common::rt::mknod_kmsg(&node);
     // No type or numbers: the shim takes them from the host node.
     let spec = format!(
         "cdiVersion: 0.6.0\nkind: picolet.test/kmsg\n\

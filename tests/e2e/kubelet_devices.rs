@@ -7,8 +7,6 @@
 //! parent and the image moved into the test's own: the container gets
 //! both nodes, unprivileged, and the CDI spec's env. Root.
 
-use std::path::Path;
-
 use cri_proto::v1::{ContainerConfig, PodSandboxConfig};
 
 use crate::common;
@@ -21,17 +19,6 @@ const RECORDED: &str = include_str!("../../cri-proto/testdata/kubelet-1.36.3-dev
 const KUBELET_ROOT: &str = "/tmp/k136/kubelet";
 const DEVS: &str = "/tmp/k136/devs";
 
-fn mknod_kmsg(path: &Path) {
-    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
-    mknod(
-        path,
-        SFlag::S_IFCHR,
-        Mode::from_bits_truncate(0o600),
-        makedev(1, 11),
-    )
-    .expect("mknod");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_kubelets_device_plugin_and_cdi_devices_reach_the_container() {
     require_root!();
@@ -40,8 +27,8 @@ async fn the_kubelets_device_plugin_and_cdi_devices_reach_the_container() {
     for d in [&devs, &cdi] {
         std::fs::create_dir_all(d).expect("mkdir");
     }
-    mknod_kmsg(&devs.join("tty0"));
-    mknod_kmsg(&devs.join("tty1"));
+    common::rt::mknod_kmsg(&devs.join("tty0"));
+    common::rt::mknod_kmsg(&devs.join("tty1"));
     // The recording's CDI spec, its node moved here.
     std::fs::write(
         cdi.join("test.yaml"),

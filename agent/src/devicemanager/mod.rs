@@ -205,11 +205,7 @@ impl Manager {
                     devices_ids: p.ids.clone(),
                 }],
             };
-            let plugin_err = |source| Error::Plugin {
-                resource: resource.clone(),
-                source,
-            };
-            let answer = client.allocate(req).await.map_err(plugin_err)?.into_inner();
+            let answer = within(resource, client.allocate(req)).await?.into_inner();
             let response = answer
                 .container_responses
                 .into_iter()
@@ -267,10 +263,7 @@ impl Manager {
                 .map(|e| e.client.clone());
             let Some(mut client) = wanted else { continue };
             let req = cri_proto::deviceplugin::PreStartContainerRequest { devices_ids: ids };
-            client
-                .pre_start_container(req)
-                .await
-                .map_err(|source| Error::Plugin { resource, source })?;
+            within(&resource, client.pre_start_container(req)).await?;
         }
         Ok(())
     }
@@ -332,8 +325,7 @@ async fn preferred(
             allocation_size: i32::try_from(size).ok()?,
         }],
     };
-    let answer = client
-        .get_preferred_allocation(req)
+    let answer = within("", client.get_preferred_allocation(req))
         .await
         .ok()?
         .into_inner();
@@ -344,7 +336,34 @@ async fn preferred(
     (unique.len() == size && ids.iter().all(|id| available.contains(id))).then_some(ids)
 }
 
-/// The checkpoint's state; none yet is an empty one.
+/// How long a plugin may take to answer Allocate, GetPreferredAllocation
+/// or PreStartContainer: a plugin that hangs holds up one pod's start, not
+/// every admission after it.
+pub const PLUGIN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A call to `resource`'s plugin, within [`PLUGIN_CALL_TIMEOUT`].
+async fn within<T>(
+    resource: &str,
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, Error> {
+    let source = match tokio::time::timeout(PLUGIN_CALL_TIMEOUT, call).await {
+        Ok(Ok(answer)) => return Ok(answer),
+        Ok(Err(status)) => status,
+        Err(_) => tonic::Status::deadline_exceeded(format!(
+            "no answer within {} s",
+            PLUGIN_CALL_TIMEOUT.as_secs()
+        )),
+    };
+    Err(Error::Plugin {
+        resource: resource.into(),
+        source,
+    })
+}
+
+/// The checkpoint's state; none yet is an empty one. A checkpoint that
+/// does not decode is set aside (`<file>.bad`) with a warning and the
+/// manager starts empty, as kubelet does: devices are then given afresh
+/// rather than not at all.
 fn load(path: &Path) -> Result<PodDevices, Error> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -357,9 +376,21 @@ fn load(path: &Path) -> Result<PodDevices, Error> {
             });
         }
     };
-    let c: Checkpoint = serde_json::from_slice(&bytes).map_err(|source| Error::Checkpoint {
-        path: path.into(),
-        source,
-    })?;
-    Ok(c.into())
+    match serde_json::from_slice::<Checkpoint>(&bytes) {
+        Ok(c) => Ok(c.into()),
+        Err(source) => {
+            let e = Error::Checkpoint {
+                path: path.into(),
+                source,
+            };
+            tracing::warn!(error = %e, "device manager: starting without the checkpoint");
+            let aside = path.with_extension("bad");
+            std::fs::rename(path, &aside).map_err(|source| Error::Io {
+                op: "set aside",
+                path: path.into(),
+                source,
+            })?;
+            Ok(PodDevices::default())
+        }
+    }
 }

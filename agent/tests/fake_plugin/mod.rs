@@ -24,6 +24,8 @@ pub struct PluginState {
     /// Every Allocate: the IDs asked for.
     pub allocations: Vec<Vec<String>>,
     pub pre_starts: Vec<Vec<String>>,
+    /// Allocate never answers (a hung plugin).
+    pub hang_allocate: bool,
 }
 
 #[derive(Clone)]
@@ -201,6 +203,9 @@ impl DevicePlugin for FakePlugin {
     }
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Reply<AllocateResponse> {
+        if self.state.lock().expect("state").hang_allocate {
+            std::future::pending::<()>().await;
+        }
         let mut responses = Vec::new();
         for c in req.into_inner().container_requests {
             self.state

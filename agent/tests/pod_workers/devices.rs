@@ -221,3 +221,35 @@ async fn a_plugin_that_goes_leaves_its_devices_unhealthy_until_it_registers_agai
     let got = manager.container(&uid(&q), "main").devices;
     assert_eq!(got[0].container_path, "/dev/fake-tty1", "not the held one");
 }
+
+#[tokio::test]
+async fn a_checkpoint_that_does_not_decode_is_set_aside() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("device-plugins");
+    std::fs::create_dir_all(&plugins).expect("mkdir");
+    let checkpoint = plugins.join(devicemanager::CHECKPOINT);
+    std::fs::write(&checkpoint, "{not json").expect("write");
+    let manager = Manager::start(std::slice::from_ref(&plugins)).expect("starts anyway");
+    assert!(manager.capacity().is_empty());
+    assert_eq!(
+        std::fs::read_to_string(checkpoint.with_extension("bad")).expect("set aside"),
+        "{not json"
+    );
+}
+
+/// In paused time: the 30 s wait for a hung plugin passes at once.
+#[tokio::test(start_paused = true)]
+async fn a_plugin_that_does_not_answer_allocate_fails_the_admission_in_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plugins = dir.path().join("device-plugins");
+    let (manager, plugin) = registered(&plugins).await;
+    plugin.state.lock().expect("state").hang_allocate = true;
+    let p = asking("one", SERIAL, 1);
+    let e = manager.admit(&uid(&p), &p).await.expect_err("timed out");
+    assert_eq!(e.reason(), "UnexpectedAdmissionError");
+    assert!(e.to_string().contains("no answer within 30 s"), "{e}");
+    // Nothing is held: the next pod, with the plugin well again, fits.
+    plugin.state.lock().expect("state").hang_allocate = false;
+    let q = asking("two", SERIAL, 2);
+    manager.admit(&uid(&q), &q).await.expect("both free");
+}

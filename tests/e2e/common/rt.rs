@@ -70,3 +70,17 @@ pub async fn sh(c: &mut Client, id: &str, cmd: &str) -> cri_proto::v1::ExecSyncR
     .expect("ExecSync")
     .into_inner()
 }
+
+/// A character device node at `path` with the host's /dev/kmsg numbers
+/// (c 1:11): outside the default device rules, and writable with no
+/// capability, so a test sees at once whether a container may open it.
+pub fn mknod_kmsg(path: &std::path::Path) {
+    use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+    mknod(
+        path,
+        SFlag::S_IFCHR,
+        Mode::from_bits_truncate(0o600),
+        makedev(1, 11),
+    )
+    .expect("mknod");
+}
