@@ -99,6 +99,8 @@ struct Inner {
     admitting: tokio::sync::Mutex<()>,
     /// Bumped whenever a resource's devices change (node status).
     changed: tokio::sync::watch::Sender<u64>,
+    /// The sockets served and the directories made for them.
+    served: Mutex<Vec<registration::Served>>,
 }
 
 impl Manager {
@@ -114,10 +116,14 @@ impl Manager {
             endpoints: Mutex::default(),
             admitting: tokio::sync::Mutex::new(()),
             changed: tokio::sync::watch::channel(0).0,
+            served: Mutex::default(),
         }));
         for (i, dir) in dirs.iter().enumerate() {
             match registration::serve(manager.clone(), dir) {
-                Ok(()) => tracing::info!(dir = %dir.display(), "device plugins register here"),
+                Ok(served) => {
+                    tracing::info!(dir = %dir.display(), "device plugins register here");
+                    lock(&manager.0.served).push(served);
+                }
                 // Only the first directory (our own) must be ours.
                 Err(e) if i > 0 => tracing::warn!(error = %e, "device plugin directory skipped"),
                 Err(e) => return Err(e),
@@ -266,6 +272,15 @@ impl Manager {
             within(&resource, client.pre_start_container(req)).await?;
         }
         Ok(())
+    }
+
+    /// At a clean stop: removes the `kubelet.sock`s served and the
+    /// directories made for them (when empty), so a stopped agent leaves
+    /// nothing at kubelet's path. The checkpoint stays.
+    pub fn close(&self) {
+        for s in lock(&self.0.served).drain(..) {
+            s.take_away();
+        }
     }
 
     /// Gives back the devices of every pod `active` says is gone.

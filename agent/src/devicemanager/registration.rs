@@ -15,7 +15,32 @@ use super::{Error, KUBELET_SOCKET, Manager, endpoint, pod_devices};
 pub const VERSION: &str = "v1beta1";
 
 /// Serves registrations on `<dir>/kubelet.sock` from now on.
-pub(super) fn serve(manager: Manager, dir: &Path) -> Result<(), Error> {
+/// What serving a directory made, to take away at a clean stop: the
+/// socket, and the directories that did not exist before (deepest first).
+#[derive(Debug, Clone)]
+pub(super) struct Served {
+    pub(super) socket: PathBuf,
+    pub(super) made_dirs: Vec<PathBuf>,
+}
+
+impl Served {
+    /// Removes the socket and the directories made for it, when empty.
+    pub(super) fn take_away(&self) {
+        let _ = std::fs::remove_file(&self.socket);
+        for d in &self.made_dirs {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+pub(super) fn serve(manager: Manager, dir: &Path) -> Result<Served, Error> {
+    let made_dirs: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
     std::fs::create_dir_all(dir).map_err(|source| Error::Io {
         op: "create",
         path: dir.into(),
@@ -27,21 +52,25 @@ pub(super) fn serve(manager: Manager, dir: &Path) -> Result<(), Error> {
         return Err(Error::Busy(ours));
     }
     remove_plugin_sockets(dir);
+    let served = Served {
+        socket: ours.clone(),
+        made_dirs,
+    };
     let incoming = cri_proto::listen(ours)?;
     let service = Service {
         manager,
         dir: dir.into(),
     };
     tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
+        let result = tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(service))
             .serve_with_incoming(incoming)
             .await;
-        if let Err(e) = served {
+        if let Err(e) = result {
             tracing::error!(error = %e, "device plugin registration");
         }
     });
-    Ok(())
+    Ok(served)
 }
 
 /// Removes the sockets plugins left from before this start, as kubelet

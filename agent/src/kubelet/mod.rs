@@ -293,6 +293,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             tracing::error!(error = %e, "pod-resources API");
         }
     }
+    let close_devices = devices.clone();
     let workers = PodWorkers::new(pod_workers::Ctx {
         cri,
         config: config.clone(),
@@ -419,6 +420,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         shutdown,
     )
     .await;
+    if let Some(d) = close_devices {
+        d.close();
+    }
     tracing::info!("agent stopping; containers keep running");
     Ok(())
 }

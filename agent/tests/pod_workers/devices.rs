@@ -253,3 +253,17 @@ async fn a_plugin_that_does_not_answer_allocate_fails_the_admission_in_time() {
     let q = asking("two", SERIAL, 2);
     manager.admit(&uid(&q), &q).await.expect("both free");
 }
+
+#[tokio::test]
+async fn a_closed_manager_leaves_no_socket_and_no_directory_it_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ours = dir.path().join("ours");
+    let made = dir.path().join("var/lib/kubelet/device-plugins");
+    let manager = Manager::start(&[ours.clone(), made.clone()]).expect("device manager");
+    assert!(made.join(devicemanager::KUBELET_SOCKET).exists());
+    manager.close();
+    assert!(!ours.join(devicemanager::KUBELET_SOCKET).exists());
+    // Made for it: gone up to what was there; what was there stays.
+    assert!(!dir.path().join("var").exists());
+    assert!(dir.path().exists());
+}
