@@ -32,6 +32,9 @@ const RETRY: Duration = Duration::from_secs(2);
 pub enum Error {
     #[error(transparent)]
     Socket(#[from] cri_proto::SocketError),
+    /// The device manager refused the registration.
+    #[error("register: {0}")]
+    Register(tonic::Status),
 }
 
 /// Starts a plugin for each resource in `dir` (where `kubelet.sock` is).
@@ -77,8 +80,8 @@ async fn register(kubelet: PathBuf, socket: PathBuf, resource: String) {
                     options: Some(DevicePluginOptions::default()),
                 })
                 .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+                .map_err(Error::Register),
+            Err(e) => Err(Error::Socket(e)),
         };
         match done {
             Ok(_) => return,
