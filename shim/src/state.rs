@@ -85,6 +85,10 @@ pub struct ContainerRecord {
     pub init_start_time: Option<u64>,
     pub dir: PathBuf,
     pub rootfs: PathBuf,
+    /// Who the container's process runs as, as its spec says
+    /// (ContainerStatus `user`); none in records written before.
+    #[serde(default)]
+    pub user: Option<ProcessUser>,
     /// False until the container's init is made: a record left false
     /// by a crash marks a half-created container to clean up.
     pub complete: bool,
@@ -105,6 +109,14 @@ impl ContainerRecord {
                 .iter()
                 .all(|(k, v)| self.config.labels.get(k) == Some(v))
     }
+}
+
+/// The spec's `process.user`: what ContainerStatus reports as `user`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub additional_gids: Vec<u32>,
 }
 
 /// What the monitor records when the container's init exits.

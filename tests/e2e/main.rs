@@ -15,6 +15,7 @@ mod boundary;
 mod cni;
 mod conformance;
 mod cri_clients;
+mod cri_features;
 mod device_plugins;
 mod devices;
 mod housekeeping;

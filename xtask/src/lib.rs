@@ -241,7 +241,7 @@ pub fn busybox_layer(busybox: &Path) -> Result<Layer> {
     }
     l = l
         .file("etc/passwd", 0o644, b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\nuser:x:1000:1000:user:/home:/bin/sh\n")
-        .file("etc/group", 0o644, b"root:x:0:\nnogroup:x:65534:\nuser:x:1000:\n")
+        .file("etc/group", 0o644, b"root:x:0:\nnogroup:x:65534:\nuser:x:1000:\npredefined:x:50000:user\n")
         .symlink("usr/bin", "../bin");
     Ok(l.finish(Compression::Gzip))
 }

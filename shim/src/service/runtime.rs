@@ -20,11 +20,12 @@ use cri_proto::v1::{
     PortForwardResponse, RemoveContainerRequest, RemoveContainerResponse, RemovePodSandboxRequest,
     RemovePodSandboxResponse, ReopenContainerLogRequest, ReopenContainerLogResponse,
     RunPodSandboxRequest, RunPodSandboxResponse, RuntimeCondition, RuntimeConfigRequest,
-    RuntimeConfigResponse, RuntimeStatus, StartContainerRequest, StartContainerResponse,
-    StatusRequest, StatusResponse, StopContainerRequest, StopContainerResponse,
-    StopPodSandboxRequest, StopPodSandboxResponse, UpdateContainerResourcesRequest,
-    UpdateContainerResourcesResponse, UpdateRuntimeConfigRequest, UpdateRuntimeConfigResponse,
-    VersionRequest, VersionResponse, runtime_service_server::RuntimeService,
+    RuntimeConfigResponse, RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, RuntimeStatus,
+    StartContainerRequest, StartContainerResponse, StatusRequest, StatusResponse,
+    StopContainerRequest, StopContainerResponse, StopPodSandboxRequest, StopPodSandboxResponse,
+    UpdateContainerResourcesRequest, UpdateContainerResourcesResponse, UpdateRuntimeConfigRequest,
+    UpdateRuntimeConfigResponse, VersionRequest, VersionResponse,
+    runtime_service_server::RuntimeService,
 };
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
@@ -88,6 +89,13 @@ fn unimplemented<T>(rpc: &'static str) -> Result<Response<T>, Status> {
     Err(Error::Unimplemented(rpc).into())
 }
 
+/// What the one runtime handler does (kubelet copies it to the Node's
+/// `status.runtimeHandlers`; critest runs the specs of each).
+const HANDLER_FEATURES: RuntimeHandlerFeatures = RuntimeHandlerFeatures {
+    recursive_read_only_mounts: true,
+    user_namespaces: false,
+};
+
 #[tonic::async_trait]
 impl RuntimeService for RuntimeSvc {
     type GetContainerEventsStream = EventStream;
@@ -115,6 +123,14 @@ impl RuntimeService for RuntimeSvc {
         ];
         Ok(Response::new(StatusResponse {
             status: Some(RuntimeStatus { conditions }),
+            runtime_handlers: vec![RuntimeHandler {
+                // The default handler, the only one.
+                name: String::new(),
+                features: Some(HANDLER_FEATURES),
+            }],
+            features: Some(RuntimeFeatures {
+                supplemental_groups_policy: true,
+            }),
             ..Default::default()
         }))
     }

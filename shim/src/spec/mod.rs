@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use cri_proto::v1::{ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode};
+use cri_proto::v1::{
+    ContainerConfig, LinuxContainerResources, MountPropagation, NamespaceMode,
+    SupplementalGroupsPolicy,
+};
 use oci_spec::image::ImageConfiguration;
 use oci_spec::runtime::Spec;
 use serde_json::{Value, json};
@@ -267,19 +270,8 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             mounts.push(json!({"destination": dest, "type": "bind", "source": src, "options": ["rbind", "rprivate", "rw"]}));
         }
     }
-    for (i, m) in c.mounts.iter().enumerate() {
-        if !m.container_path.starts_with('/') {
-            return Err(invalid(
-                &format!("mounts[{i}].container_path"),
-                format!("{:?} is not absolute", m.container_path),
-            ));
-        }
-        if !m.host_path.starts_with('/') {
-            return Err(invalid(
-                &format!("mounts[{i}].host_path"),
-                format!("{:?} is not absolute", m.host_path),
-            ));
-        }
+    check_mounts(c)?;
+    for m in &c.mounts {
         let propagation = match MountPropagation::try_from(m.propagation)
             .unwrap_or(MountPropagation::PropagationPrivate)
         {
@@ -288,8 +280,12 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             MountPropagation::PropagationBidirectional => "rshared",
         };
         let mode = if m.readonly { "ro" } else { "rw" };
+        let mut options = vec!["rbind", propagation, mode];
+        if m.recursive_read_only {
+            options.push("rro");
+        }
         mounts.retain(|x| x["destination"] != json!(m.container_path));
-        mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": ["rbind", propagation, mode]}));
+        mounts.push(json!({"destination": m.container_path, "type": "bind", "source": m.host_path, "options": options}));
     }
 
     let mut device_rules = vec![json!({"allow": false, "access": "rwm"})];
@@ -508,6 +504,43 @@ fn default_mounts(privileged: bool, sb: &SandboxView) -> Vec<Value> {
     ]
 }
 
+/// The CRI mounts' own fields, before anything is looked at on the host:
+/// absolute paths, and what recursive read-only needs.
+pub fn check_mounts(c: &ContainerConfig) -> Result<(), Error> {
+    for (i, m) in c.mounts.iter().enumerate() {
+        if !m.container_path.starts_with('/') {
+            return Err(invalid(
+                &format!("mounts[{i}].container_path"),
+                format!("{:?} is not absolute", m.container_path),
+            ));
+        }
+        if !m.host_path.starts_with('/') {
+            return Err(invalid(
+                &format!("mounts[{i}].host_path"),
+                format!("{:?} is not absolute", m.host_path),
+            ));
+        }
+        if m.recursive_read_only {
+            // As containerd: read-only all the way down needs the top
+            // read-only, and a private mount (mounts arriving later under
+            // a shared or slave one would be writable).
+            if !m.readonly {
+                return Err(invalid(
+                    &format!("mounts[{i}].recursive_read_only"),
+                    "needs readonly too",
+                ));
+            }
+            if m.propagation != MountPropagation::PropagationPrivate as i32 {
+                return Err(invalid(
+                    &format!("mounts[{i}].recursive_read_only"),
+                    "needs private propagation",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn resolve_user(
     input: &SpecInput<'_>,
     sc: &cri_proto::v1::LinuxContainerSecurityContext,
@@ -543,13 +576,32 @@ fn resolve_user(
         user.gid = u32::try_from(g.value)
             .map_err(|_| invalid("linux.security_context.run_as_group", "out of range"))?;
     }
+    let policy =
+        SupplementalGroupsPolicy::try_from(sc.supplemental_groups_policy).map_err(|_| {
+            invalid(
+                "linux.security_context.supplemental_groups_policy",
+                format!(
+                    "{} is neither Merge (0) nor Strict (1)",
+                    sc.supplemental_groups_policy
+                ),
+            )
+        })?;
+    // Strict: only the groups the pod names, none the image's /etc/group
+    // gives the user.
+    if policy == SupplementalGroupsPolicy::Strict {
+        user.additional_gids.clear();
+    }
     for g in &sc.supplemental_groups {
         let g = u32::try_from(*g)
             .map_err(|_| invalid("linux.security_context.supplemental_groups", "out of range"))?;
-        if !user.additional_gids.contains(&g) {
-            user.additional_gids.push(g);
-        }
+        user.additional_gids.push(g);
     }
+    // As containerd 2: the primary group is a supplementary one too (else
+    // a setgid program drops it and escapes a group-denying mode bits,
+    // CVE-2023-25173), and the list is sorted without repeats.
+    user.additional_gids.push(user.gid);
+    user.additional_gids.sort_unstable();
+    user.additional_gids.dedup();
     Ok(user)
 }
 

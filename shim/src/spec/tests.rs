@@ -130,6 +130,76 @@ fn spec_on_host(
     })
 }
 
+/// critest 1.36's SupplementalGroupsPolicy specs, as a table: user 1000 is
+/// in group 7 by the image's /etc/group; the pod adds 1234.
+#[test]
+fn supplemental_groups_merge_or_strict() {
+    let img = image(&[], &["sh"], &[], "");
+    let gids = |policy: i32| {
+        let mut c = config(&[], &[]);
+        c.linux = Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                run_as_user: Some(cri_proto::v1::Int64Value { value: 1000 }),
+                supplemental_groups: vec![1234],
+                supplemental_groups_policy: policy,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        spec_for(&c, &img, 0).map(|s| {
+            serde_json::to_value(&s).expect("json")["process"]["user"]["additionalGids"].clone()
+        })
+    };
+    // The primary group is always one; Merge adds the image's groups.
+    assert_eq!(
+        gids(SupplementalGroupsPolicy::Merge as i32).expect("merge"),
+        json!([7, 1000, 1234])
+    );
+    assert_eq!(
+        gids(SupplementalGroupsPolicy::Strict as i32).expect("strict"),
+        json!([1000, 1234])
+    );
+    let e = gids(7).expect_err("no such policy");
+    assert!(e.to_string().contains("supplemental_groups_policy"), "{e}");
+}
+
+#[test]
+fn recursive_read_only_needs_read_only_and_private() {
+    let img = image(&[], &["sh"], &[], "");
+    let with = |readonly: bool, propagation: MountPropagation| {
+        let mut c = config(&[], &[]);
+        c.mounts = vec![cri_proto::v1::Mount {
+            container_path: "/mnt".into(),
+            host_path: "/srv".into(),
+            readonly,
+            recursive_read_only: true,
+            propagation: propagation as i32,
+            ..Default::default()
+        }];
+        spec_for(&c, &img, 0)
+    };
+    let spec = with(true, MountPropagation::PropagationPrivate).expect("rro");
+    let v = serde_json::to_value(&spec).expect("json");
+    let mnt = v["mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["destination"] == "/mnt")
+        .expect("the volume");
+    assert_eq!(mnt["options"], json!(["rbind", "rprivate", "ro", "rro"]));
+    for (readonly, p) in [
+        (false, MountPropagation::PropagationPrivate),
+        (true, MountPropagation::PropagationHostToContainer),
+        (true, MountPropagation::PropagationBidirectional),
+    ] {
+        let e = with(readonly, p).expect_err("refused");
+        assert!(
+            e.to_string().contains("mounts[0].recursive_read_only"),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn spec_user_oom_clamp_paths_and_cgroup() {
     let img = image(&[], &["sh"], &[], "app");
@@ -152,7 +222,7 @@ fn spec_user_oom_clamp_paths_and_cgroup() {
     let spec = spec_for(&c, &img, 0).expect("spec");
     let v = serde_json::to_value(&spec).expect("json");
     assert_eq!(v["process"]["user"]["uid"], 1000);
-    assert_eq!(v["process"]["user"]["additionalGids"], json!([7]));
+    assert_eq!(v["process"]["user"]["additionalGids"], json!([7, 1000]));
     assert_eq!(v["process"]["cwd"], "/srv");
     assert_eq!(
         v["process"]["oomScoreAdj"], 0,
@@ -340,7 +410,7 @@ fn cdi_edits_come_last_env_devices_rules_and_mounts() {
             .contains(&json!("A=cdi"))
     );
     assert!(!v["process"]["env"].to_string().contains("A=pod"));
-    assert_eq!(v["process"]["user"]["additionalGids"], json!([44]));
+    assert_eq!(v["process"]["user"]["additionalGids"], json!([0, 44]));
     assert_eq!(v["linux"]["devices"][0]["path"], "/dev/gpu0");
     let rules = v["linux"]["resources"]["devices"]
         .as_array()

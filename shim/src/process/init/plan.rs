@@ -38,12 +38,12 @@ pub(crate) enum Kind {
     Bind {
         source: PathBuf,
         recursive: bool,
+        /// `rro`: read-only down to every mount under it too
+        /// (`mount_setattr` with `AT_RECURSIVE`), not only the top one.
+        recursive_readonly: bool,
     },
     /// A new file system: `proc`, `sysfs`, `tmpfs`, `devpts`, `mqueue`, …
-    Fs {
-        fstype: String,
-        source: String,
-    },
+    Fs { fstype: String, source: String },
     /// `type: cgroup`: the host's hierarchies as the container sees them.
     Cgroup,
 }
@@ -56,6 +56,8 @@ pub(crate) struct Options {
     pub clear: MsFlags,
     pub bind: bool,
     pub recursive: bool,
+    /// `rro` (runc's word): every mount of the bind read-only.
+    pub recursive_readonly: bool,
     pub propagation: Option<MsFlags>,
     pub data: Vec<String>,
 }
@@ -66,6 +68,7 @@ pub(crate) fn parse_options(words: &[String]) -> Options {
         clear: MsFlags::empty(),
         bind: false,
         recursive: false,
+        recursive_readonly: false,
         propagation: None,
         data: Vec::new(),
     };
@@ -93,6 +96,14 @@ pub(crate) fn parse_options(words: &[String]) -> Options {
             "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME),
             "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty()),
             "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME),
+            "rro" => {
+                o.recursive_readonly = true;
+                continue;
+            }
+            "rrw" => {
+                o.recursive_readonly = false;
+                continue;
+            }
             "bind" => {
                 o.bind = true;
                 continue;
@@ -168,7 +179,13 @@ pub(crate) fn mounts(spec: &Spec) -> Result<Vec<MountPlan>, ChildError> {
             Kind::Bind {
                 source,
                 recursive: o.recursive,
+                recursive_readonly: o.recursive_readonly,
             }
+        } else if o.recursive_readonly {
+            return Err(ChildError::invalid(
+                format!("mounts[{i}].options"),
+                "rro is for bind mounts only",
+            ));
         } else if typ == "cgroup" {
             Kind::Cgroup
         } else if typ.is_empty() {
@@ -386,6 +403,10 @@ mod tests {
                 .propagation
                 .is_some()
         );
+        let o = parse_options(&words(&["rbind", "ro", "rro"]));
+        assert!(o.recursive_readonly);
+        assert_eq!(o.set, MsFlags::MS_RDONLY);
+        assert!(!parse_options(&words(&["rro", "rrw"])).recursive_readonly);
         // Not a propagation: data.
         assert_eq!(
             parse_options(&words(&["rsize=1"])).data,
@@ -424,7 +445,8 @@ mod tests {
             m[2].kind,
             Kind::Bind {
                 source: "/srv/data".into(),
-                recursive: true
+                recursive: true,
+                recursive_readonly: false,
             }
         );
         assert_eq!(m[2].propagation, Some(MsFlags::MS_SHARED | MsFlags::MS_REC));
@@ -432,9 +454,17 @@ mod tests {
             m[3].kind,
             Kind::Bind {
                 source: "/srv/x".into(),
-                recursive: false
+                recursive: false,
+                recursive_readonly: false,
             }
         );
+        let rro_fs: Spec = serde_json::from_value(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "mounts": [{"destination": "/t", "type": "tmpfs", "options": ["ro", "rro"]}],
+        }))
+        .expect("spec");
+        let e = mounts(&rro_fs).expect_err("rro on a new file system");
+        assert!(e.to_string().contains("mounts[0].options"), "{e}");
         let bad: Spec = serde_json::from_value(serde_json::json!({
             "ociVersion": "1.0.2",
             "mounts": [{"destination": "/y", "options": ["rw"]}],

@@ -168,13 +168,15 @@ fn attr_of(flags: MsFlags) -> MountAttr {
 }
 
 /// Binds the host's `source` onto `onto` with `flags` (on the top mount,
-/// as runc) and `propagation` (recursive for the `r` forms). A bind
+/// as runc), read-only all the way down with `recursive_readonly`, and
+/// `propagation` (recursive for the `r` forms). A bind
 /// made with mount(2) joins the source's peer group, as a shared volume
 /// needs; a clone from open_tree(2) would be a slave of it.
 fn bind(
     source: &Path,
     onto: &OwnedFd,
     recursive: bool,
+    recursive_readonly: bool,
     flags: MsFlags,
     propagation: Option<MsFlags>,
     again: &dyn Fn() -> nix::Result<OwnedFd>,
@@ -192,13 +194,20 @@ fn bind(
         None::<&str>,
     )?;
     let attr = attr_of(flags);
-    if attr.attr_set == 0 && attr.attr_clr == 0 && propagation.is_none() {
+    if attr.attr_set == 0 && attr.attr_clr == 0 && propagation.is_none() && !recursive_readonly {
         return Ok(());
     }
     // The new mount, not the directory under it.
     let top = again()?;
     if attr.attr_set != 0 || attr.attr_clr != 0 {
         setattr(&top, &attr, false)?;
+    }
+    if recursive_readonly {
+        let ro = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            ..MountAttr::default()
+        };
+        setattr(&top, &ro, true)?;
     }
     if let Some(p) = propagation {
         mount(
@@ -319,7 +328,7 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
                 // resolved once, without magic links.
                 .and_then(|fd| {
                     let itself = fd_path(&fd);
-                    bind(Path::new(&itself), &fd, true, protect, None, &|| {
+                    bind(Path::new(&itself), &fd, true, false, protect, None, &|| {
                         open_path(p)
                     })
                 })
@@ -396,7 +405,11 @@ fn outside_proc(onto: &OwnedFd, m: &MountPlan) -> Res<()> {
 
 fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
     match &m.kind {
-        Kind::Bind { source, recursive } => {
+        Kind::Bind {
+            source,
+            recursive,
+            recursive_readonly,
+        } => {
             let is_dir = std::fs::metadata(source)
                 .map_err(ChildError::io("source", source))?
                 .is_dir();
@@ -407,8 +420,16 @@ fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             };
             outside_proc(&onto, m)?;
             let again = || in_root(root, &m.dest, OFlag::O_PATH);
-            bind(source, &onto, *recursive, m.flags, m.propagation, &again)
-                .map_err(ChildError::errno_at("bind", source.display()))
+            bind(
+                source,
+                &onto,
+                *recursive,
+                *recursive_readonly,
+                m.flags,
+                m.propagation,
+                &again,
+            )
+            .map_err(ChildError::errno_at("bind", source.display()))
         }
         Kind::Fs { fstype, source } => {
             let onto = mkdir_all(root, &m.dest)?;
@@ -450,7 +471,7 @@ fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
         return match new_fs("cgroup2", "cgroup", &onto, m.flags | fixed, "") {
             Err(Errno::EPERM | Errno::EBUSY) => {
                 let again = || in_root(root, &m.dest, OFlag::O_PATH);
-                bind(&v2.dir, &onto, true, m.flags | fixed, None, &again)
+                bind(&v2.dir, &onto, true, false, m.flags | fixed, None, &again)
                     .map_err(ChildError::errno_at("bind", v2.dir.display()))
             }
             r => r.map_err(ChildError::errno_at("mount", "cgroup2")),
@@ -491,7 +512,7 @@ fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             .map(owned)
         };
         let onto = sub().map_err(ChildError::errno_at("open", name))?;
-        bind(&c.dir, &onto, true, m.flags | fixed, None, &sub)
+        bind(&c.dir, &onto, true, false, m.flags | fixed, None, &sub)
             .map_err(ChildError::errno_at("bind", c.dir.display()))?;
         if name.contains(',') {
             for part in name.split(',') {
@@ -665,6 +686,7 @@ fn mask(p: &Path, null: &OwnedFd) -> nix::Result<()> {
         bind(
             Path::new(&fd_path(null)),
             &fd,
+            false,
             false,
             MsFlags::empty(),
             None,

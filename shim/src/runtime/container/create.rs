@@ -134,6 +134,7 @@ impl Runtime {
             init_start_time: None,
             dir: dir.clone(),
             rootfs: rootfs.clone(),
+            user: None,
             complete: false,
         };
         fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
@@ -194,6 +195,7 @@ impl Runtime {
             self.paths.enable_cdi,
             &self.paths.cdi_spec_dirs,
         )?;
+        spec::check_mounts(&rec.config)?;
         for (i, m) in rec.config.mounts.iter().enumerate() {
             // As containerd: a missing host path becomes a directory.
             if !m.host_path.is_empty() && !Path::new(&m.host_path).exists() {
@@ -244,6 +246,11 @@ impl Runtime {
             hugetlb: crate::runtime::host_inputs::hugetlb_available(),
             cdi: cdi.as_ref(),
         })?;
+        rec.user = spec.process().as_ref().map(|p| state::ProcessUser {
+            uid: p.user().uid(),
+            gid: p.user().gid(),
+            additional_gids: p.user().additional_gids().clone().unwrap_or_default(),
+        });
         let bundle = rec.dir.join("bundle");
         fs::create_dir_all(&bundle).map_err(Error::io("create", &bundle))?;
         let raw = serde_json::to_vec(&spec).map_err(Error::json("encode spec"))?;

@@ -2,7 +2,10 @@
 //! create) → start on the init's notify socket, stop by a pidfd of the
 //! init, remove by the cgroup and folders.
 
-use cri_proto::v1::{Container, ContainerFilter, ContainerState, ContainerStatus, ImageSpec};
+use cri_proto::v1::{
+    Container, ContainerFilter, ContainerState, ContainerStatus, ContainerUser, ImageSpec,
+    LinuxContainerUser,
+};
 use nix::sys::signal::Signal;
 
 use crate::error::Error;
@@ -175,7 +178,15 @@ impl Runtime {
                     linux: Some(r),
                     ..Default::default()
                 }),
-            user: None,
+            // As containerd: the spec's process user, its additional gids
+            // as the supplemental groups.
+            user: rec.user.as_ref().map(|u| ContainerUser {
+                linux: Some(LinuxContainerUser {
+                    uid: i64::from(u.uid),
+                    gid: i64::from(u.gid),
+                    supplemental_groups: u.additional_gids.iter().map(|&g| i64::from(g)).collect(),
+                }),
+            }),
         }
     }
 
@@ -290,6 +301,7 @@ mod tests {
             init_start_time: None,
             dir: PathBuf::new(),
             rootfs: PathBuf::new(),
+            user: None,
             complete: true,
         };
         let c = listed(&rec, ContainerState::ContainerRunning);
