@@ -44,6 +44,17 @@ pub struct ObservedContainer {
     pub message: String,
     pub image: String,
     pub image_ref: String,
+    /// Who its process runs as, when the runtime says (CRI 1.31+).
+    pub user: Option<ProcessUser>,
+}
+
+/// The identity a container's process runs as: the pod status'
+/// `containerStatuses[].user.linux`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessUser {
+    pub uid: i64,
+    pub gid: i64,
+    pub supplemental_groups: Vec<i64>,
 }
 
 /// What the runtime has for one pod: sandboxes and containers, newest

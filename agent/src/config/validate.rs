@@ -97,6 +97,17 @@ fn check(pod: &Pod, api: bool) -> std::result::Result<(), Vec<FieldError>> {
         Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") | None => {}
         Some(p) => note(fail("spec.dnsPolicy", format!("{p:?} is not a DNS policy"))),
     }
+    match spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.supplemental_groups_policy.as_deref())
+    {
+        Some("Merge" | "Strict") | None => {}
+        Some(p) => note(fail(
+            "spec.securityContext.supplementalGroupsPolicy",
+            format!("{p:?} (want \"Merge\" or \"Strict\")"),
+        )),
+    }
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         note(volume(v, &format!("spec.volumes[{i}]"), api));
@@ -688,6 +699,10 @@ mod tests {
             (
                 "  volumes:\n  - name: h\n    hostPath: {path: rel}\n",
                 "spec.volumes[0].hostPath.path: \"rel\" must be absolute",
+            ),
+            (
+                "  securityContext: {supplementalGroupsPolicy: Loose}\n",
+                "spec.securityContext.supplementalGroupsPolicy: \"Loose\" (want \"Merge\" or \"Strict\")",
             ),
             (
                 "    env:\n    - name: X\n      valueFrom: {fieldRef: {fieldPath: spec.foo}}\n",

@@ -17,6 +17,7 @@ use super::{
     ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, ANN_TERMINATION_MESSAGE_PATH,
     LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, NodeInfo,
     container_hash, labels, namespace_options, seccomp, supplemental_groups,
+    supplemental_groups_policy,
 };
 
 use crate::qos::{
@@ -426,6 +427,7 @@ pub fn container_config(
                     .and_then(|s| s.read_only_root_filesystem)
                     .unwrap_or(false),
                 supplemental_groups: supplemental_groups(spec),
+                supplemental_groups_policy: supplemental_groups_policy(spec),
                 no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
                 masked_paths: if privileged {
                     Vec::new()

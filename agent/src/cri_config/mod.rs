@@ -211,6 +211,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> PodSandboxCo
                     .and_then(|s| s.run_as_group)
                     .map(|value| Int64Value { value }),
                 supplemental_groups: supplemental_groups(spec),
+                supplemental_groups_policy: supplemental_groups_policy(spec),
                 privileged,
                 ..Default::default()
             }),
@@ -218,6 +219,20 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> PodSandboxCo
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// kubelet's `determineEffectiveSupplementalGroupsPolicy` as CRI's enum:
+/// Strict when the pod asks for it, else Merge.
+pub(super) fn supplemental_groups_policy(spec: &PodSpec) -> i32 {
+    use cri_proto::v1::SupplementalGroupsPolicy;
+    match spec
+        .security_context
+        .as_ref()
+        .and_then(|s| s.supplemental_groups_policy.as_deref())
+    {
+        Some("Strict") => SupplementalGroupsPolicy::Strict as i32,
+        _ => SupplementalGroupsPolicy::Merge as i32,
     }
 }
 

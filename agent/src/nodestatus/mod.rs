@@ -217,14 +217,17 @@ async fn renew_lease(ns: Arc<NodeSync>, uid: Option<String>) {
     }
 }
 
-/// What the node conditions are made of now: the runtime's readiness and
-/// the eviction manager's pressure.
-pub async fn health(cri: &Cri, pressure: &crate::eviction::Pressure) -> setters::Health {
+/// What the node conditions are made of now: the runtime's readiness (in
+/// its `report`) and the eviction manager's pressure.
+fn health(
+    report: &crate::runtime::Result<crate::runtime::RuntimeReport>,
+    pressure: &crate::eviction::Pressure,
+) -> setters::Health {
     use crate::eviction::helpers::Condition;
     let p = pressure.borrow().clone();
     setters::Health {
-        not_ready: match cri.not_ready().await {
-            Ok(why) => why,
+        not_ready: match report {
+            Ok(r) => r.not_ready.clone(),
             Err(e) => Some(format!("container runtime is down: {e}")),
         },
         memory_pressure: p.contains(&Condition::MemoryPressure),
@@ -245,7 +248,12 @@ pub async fn node_status(
     if let Ok(v) = cri.runtime_version().await {
         facts.runtime_version = v;
     }
-    let health = health(cri, pressure).await;
+    let report = cri.runtime_status().await;
+    let health = health(&report, pressure);
+    if let Ok(r) = report {
+        facts.runtime_handlers = r.handlers;
+        facts.supplemental_groups_policy = r.supplemental_groups_policy;
+    }
     let images = cri
         .list_images()
         .await
@@ -378,6 +386,8 @@ pub fn facts(config: &edge_config::Config, info: &crate::cri_config::NodeInfo) -
             .saturating_add(clamp(config.reserved.ephemeral)),
         reserved_cpu_milli: clamp(config.reserved.cpu_milli),
         extended: BTreeMap::new(),
+        runtime_handlers: Vec::new(),
+        supplemental_groups_policy: false,
     }
 }
 

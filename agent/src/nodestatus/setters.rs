@@ -47,6 +47,11 @@ pub struct Facts {
     /// Device plugins' resources now: name → (capacity: every device,
     /// allocatable: the healthy ones).
     pub extended: BTreeMap<String, (usize, usize)>,
+    /// The runtime's handlers and what each does (kubelet's
+    /// `status.runtimeHandlers`).
+    pub runtime_handlers: Vec<cri_proto::v1::RuntimeHandler>,
+    /// The runtime does SupplementalGroupsPolicy (`status.features`).
+    pub supplemental_groups_policy: bool,
 }
 
 /// Capacity less what is kept back: millicores, bytes, pods.
@@ -262,6 +267,17 @@ pub fn status(f: &Facts, conditions: Vec<Value>, mut images: Vec<(Vec<String>, u
             .into_iter()
             .map(|(names, size)| json!({"names": names, "sizeBytes": size}))
             .collect::<Vec<_>>(),
+        "runtimeHandlers": f.runtime_handlers.iter().map(|h| {
+            let features = h.features.unwrap_or_default();
+            json!({
+                "name": h.name,
+                "features": {
+                    "recursiveReadOnlyMounts": features.recursive_read_only_mounts,
+                    "userNamespaces": features.user_namespaces,
+                },
+            })
+        }).collect::<Vec<_>>(),
+        "features": {"supplementalGroupsPolicy": f.supplemental_groups_policy},
     })
 }
 
@@ -356,6 +372,25 @@ mod tests {
         let s = status(&f, vec![], vec![]);
         assert_eq!(s["capacity"]["devices.picolet.io/serial"], "3");
         assert_eq!(s["allocatable"]["devices.picolet.io/serial"], "2");
+    }
+
+    #[test]
+    fn runtime_handlers_and_features_in_kubelets_shape() {
+        let mut f = facts();
+        f.runtime_handlers = vec![cri_proto::v1::RuntimeHandler {
+            name: String::new(),
+            features: Some(cri_proto::v1::RuntimeHandlerFeatures {
+                recursive_read_only_mounts: true,
+                user_namespaces: false,
+            }),
+        }];
+        f.supplemental_groups_policy = true;
+        let s = status(&f, vec![], vec![]);
+        assert_eq!(
+            s["runtimeHandlers"],
+            json!([{"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}}])
+        );
+        assert_eq!(s["features"], json!({"supplementalGroupsPolicy": true}));
     }
 
     #[test]

@@ -61,6 +61,7 @@ fn ctr(p: &Pod, name: &str, state: State, exit: i32, created: i64) -> ObservedCo
         message: String::new(),
         image: String::new(),
         image_ref: String::new(),
+        user: None,
     }
 }
 

@@ -32,6 +32,9 @@ use crate::cri_config::{
 use crate::plan::{Observed, ObservedContainer, ObservedSandbox, State};
 
 mod images;
+mod status;
+
+pub use status::RuntimeReport;
 
 /// The CRI channel, timing every call into kubelet's
 /// `kubelet_runtime_operations_*` metrics by operation.
@@ -188,39 +191,6 @@ impl Cri {
         Ok(format!("{}://{}", v.runtime_name, v.runtime_version))
     }
 
-    /// Why the runtime is not ready for pods, as kubelet words it for the
-    /// node's Ready condition; None: RuntimeReady and NetworkReady.
-    pub async fn not_ready(&self) -> Result<Option<String>> {
-        let st = self
-            .rt
-            .clone()
-            .status(self.req(cri_proto::v1::StatusRequest { verbose: false }))
-            .await
-            .map_err(e("Status"))?
-            .into_inner()
-            .status
-            .unwrap_or_default();
-        for (kind, what) in [
-            (
-                "RuntimeReady",
-                "container runtime status check may not have completed yet",
-            ),
-            ("NetworkReady", "container runtime network not ready"),
-        ] {
-            match st.conditions.iter().find(|c| c.r#type == kind) {
-                Some(c) if c.status => {}
-                Some(c) => {
-                    return Ok(Some(format!(
-                        "{what}: {kind}=false reason:{} message:{}",
-                        c.reason, c.message
-                    )));
-                }
-                None => return Ok(Some(format!("{what}: no {kind} condition"))),
-            }
-        }
-        Ok(None)
-    }
-
     /// Every sandbox and container the runtime has for the pod `uid`.
     pub async fn observe(&self, uid: &str) -> Result<Observed> {
         let sandboxes = self
@@ -292,6 +262,14 @@ impl Cri {
                 message: st.message,
                 image: st.image.map(|i| i.image).unwrap_or_default(),
                 image_ref: st.image_ref,
+                user: st
+                    .user
+                    .and_then(|u| u.linux)
+                    .map(|l| crate::plan::ProcessUser {
+                        uid: l.uid,
+                        gid: l.gid,
+                        supplemental_groups: l.supplemental_groups,
+                    }),
             });
         }
         o.sort();

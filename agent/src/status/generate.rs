@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, ContainerUser, LinuxContainerUser, Pod, PodCondition,
+    PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -149,6 +150,15 @@ fn container_status(
         started: Some(started),
         state: Some(state),
         last_state: Some(last_state.unwrap_or_default()),
+        // kubelet's `convertToAPIContainerStatuses`: the runtime's word
+        // on the running or last container.
+        user: latest.and_then(|l| l.user.as_ref()).map(|u| ContainerUser {
+            linux: Some(LinuxContainerUser {
+                uid: u.uid,
+                gid: u.gid,
+                supplemental_groups: Some(u.supplemental_groups.clone()),
+            }),
+        }),
         ..Default::default()
     }
 }
@@ -325,6 +335,7 @@ mod tests {
             message: String::new(),
             image: "i:1".into(),
             image_ref: "sha256:x".into(),
+            user: None,
         }
     }
 
@@ -362,6 +373,28 @@ mod tests {
             .find(|c| c.type_ == kind)
             .map(|c| c.status.clone())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_runtimes_user_of_the_latest_container() {
+        let mut running = c(State::Running, 0, 2, 1);
+        running.user = Some(crate::plan::ProcessUser {
+            uid: 1000,
+            gid: 1000,
+            supplemental_groups: vec![1000, 1234],
+        });
+        let s = status(
+            &pod("Always"),
+            &observed(vec![running, c(State::Exited, 1, 1, 0)]),
+            &HashMap::new(),
+        );
+        let user = s.container_statuses.expect("statuses")[0]
+            .user
+            .clone()
+            .and_then(|u| u.linux)
+            .expect("user");
+        assert_eq!((user.uid, user.gid), (1000, 1000));
+        assert_eq!(user.supplemental_groups, Some(vec![1000, 1234]));
     }
 
     #[test]
