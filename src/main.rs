@@ -117,6 +117,9 @@ enum MonitorCommand {
         /// The pod's UTS namespace to join.
         #[arg(long)]
         uts: Option<PathBuf>,
+        /// The pod's user namespace to join first (none: the host's).
+        #[arg(long)]
+        user: Option<PathBuf>,
     },
     /// Run a command in a running container (ExecSync).
     Exec {
@@ -454,9 +457,15 @@ fn monitor_code(cmd: MonitorCommand) -> i32 {
             net,
             ipc,
             uts,
+            user,
         } => shim::process::pod_init::run(
             &sandbox,
-            &shim::process::pod_init::PodSpaces { net, ipc, uts },
+            &shim::process::pod_init::PodSpaces {
+                net,
+                ipc,
+                uts,
+                user,
+            },
         ),
         MonitorCommand::Exec {
             bundle,

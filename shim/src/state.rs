@@ -39,6 +39,10 @@ pub struct SandboxRecord {
     pub netns: Option<PathBuf>,
     pub ipcns: Option<PathBuf>,
     pub utsns: Option<PathBuf>,
+    /// The pod's own user namespace, pinned (`userns_options` mode POD);
+    /// none in records written before.
+    #[serde(default)]
+    pub userns: Option<PathBuf>,
     /// The pod's /dev/shm tmpfs mount point, when it has its own.
     pub shm: Option<PathBuf>,
     /// Persistent dir (hosts, resolv.conf, hostname).

@@ -7,7 +7,8 @@ use crate::common;
 use common::cri;
 use common::rt::{new_pod, ready_shim};
 use cri_proto::v1::{
-    ContainerUser, Int64Value, LinuxContainerUser, Mount, StatusRequest, SupplementalGroupsPolicy,
+    ContainerUser, IdMapping, Int64Value, LinuxContainerUser, Mount, NamespaceMode, StatusRequest,
+    SupplementalGroupsPolicy, UserNamespace,
 };
 
 /// Detaches (lazily, with everything below it) a mount the test made.
@@ -171,5 +172,177 @@ async fn supplemental_groups_policy_and_the_user_in_the_status() {
         assert_eq!(seen, want, "{name}: id -G");
     }
     cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}
+
+/// The pod's user namespace with one range, as kubelet sends for
+/// `hostUsers: false`.
+fn userns(mode: NamespaceMode, host_id: u32, length: u32) -> UserNamespace {
+    let range = || {
+        (mode == NamespaceMode::Pod)
+            .then_some(IdMapping {
+                host_id,
+                container_id: 0,
+                length,
+            })
+            .into_iter()
+            .collect()
+    };
+    UserNamespace {
+        mode: mode as i32,
+        uids: range(),
+        gids: range(),
+    }
+}
+
+/// critest's user namespace specs and more: a pod of its own user
+/// namespace maps root to the host's ID it was given; the image is the
+/// pod root's (idmapped layers, not a copy), what it writes belongs to the
+/// host's ID, and the container has its /proc and can be exec'd into, in
+/// the pod's PID namespace (critest) and in one of its own (kubelet).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_in_a_user_namespace_of_its_own() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    let host_id: u32 = 3_000_000;
+    for (name, pid_mode) in [
+        ("userns-pod", NamespaceMode::Pod),
+        ("userns-ctr", NamespaceMode::Container),
+    ] {
+        let mut pod = cri::pod(
+            name,
+            &common::rt::logs(&shim, name),
+            false,
+            &shim.cgroup_parent(name),
+        );
+        let ns = pod
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+            .expect("namespace options");
+        ns.pid = pid_mode as i32;
+        ns.userns_options = Some(userns(NamespaceMode::Pod, host_id, 65536));
+        let pod_id = cri::run_pod(&mut c, &pod).await;
+        let mut cfg = cri::container(name, "busybox", &["sleep", "60"]);
+        let cns = cfg
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+            .expect("namespace options");
+        cns.pid = pid_mode as i32;
+        cns.userns_options = Some(userns(NamespaceMode::Pod, host_id, 65536));
+        let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+        cri::start(&mut c, &id).await;
+        for (cmd, want) in [
+            ("cat /proc/self/uid_map", format!("0 {host_id} 65536")),
+            ("cat /proc/self/gid_map", format!("0 {host_id} 65536")),
+            (
+                "id -u; stat -c %u:%g /bin/busybox /etc/passwd",
+                "0\n0:0\n0:0".into(),
+            ),
+            (
+                "echo hi > /root-was-here && stat -c %u /root-was-here",
+                "0".into(),
+            ),
+            ("ps -o pid,comm | grep -c sleep", "1".into()),
+        ] {
+            let out = common::rt::sh(&mut c, &id, cmd).await;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let got: Vec<&str> = stdout.split_whitespace().collect();
+            let want: Vec<&str> = want.split_whitespace().collect();
+            assert_eq!(
+                (out.exit_code, got),
+                (0, want),
+                "{name}: {cmd}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // On the host, what the pod's root wrote is the host's ID's.
+        let upper = std::fs::read_dir(shim.dir.path())
+            .ok()
+            .and_then(|_| find_file(shim.dir.path(), "root-was-here"))
+            .expect("the file in the container's upper dir");
+        let meta = std::fs::metadata(&upper).expect("stat");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (host_id, host_id),
+            "{}",
+            upper.display()
+        );
+        cri::teardown(&mut c, &pod_id).await;
+    }
+    shim.assert_host_clean();
+}
+
+/// `name` anywhere under `dir` (not through links).
+fn find_file(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        let ft = e.file_type().ok()?;
+        if ft.is_file() && e.file_name() == name {
+            return Some(p);
+        }
+        if ft.is_dir()
+            && !ft.is_symlink()
+            && let Some(f) = find_file(&p, name)
+        {
+            return Some(f);
+        }
+    }
+    None
+}
+
+/// What no pod's user namespace can be is refused by RunPodSandbox,
+/// naming the field; mode NODE is the host's.
+#[tokio::test(flavor = "multi_thread")]
+async fn user_namespace_options_that_cannot_be_are_refused() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    for (i, (opts, want)) in [
+        (
+            userns(NamespaceMode::Container, 3_000_000, 65536),
+            "userns_options.mode",
+        ),
+        (
+            userns(NamespaceMode::Pod, 3_000_000, 0),
+            "userns_options.uids: an empty range",
+        ),
+        (
+            UserNamespace {
+                uids: vec![IdMapping {
+                    host_id: 3_000_000,
+                    container_id: 1,
+                    length: 10,
+                }],
+                ..userns(NamespaceMode::Pod, 3_000_000, 65536)
+            },
+            "userns_options.uids: the range starts at 1",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("bad-userns-{i}");
+        let mut pod = cri::pod(
+            &name,
+            &common::rt::logs(&shim, &name),
+            false,
+            &shim.cgroup_parent(&name),
+        );
+        if let Some(ns) = pod
+            .linux
+            .as_mut()
+            .and_then(|l| l.security_context.as_mut())
+            .and_then(|s| s.namespace_options.as_mut())
+        {
+            ns.userns_options = Some(opts);
+        }
+        let err = cri::try_run_pod(&mut c, &pod).await.expect_err(want);
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{want}");
+        assert!(err.message().contains(want), "{}", err.message());
+    }
     shim.assert_host_clean();
 }

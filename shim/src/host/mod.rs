@@ -7,6 +7,7 @@ pub mod cgroupfs;
 pub mod child_error;
 pub mod devices;
 pub mod exe;
+pub mod mount_api;
 pub mod mountinfo;
 pub mod pidfd;
 pub mod users;

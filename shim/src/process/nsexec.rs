@@ -119,12 +119,10 @@ fn prepare(args: &ExecArgs) -> Result<Plan, ChildError> {
     let mut plan = process_plan(&spec, filters, &args.cmd, args.tty)?;
 
     let proc_dir = PathBuf::from(format!("/proc/{}", args.pid));
+    // The pod's user namespace first: the others belong to it.
     if differs(&proc_dir, "user")? {
-        return Err(ChildError::detail_at(
-            "join",
-            "the container's user namespace",
-            "not supported",
-        ));
+        plan.namespaces
+            .push((CloneFlags::CLONE_NEWUSER, open_ns(&proc_dir, "user")?));
     }
     if differs(&proc_dir, "pid")? {
         plan.pid_ns = Some(open_ns(&proc_dir, "pid")?);

@@ -71,6 +71,9 @@ pub struct PodSpaces {
     pub net: Option<PathBuf>,
     pub ipc: Option<PathBuf>,
     pub uts: Option<PathBuf>,
+    /// The pod's own user namespace: joined first, so the PID namespace
+    /// made here belongs to it (its containers may mount its /proc).
+    pub user: Option<PathBuf>,
 }
 
 /// Runs in a fresh, single-threaded `picolet` process. Prints the pid (as
@@ -122,18 +125,24 @@ fn confine(
         .write(true)
         .open("/dev/null")
         .map_err(open(Path::new("/dev/null")))?;
+    // All opened before any is joined: in the pod's user namespace the
+    // shim's paths to them are out of reach.
+    let mut join = Vec::new();
     for (path, flag) in [
+        (&spaces.user, CloneFlags::CLONE_NEWUSER),
         (&spaces.net, CloneFlags::CLONE_NEWNET),
         (&spaces.ipc, CloneFlags::CLONE_NEWIPC),
         (&spaces.uts, CloneFlags::CLONE_NEWUTS),
     ] {
         if let Some(p) = path {
-            let ns = File::open(p).map_err(open(p))?;
-            setns(ns.as_fd(), flag).map_err(|source| PodInitError::Join {
-                path: p.clone(),
-                source,
-            })?;
+            join.push((p, flag, File::open(p).map_err(open(p))?));
         }
+    }
+    for (p, flag, ns) in join {
+        setns(ns.as_fd(), flag).map_err(|source| PodInitError::Join {
+            path: p.clone(),
+            source,
+        })?;
     }
     empty_root(root)?;
     unshare(CloneFlags::CLONE_NEWPID).map_err(sys("unshare the pid namespace"))?;

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 
@@ -33,6 +33,10 @@ pub struct PodNamespaces {
     pub uts: bool,
     pub hostname: String,
     pub sysctls: BTreeMap<String, String>,
+    /// A user namespace of the pod's own: the others are made inside it,
+    /// so they belong to it (the pod's root may mount sysfs, proc and
+    /// mqueue for them).
+    pub user: Option<crate::spec::userns::PodUserns>,
 }
 
 /// Paths of the pinned namespaces (None = the host's).
@@ -41,6 +45,7 @@ pub struct Pinned {
     pub net: Option<PathBuf>,
     pub ipc: Option<PathBuf>,
     pub uts: Option<PathBuf>,
+    pub user: Option<PathBuf>,
 }
 
 /// Creates and pins the requested namespaces under `dir`, in `space` (in
@@ -75,10 +80,31 @@ fn create_on_this_thread(
     if want.uts {
         flags |= CloneFlags::CLONE_NEWUTS;
     }
-    if flags.is_empty() {
+    if flags.is_empty() && want.user.is_none() {
         return Ok(Pinned::default());
     }
-    unshare(flags).map_err(Error::errno("unshare pod namespaces"))?;
+    // In a user namespace, the helper makes them all; this thread joins
+    // the others (a thread may not join a user namespace) to set them up.
+    let helper = match &want.user {
+        Some(maps) => Some(UsernsHelper::start(flags, maps)?),
+        None => None,
+    };
+    match &helper {
+        Some(h) => {
+            for (kind, flag) in [
+                ("net", CloneFlags::CLONE_NEWNET),
+                ("ipc", CloneFlags::CLONE_NEWIPC),
+                ("uts", CloneFlags::CLONE_NEWUTS),
+            ] {
+                if flags.contains(flag) {
+                    let ns = h.open(kind)?;
+                    setns(ns.as_fd(), flag)
+                        .map_err(Error::errno(format!("join the pod's new {kind} namespace")))?;
+                }
+            }
+        }
+        None => unshare(flags).map_err(Error::errno("unshare pod namespaces"))?,
+    }
     if want.uts && !want.hostname.is_empty() {
         nix::unistd::sethostname(&want.hostname)
             .map_err(|e| Error::InvalidArgument(format!("hostname: {:?}: {e}", want.hostname)))?;
@@ -109,7 +135,97 @@ fn create_on_this_thread(
         pin_at(&format!("/proc/thread-self/ns/{kind}"), &target)?;
         *slot = Some(target);
     }
+    if let Some(h) = &helper {
+        let user = h.open("user")?;
+        if !in_space && let Some(space) = space {
+            space.join_on_this_thread()?;
+        }
+        let target = dir.join("user");
+        pin_at(
+            &format!("/proc/thread-self/fd/{}", user.as_raw_fd()),
+            &target,
+        )?;
+        pinned.user = Some(target);
+    }
     Ok(pinned)
+}
+
+/// A child of the shim that made a user namespace with the pod's ranges
+/// and, inside it, the pod's other new namespaces, and waits: its
+/// namespaces are opened from `/proc/<pid>/ns` while it lives, and it
+/// exits when this is dropped. A child, because a thread of a process with
+/// several cannot make or join a user namespace.
+struct UsernsHelper {
+    pid: nix::unistd::Pid,
+    /// Closed (dropped) to let the child exit.
+    hold: Option<OwnedFd>,
+}
+
+impl UsernsHelper {
+    #[allow(unsafe_code)]
+    fn start(flags: CloneFlags, maps: &crate::spec::userns::PodUserns) -> Result<Self, Error> {
+        use nix::unistd::{ForkResult, fork, pipe2, read, write};
+        let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+        let (ready_r, ready_w) = pipe2(cloexec).map_err(Error::errno("pipe"))?;
+        let (hold_r, hold_w) = pipe2(cloexec).map_err(Error::errno("pipe"))?;
+        let flags = flags | CloneFlags::CLONE_NEWUSER;
+        // SAFETY: the shim has other threads, so the child makes only
+        // async-signal-safe system calls (unshare, write, read, _exit) and
+        // allocates nothing before it exits.
+        match unsafe { fork() }.map_err(Error::errno("fork the user namespace helper"))? {
+            ForkResult::Child => {
+                drop(ready_r);
+                drop(hold_w);
+                let said: &[u8] = if unshare(flags).is_ok() { b"r" } else { b"e" };
+                let _ = write(&ready_w, said);
+                let mut b = [0u8; 1];
+                let _ = read(hold_r.as_raw_fd(), &mut b);
+                // SAFETY: ends the child without running the parent's
+                // atexit handlers or destructors.
+                unsafe { libc::_exit(0) }
+            }
+            ForkResult::Parent { child } => {
+                drop(ready_w);
+                drop(hold_r);
+                let helper = Self {
+                    pid: child,
+                    hold: Some(hold_w),
+                };
+                let mut said = [0u8; 1];
+                let n = read(ready_r.as_raw_fd(), &mut said)
+                    .map_err(Error::errno("read the helper's word"))?;
+                if n != 1 || said[0] != b'r' {
+                    return Err(Error::Internal(
+                        "the user namespace helper could not make the pod's namespaces".into(),
+                    ));
+                }
+                // Written by the shim (root outside): any range, and
+                // setgroups stays allowed.
+                let proc_dir = PathBuf::from(format!("/proc/{child}"));
+                for (file, map) in [("uid_map", &maps.uids), ("gid_map", &maps.gids)] {
+                    let path = proc_dir.join(file);
+                    fs::write(&path, map.line()).map_err(Error::io("write", &path))?;
+                }
+                Ok(helper)
+            }
+        }
+    }
+
+    /// The helper's namespace `kind`, opened (checked to be the helper's
+    /// still: its pid is our unreaped child, so not reused).
+    fn open(&self, kind: &str) -> Result<OwnedFd, Error> {
+        let path = PathBuf::from(format!("/proc/{}/ns/{kind}", self.pid));
+        fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(Error::io("open", &path))
+    }
+}
+
+impl Drop for UsernsHelper {
+    fn drop(&mut self) {
+        drop(self.hold.take());
+        let _ = nix::sys::wait::waitpid(self.pid, None);
+    }
 }
 
 /// Only namespaced sysctls, and only those of a namespace the pod owns.

@@ -19,7 +19,7 @@ use crate::state::{self, META, SandboxRecord};
 
 const SHM_SIZE: &str = "size=65536k";
 
-fn ns_options(config: &PodSandboxConfig) -> NamespaceOption {
+pub(crate) fn ns_options(config: &PodSandboxConfig) -> NamespaceOption {
     config
         .linux
         .as_ref()
@@ -71,7 +71,7 @@ fn write(path: &Path, data: &str) -> Result<(), Error> {
 /// (same start time: not a reused pid).
 fn alive(rec: &SandboxRecord, pins: &namespaces::PinSpace) -> bool {
     rec.run_dir.is_dir()
-        && [&rec.netns, &rec.ipcns, &rec.utsns]
+        && [&rec.netns, &rec.ipcns, &rec.utsns, &rec.userns]
             .into_iter()
             .flatten()
             .all(|p| pins.find(p).is_some())
@@ -128,6 +128,7 @@ impl Runtime {
             ))
         })?;
         let ns = ns_options(&config);
+        crate::spec::userns::of_pod(&ns)?;
         if ns.pid == NamespaceMode::Target as i32 {
             return Err(Error::InvalidArgument(
                 "linux.security_context.namespace_options.pid: TARGET applies to containers, not sandboxes".into(),
@@ -142,6 +143,7 @@ impl Runtime {
             netns: None,
             ipcns: None,
             utsns: None,
+            userns: None,
             shm: None,
             dir: self.sandbox_dir(&id),
             run_dir: self.sandbox_run_dir(&id),
@@ -194,9 +196,10 @@ impl Runtime {
             uts: !host_net,
             hostname: rec.config.hostname.clone(),
             sysctls,
+            user: crate::spec::userns::of_pod(&ns)?,
         };
         let run_dir = rec.run_dir.clone();
-        let space = if want.net || want.ipc || want.uts {
+        let space = if want.net || want.ipc || want.uts || want.user.is_some() {
             self.pins.get(true)?
         } else {
             None
@@ -207,6 +210,7 @@ impl Runtime {
         rec.netns = pinned.net;
         rec.ipcns = pinned.ipc;
         rec.utsns = pinned.uts;
+        rec.userns = pinned.user;
         // Record the pins at once so a crash from here on can release them.
         state::save_volatile(&rec.dir, META, &*rec)?;
 
@@ -267,6 +271,7 @@ impl Runtime {
             .args(["monitor", "pod-init", "--sandbox"])
             .arg(&rec.run_dir);
         for (flag, pin) in [
+            ("--user", &rec.userns),
             ("--net", &rec.netns),
             ("--ipc", &rec.ipcns),
             ("--uts", &rec.utsns),
@@ -316,7 +321,7 @@ impl Runtime {
         }
         // What the record names, and anything pinned or mounted before the
         // record learnt of it.
-        let mut pins: Vec<PathBuf> = [&rec.netns, &rec.ipcns, &rec.utsns]
+        let mut pins: Vec<PathBuf> = [&rec.netns, &rec.ipcns, &rec.utsns, &rec.userns]
             .into_iter()
             .flatten()
             .cloned()
@@ -328,7 +333,7 @@ impl Runtime {
                 list.push(p);
             }
         };
-        for kind in ["net", "ipc", "uts"] {
+        for kind in ["net", "ipc", "uts", "user"] {
             also(&mut pins, kind);
         }
         also(&mut shms, "shm");

@@ -93,7 +93,7 @@ fn unimplemented<T>(rpc: &'static str) -> Result<Response<T>, Status> {
 /// `status.runtimeHandlers`; critest runs the specs of each).
 const HANDLER_FEATURES: RuntimeHandlerFeatures = RuntimeHandlerFeatures {
     recursive_read_only_mounts: true,
-    user_namespaces: false,
+    user_namespaces: true,
 };
 
 #[tonic::async_trait]

@@ -19,6 +19,7 @@ use crate::host::users::{self, User};
 
 pub(crate) mod caps;
 pub mod cdi;
+pub mod userns;
 
 use caps::cap_name;
 pub use caps::capabilities;
@@ -67,6 +68,9 @@ pub struct SandboxView {
     pub resolv_conf: PathBuf,
     pub hostname_file: PathBuf,
     pub cgroup_parent: String,
+    /// The pod's own user namespace (pinned) and its ranges, when it has
+    /// one.
+    pub userns: Option<(PathBuf, crate::spec::userns::PodUserns)>,
 }
 
 /// A host device resolved for the spec.
@@ -258,6 +262,21 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
             namespaces.push(json!({"type": kind, "path": p}));
         }
     }
+    let (uid_mappings, gid_mappings) = match &sb.userns {
+        Some((path, maps)) => {
+            if sc.privileged {
+                return Err(invalid(
+                    "linux.security_context.privileged",
+                    "a privileged container in a pod with a user namespace of its own",
+                ));
+            }
+            // First: the others are joined with its privileges.
+            namespaces.insert(0, json!({"type": "user", "path": path}));
+            let range = |m: &crate::spec::userns::IdMap| json!([{"containerID": m.container, "hostID": m.host, "size": m.len}]);
+            (range(&maps.uids), range(&maps.gids))
+        }
+        None => (json!([]), json!([])),
+    };
 
     let mut mounts = default_mounts(sc.privileged, sb);
     let overridden = |dest: &str| c.mounts.iter().any(|m| m.container_path == dest);
@@ -361,6 +380,8 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
         "annotations": c.annotations,
         "linux": {
             "namespaces": namespaces,
+            "uidMappings": uid_mappings,
+            "gidMappings": gid_mappings,
             "cgroupsPath": format!("{cgroup_parent}/{}", input.id),
             "resources": resources,
             "devices": devices,

@@ -426,3 +426,63 @@ fn cdi_edits_come_last_env_devices_rules_and_mounts() {
         Some(&json!("/usr/lib/libcuda.so"))
     );
 }
+
+#[test]
+fn a_pod_user_namespace_is_joined_first_with_its_ranges() {
+    let img = image(&[], &["sh"], &[], "");
+    let maps = userns::PodUserns {
+        uids: userns::IdMap {
+            container: 0,
+            host: 3_000_000,
+            len: 65536,
+        },
+        gids: userns::IdMap {
+            container: 0,
+            host: 4_000_000,
+            len: 65536,
+        },
+    };
+    let sb = SandboxView {
+        hostname: "h".into(),
+        shm: "/dev/shm".into(),
+        netns: Some("/run/p/net".into()),
+        userns: Some(("/run/p/user".into(), maps)),
+        ..Default::default()
+    };
+    let build_with = |c: &ContainerConfig| {
+        build(&SpecInput {
+            id: "abc",
+            config: c,
+            image: &img,
+            sandbox: &sb,
+            rootfs: Path::new("/r"),
+            passwd: None,
+            group: None,
+            devices: &[],
+            min_oom_score_adj: 0,
+            cap_bounding: u64::MAX,
+            localhost_seccomp: None,
+            hugetlb: true,
+            cdi: None,
+        })
+    };
+    let v = serde_json::to_value(build_with(&config(&[], &[])).expect("spec")).expect("json");
+    assert_eq!(
+        v["linux"]["namespaces"][0],
+        json!({"type": "user", "path": "/run/p/user"})
+    );
+    assert_eq!(
+        v["linux"]["gidMappings"],
+        json!([{"containerID": 0, "hostID": 4_000_000, "size": 65536}])
+    );
+    let mut privileged = config(&[], &[]);
+    privileged.linux = Some(LinuxContainerConfig {
+        security_context: Some(LinuxContainerSecurityContext {
+            privileged: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let e = build_with(&privileged).expect_err("privileged in a user namespace");
+    assert!(e.to_string().contains("privileged"), "{e}");
+}

@@ -15,6 +15,8 @@
 //! what it does not make is refused by name ([`supported`]).
 #![allow(unsafe_code)]
 
+mod dev;
+mod outside;
 pub(crate) mod plan;
 mod rootfs;
 
@@ -35,8 +37,8 @@ use oci_spec::runtime::{LinuxNamespaceType, Spec};
 use crate::host::mountinfo::CgroupDir;
 use crate::process::ChildError;
 
-/// Refuses, naming it, what of a spec this create does not make: a user
-/// namespace, hooks, rlimits, sysctls (pod sysctls go on the pod's
+/// Refuses, naming it, what of a spec this create does not make: a new
+/// user namespace (a pod's is joined), hooks, rlimits, sysctls (pod sysctls go on the pod's
 /// namespaces, `crate::runtime::namespaces`), AppArmor or SELinux labels, a
 /// hostname (the pod's UTS namespace has it), namespaces other than ours,
 /// or cgroup limits `cgroup::container` does not write. The shim's spec
@@ -64,19 +66,23 @@ pub(crate) fn supported(spec: &Spec) -> Result<(), ChildError> {
             LinuxNamespaceType::Mount if n.path().is_some() => {
                 return no("linux.namespaces", "joining an existing mount namespace");
             }
+            LinuxNamespaceType::User if n.path().is_none() => {
+                return no(
+                    "linux.namespaces",
+                    "a new user namespace (the pod's is joined)",
+                );
+            }
             LinuxNamespaceType::Mount
             | LinuxNamespaceType::Pid
             | LinuxNamespaceType::Network
             | LinuxNamespaceType::Ipc
-            | LinuxNamespaceType::Uts => {}
+            | LinuxNamespaceType::Uts
+            | LinuxNamespaceType::User => {}
             other => return no("linux.namespaces", &format!("a {other:?} namespace")),
         }
     }
     if linux.sysctl().as_ref().is_some_and(|s| !s.is_empty()) {
         return no("linux.sysctl", "sysctls");
-    }
-    if linux.uid_mappings().as_ref().is_some_and(|m| !m.is_empty()) {
-        return no("linux.uidMappings", "a user namespace");
     }
     if let Some(r) = linux.resources() {
         crate::host::cgroupfs::resources(r)?;
@@ -150,6 +156,9 @@ impl Drop for Unmade<'_> {
 /// Namespaces of the spec: joined by path, or made new (`None`).
 struct Namespaces {
     pid: Option<Option<OwnedFd>>,
+    /// The pod's user namespace, joined before the others: they belong to
+    /// it, and so do the ones made new.
+    user: Option<OwnedFd>,
     join: Vec<(CloneFlags, OwnedFd)>,
     new: CloneFlags,
 }
@@ -157,6 +166,7 @@ struct Namespaces {
 fn namespaces(spec: &Spec) -> Result<Namespaces, ChildError> {
     let mut ns = Namespaces {
         pid: None,
+        user: None,
         join: Vec::new(),
         new: CloneFlags::empty(),
     };
@@ -173,6 +183,7 @@ fn namespaces(spec: &Spec) -> Result<Namespaces, ChildError> {
             LinuxNamespaceType::Ipc => CloneFlags::CLONE_NEWIPC,
             LinuxNamespaceType::Uts => CloneFlags::CLONE_NEWUTS,
             LinuxNamespaceType::Pid => CloneFlags::CLONE_NEWPID,
+            LinuxNamespaceType::User => CloneFlags::CLONE_NEWUSER,
             other => {
                 return Err(ChildError::invalid(
                     "linux.namespaces",
@@ -190,6 +201,13 @@ fn namespaces(spec: &Spec) -> Result<Namespaces, ChildError> {
         };
         match (flag, fd) {
             (CloneFlags::CLONE_NEWPID, fd) => ns.pid = Some(fd),
+            (CloneFlags::CLONE_NEWUSER, Some(fd)) => ns.user = Some(fd),
+            (CloneFlags::CLONE_NEWUSER, None) => {
+                return Err(ChildError::invalid(
+                    "linux.namespaces",
+                    "a new user namespace (the pod's is joined)",
+                ));
+            }
             (f, Some(fd)) => ns.join.push((f, fd)),
             (f, None) => ns.new |= f,
         }
@@ -262,8 +280,14 @@ pub(crate) fn create(
         .map_err(ChildError::errno("pipe"))?;
     // The PID namespace is the one the monitor's next child gets: the
     // monitor forks nothing else.
+    // A new one in a pod's user namespace must be the pod root's (else the
+    // container may not mount its /proc): the init makes it there and
+    // its child goes on as the init; the monitor becomes that child's
+    // parent when the init exits, as a subreaper.
+    let pid_in_user = matches!((&ns.pid, &ns.user), (Some(None), Some(_)));
     let entered = match &ns.pid {
         Some(Some(fd)) => setns(fd.as_fd(), CloneFlags::CLONE_NEWPID),
+        Some(None) if pid_in_user => nix::sys::prctl::set_child_subreaper(true),
         Some(None) => unshare(CloneFlags::CLONE_NEWPID),
         None => Ok(()),
     };
@@ -291,6 +315,7 @@ pub(crate) fn create(
                 listener: &listener,
                 console,
                 cgroups: &cgroups,
+                pid_in_user,
             };
             child.run(go_r, status_w)
         }
@@ -319,6 +344,25 @@ pub(crate) fn create(
     let _ = File::from(status_r)
         .take(crate::host::child_error::WIRE_MAX)
         .read_to_end(&mut said);
+    let mut created = created;
+    if pid_in_user {
+        // `p<pid>\n` first: the init's child, now the init. The first one
+        // has exited; reaped here, its child is the monitor's.
+        let _ = waitpid(created.pid, None);
+        match said_pid(&said) {
+            Some((pid, rest)) => {
+                created.pid = pid;
+                said = rest.to_vec();
+            }
+            None if said.is_empty() => {
+                return Err(ChildError::detail(
+                    "wait for the container's init",
+                    "it exited before it was ready",
+                ));
+            }
+            None => return Err(ChildError::from_wire("the container's init said", &said)),
+        }
+    }
     if said.as_slice() == b"r" {
         unmade.made = true;
         return Ok(created);
@@ -333,6 +377,14 @@ pub(crate) fn create(
     Err(ChildError::from_wire("the container's init said", &said))
 }
 
+/// `p<pid>\n` at the start of what the init said, and the rest.
+fn said_pid(said: &[u8]) -> Option<(Pid, &[u8])> {
+    let rest = said.strip_prefix(b"p")?;
+    let end = rest.iter().position(|&b| b == b'\n')?;
+    let pid = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    Some((Pid::from_raw(pid), &rest[end + 1..]))
+}
+
 /// What the forked init works with (borrowed from the monitor's copy).
 struct Child<'a> {
     root: &'a plan::RootPlan,
@@ -344,6 +396,9 @@ struct Child<'a> {
     console: Option<&'a Path>,
     /// The container's cgroup in each hierarchy (for `/sys/fs/cgroup`).
     cgroups: &'a [CgroupDir],
+    /// The container's new PID namespace is made by the init itself, in
+    /// the pod's user namespace ([`Child::new_pid_namespace`]).
+    pid_in_user: bool,
 }
 
 impl Child<'_> {
@@ -354,7 +409,7 @@ impl Child<'_> {
         if !matches!(File::from(go).read(&mut byte), Ok(1)) {
             crate::process::nsexec::exit_now(1);
         }
-        let file = match self.prepare() {
+        let file = match self.prepare(&mut status) {
             Ok(f) => f,
             Err(e) => {
                 let _ = status.write_all(&e.to_wire());
@@ -398,11 +453,44 @@ impl Child<'_> {
         })
     }
 
+    /// Joins the pod's user namespace (after taking from the host what is
+    /// out of reach there) and becomes its root; nothing without one.
+    fn enter_user(&self) -> Result<Option<outside::Outside>, ChildError> {
+        let Some(user) = &self.ns.user else {
+            return Ok(None);
+        };
+        let outside = outside::take_outside(self.root, user)?;
+        setns(user.as_fd(), CloneFlags::CLONE_NEWUSER)
+            .map_err(ChildError::errno("join the pod's user namespace"))?;
+        // The host's root is nobody there: become the namespace's root
+        // (what the init makes is then the pod root's, as runc's).
+        let root = (nix::unistd::Gid::from_raw(0), nix::unistd::Uid::from_raw(0));
+        nix::unistd::setresgid(root.0, root.0, root.0)
+            .and_then(|()| nix::unistd::setresuid(root.1, root.1, root.1))
+            .map_err(ChildError::errno("become the user namespace's root"))?;
+        Ok(Some(outside))
+    }
+
+    /// A PID namespace of the pod root's for the container: made here, in
+    /// the user namespace, and entered by a child, which goes on as the
+    /// init (its pid 1). This process says the child's pid on `status`
+    /// (`p<pid>\n`) and exits; the monitor, a subreaper, gets the child.
+    fn new_pid_namespace(&self, status: &mut File) -> Result<(), ChildError> {
+        unshare(CloneFlags::CLONE_NEWPID).map_err(ChildError::errno("make the PID namespace"))?;
+        // SAFETY: this process is single-threaded (the monitor's child).
+        match unsafe { fork() }.map_err(ChildError::errno("fork the init"))? {
+            ForkResult::Child => Ok(()),
+            ForkResult::Parent { child } => {
+                let said = status.write_all(format!("p{child}\n").as_bytes());
+                crate::process::nsexec::exit_now(i32::from(said.is_err()))
+            }
+        }
+    }
+
     /// Everything up to the wait for the start; returns the program to exec.
-    fn prepare(&self) -> Result<std::ffi::CString, ChildError> {
+    fn prepare(&self, status: &mut File) -> Result<std::ffi::CString, ChildError> {
         // Device nodes get the spec's modes, not the monitor's umask ones.
         let umask = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
-        nix::unistd::setsid().map_err(ChildError::errno("setsid"))?;
         // Connected while the host's paths are in reach; the master goes
         // over it once the pty is made in the container's devpts.
         let console = match self.console {
@@ -413,6 +501,11 @@ impl Child<'_> {
             ),
             None => None,
         };
+        let outside = self.enter_user()?;
+        if self.pid_in_user {
+            self.new_pid_namespace(status)?;
+        }
+        nix::unistd::setsid().map_err(ChildError::errno("setsid"))?;
         for (fd, n) in [
             (&self.stdio.stdin, 0),
             (&self.stdio.stdout, 1),
@@ -430,7 +523,7 @@ impl Child<'_> {
             "make new namespaces",
             format_args!("{:?}", self.ns.new),
         ))?;
-        rootfs::prepare(self.root, self.cgroups)?;
+        rootfs::prepare(self.root, self.cgroups, outside.as_ref())?;
         if let Some(c) = &console {
             crate::process::nsexec::container_terminal(c.as_fd(), true)?;
         }
@@ -490,8 +583,8 @@ mod tests {
             ),
             (
                 none.clone(),
-                serde_json::json!({"uidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}]}),
-                "user namespace",
+                serde_json::json!({"namespaces": [{"type": "mount"}, {"type": "user"}]}),
+                "a new user namespace",
             ),
             (
                 none.clone(),

@@ -268,6 +268,9 @@ pub(crate) struct RootPlan {
     pub readonly: bool,
     pub masked: Vec<PathBuf>,
     pub readonly_paths: Vec<PathBuf>,
+    /// The container joins a user namespace of its pod's: it may not make
+    /// device nodes there, so the host's are bound instead (as runc).
+    pub in_userns: bool,
 }
 
 /// A device node the init makes.
@@ -365,6 +368,11 @@ pub(crate) fn root(spec: &Spec) -> Result<RootPlan, ChildError> {
         readonly: root.readonly().unwrap_or(false),
         masked: paths(linux.masked_paths()),
         readonly_paths: paths(linux.readonly_paths()),
+        in_userns: linux
+            .namespaces()
+            .iter()
+            .flatten()
+            .any(|n| n.typ() == oci_spec::runtime::LinuxNamespaceType::User),
     })
 }
 

@@ -16,54 +16,39 @@ use std::path::Path;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat, openat2};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sys::stat::{Mode, SFlag, fstat, makedev, mkdirat, mknodat};
-use nix::unistd::{Gid, Uid, fchownat, symlinkat};
+use nix::sys::stat::{Mode, fstat, makedev, mkdirat};
+use nix::unistd::symlinkat;
 
-use super::plan::{DevicePlan, Kind, MountPlan, RootPlan};
+use super::plan::{Kind, MountPlan, RootPlan};
 use crate::host::mountinfo::CgroupDir;
 use crate::process::ChildError;
 
-const AT_EMPTY_PATH: libc::c_uint = 0x1000;
-const AT_RECURSIVE: libc::c_uint = 0x8000;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_NOEXEC: u64 = 0x8;
-const MOUNT_ATTR_ATIME: u64 = 0x70;
-const MOUNT_ATTR_NOATIME: u64 = 0x10;
-const MOUNT_ATTR_STRICTATIME: u64 = 0x20;
-const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
+use crate::host::mount_api::{
+    self, MOUNT_ATTR_ATIME, MOUNT_ATTR_NOATIME, MOUNT_ATTR_NODEV, MOUNT_ATTR_NODIRATIME,
+    MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, MOUNT_ATTR_STRICTATIME, MountAttr,
+    setattr,
+};
 
-/// `struct mount_attr` of mount_setattr(2).
-#[repr(C)]
-#[derive(Default)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-type Res<T> = Result<T, ChildError>;
+pub(super) type Res<T> = Result<T, ChildError>;
 
 /// `rel` as the container names it.
-fn slash(rel: &Path) -> String {
+pub(super) fn slash(rel: &Path) -> String {
     format!("/{}", rel.display())
 }
 
-fn owned(fd: RawFd) -> OwnedFd {
+pub(super) fn owned(fd: RawFd) -> OwnedFd {
     // SAFETY: `fd` was just returned by the kernel to us and nothing else
     // owns it.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-fn fd_path(fd: &OwnedFd) -> String {
+pub(super) fn fd_path(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
 /// `rel` (no leading `/`) inside the root, as the kernel resolves it with
 /// the rootfs as `/`.
-fn in_root(root: &OwnedFd, rel: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
+pub(super) fn in_root(root: &OwnedFd, rel: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
     let rel: &Path = if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -77,7 +62,7 @@ fn in_root(root: &OwnedFd, rel: &Path, flags: OFlag) -> nix::Result<OwnedFd> {
 
 /// The directory `rel` inside the root, made (mode 0755) with its parents
 /// when missing.
-fn mkdir_all(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
+pub(super) fn mkdir_all(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
     match in_root(root, rel, OFlag::O_PATH | OFlag::O_DIRECTORY) {
         Err(Errno::ENOENT) => {}
         r => return r.map_err(ChildError::errno_at("open", slash(rel))),
@@ -95,7 +80,7 @@ fn mkdir_all(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
 }
 
 /// A mount point for a file: `rel` made as an empty file when missing.
-fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
+pub(super) fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
     let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
         return Err(ChildError::detail_at(
             "bind a file onto",
@@ -117,28 +102,8 @@ fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
     in_root(root, rel, OFlag::O_PATH).map_err(ChildError::errno_at("open", slash(rel)))
 }
 
-fn setattr(mnt: &OwnedFd, attr: &MountAttr, recursive: bool) -> nix::Result<()> {
-    let mut flags = AT_EMPTY_PATH;
-    if recursive {
-        flags |= AT_RECURSIVE;
-    }
-    // SAFETY: mount_setattr reads `size_of::<MountAttr>()` bytes of `attr`,
-    // which lives through the call; the path is the empty C string.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            mnt.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-            attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r < 0 { Err(Errno::last()) } else { Ok(()) }
-}
-
 /// The mount_setattr form of `flags`.
-fn attr_of(flags: MsFlags) -> MountAttr {
+pub(super) fn attr_of(flags: MsFlags) -> MountAttr {
     let mut a = MountAttr::default();
     for (ms, attr) in [
         (MsFlags::MS_RDONLY, MOUNT_ATTR_RDONLY),
@@ -172,7 +137,7 @@ fn attr_of(flags: MsFlags) -> MountAttr {
 /// `propagation` (recursive for the `r` forms). A bind
 /// made with mount(2) joins the source's peer group, as a shared volume
 /// needs; a clone from open_tree(2) would be a slave of it.
-fn bind(
+pub(super) fn bind(
     source: &Path,
     onto: &OwnedFd,
     recursive: bool,
@@ -240,8 +205,14 @@ fn new_fs(
 
 /// Mounts the spec's mounts, makes the devices and links of /dev, then
 /// pivots into the root and masks and protects what the spec says.
-/// `cgroups` are the init's own cgroup directories.
-pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
+/// `cgroups` are the init's own cgroup directories. With `outside` (a pod
+/// with a user namespace of its own) the rootfs is the working directory
+/// and the binds' sources are its copies.
+pub(crate) fn prepare(
+    plan: &RootPlan,
+    cgroups: &[CgroupDir],
+    outside: Option<&super::outside::Outside>,
+) -> Res<()> {
     mount(
         None::<&str>,
         "/",
@@ -250,46 +221,77 @@ pub(crate) fn prepare(plan: &RootPlan, cgroups: &[CgroupDir]) -> Res<()> {
         None::<&str>,
     )
     .map_err(ChildError::errno_at("set the propagation of", "/"))?;
+    let rootfs = if outside.is_some() {
+        Path::new(".")
+    } else {
+        plan.rootfs.as_path()
+    };
     if plan.propagation.contains(MsFlags::MS_SHARED) {
         // pivot_root refuses a shared new root or parent.
         mount(
             None::<&str>,
-            &plan.rootfs,
+            rootfs,
             None::<&str>,
             MsFlags::MS_PRIVATE,
             None::<&str>,
         )
         .map_err(ChildError::errno_at("make private", plan.rootfs.display()))?;
     }
-    mount(
-        Some(&plan.rootfs),
-        &plan.rootfs,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None::<&str>,
-    )
-    .map_err(ChildError::errno_at(
-        "bind the rootfs",
-        plan.rootfs.display(),
-    ))?;
-    let root = nix::fcntl::open(
-        &plan.rootfs,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map(owned)
-    .map_err(ChildError::errno_at(
-        "open the rootfs",
-        plan.rootfs.display(),
-    ))?;
-    for m in &plan.mounts {
-        mount_one(&root, m, cgroups)
+    let root = if outside.is_some() {
+        // A copy of the rootfs' tree attached onto it, and held: what the
+        // bind below does, without the path.
+        mount_api::clone_tree(rootfs, true)
+            .and_then(|tree| {
+                let here = nix::fcntl::open(
+                    rootfs,
+                    OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .map(owned)?;
+                mount_api::attach_onto(&tree, &here)?;
+                Ok(tree)
+            })
+            .map_err(ChildError::errno_at(
+                "bind the rootfs",
+                plan.rootfs.display(),
+            ))?
+    } else {
+        mount(
+            Some(rootfs),
+            rootfs,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(ChildError::errno_at(
+            "bind the rootfs",
+            plan.rootfs.display(),
+        ))?;
+        nix::fcntl::open(
+            rootfs,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map(owned)
+        .map_err(ChildError::errno_at(
+            "open the rootfs",
+            plan.rootfs.display(),
+        ))?
+    };
+    for (i, m) in plan.mounts.iter().enumerate() {
+        let copy = outside.and_then(|o| o.bind(i));
+        mount_one(&root, m, cgroups, copy)
             .map_err(|e| e.within(format_args!("mount {}", slash(&m.dest))))?;
     }
     let dev = mkdir_all(&root, Path::new("dev"))?;
-    links(&dev)?;
+    super::dev::links(&dev)?;
     for d in &plan.devices {
-        device(&root, d).map_err(|e| e.within(format_args!("device {}", slash(&d.dest))))?;
+        let made = if plan.in_userns {
+            super::dev::bind_device(&root, d)
+        } else {
+            super::dev::device(&root, d)
+        };
+        made.map_err(|e| e.within(format_args!("device {}", slash(&d.dest))))?;
     }
     match nix::unistd::unlinkat(
         Some(dev.as_raw_fd()),
@@ -403,22 +405,42 @@ fn outside_proc(onto: &OwnedFd, m: &MountPlan) -> Res<()> {
     Ok(())
 }
 
-fn mount_one(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
+/// Mounts `m`; a bind from `copy` (its source, taken from outside a user
+/// namespace) when there is one.
+fn mount_one(
+    root: &OwnedFd,
+    m: &MountPlan,
+    cgroups: &[CgroupDir],
+    copy: Option<&OwnedFd>,
+) -> Res<()> {
     match &m.kind {
         Kind::Bind {
             source,
             recursive,
             recursive_readonly,
         } => {
-            let is_dir = std::fs::metadata(source)
-                .map_err(ChildError::io("source", source))?
-                .is_dir();
+            let is_dir = match copy {
+                Some(tree) => {
+                    fstat(tree.as_raw_fd())
+                        .map_err(ChildError::errno_at("stat", source.display()))?
+                        .st_mode
+                        & libc::S_IFMT
+                        == libc::S_IFDIR
+                }
+                None => std::fs::metadata(source)
+                    .map_err(ChildError::io("source", source))?
+                    .is_dir(),
+            };
             let onto = if is_dir {
                 mkdir_all(root, &m.dest)?
             } else {
                 touch(root, &m.dest)?
             };
             outside_proc(&onto, m)?;
+            if let Some(tree) = copy {
+                return super::outside::attach_bind(tree, &onto, *recursive_readonly, m)
+                    .map_err(ChildError::errno_at("bind", source.display()));
+            }
             let again = || in_root(root, &m.dest, OFlag::O_PATH);
             bind(
                 source,
@@ -528,89 +550,6 @@ fn cgroup(root: &OwnedFd, m: &MountPlan, cgroups: &[CgroupDir]) -> Res<()> {
             .map_err(ChildError::errno("make read-only"))?;
     }
     Ok(())
-}
-
-/// runc's links in /dev (and `core` where the host has /proc/kcore).
-fn links(dev: &OwnedFd) -> Res<()> {
-    let mut links = vec![
-        ("/proc/self/fd", "fd"),
-        ("/proc/self/fd/0", "stdin"),
-        ("/proc/self/fd/1", "stdout"),
-        ("/proc/self/fd/2", "stderr"),
-    ];
-    if Path::new("/proc/kcore").exists() {
-        links.push(("/proc/kcore", "core"));
-    }
-    for (to, name) in links {
-        match symlinkat(to, Some(dev.as_raw_fd()), name) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(ChildError::errno_at("link", format_args!("/dev/{name}"))(e)),
-        }
-    }
-    Ok(())
-}
-
-fn device(root: &OwnedFd, d: &DevicePlan) -> Res<()> {
-    let (Some(parent), Some(name)) = (d.dest.parent(), d.dest.file_name()) else {
-        return Err(ChildError::detail("check the path", "not a file path"));
-    };
-    let dir = mkdir_all(root, parent)?;
-    let kind = if d.block {
-        SFlag::S_IFBLK
-    } else {
-        SFlag::S_IFCHR
-    };
-    let make = || {
-        mknodat(
-            Some(dir.as_raw_fd()),
-            name,
-            kind,
-            Mode::from_bits_truncate(d.mode),
-            makedev(d.major, d.minor),
-        )
-    };
-    match make() {
-        Ok(()) => {}
-        // Already there: kept only when it is the very device (a bind of
-        // the host's, say). A /dev that is a volume can hold anything a
-        // container of the pod left there, a link to /proc/sys/... as
-        // `null` among them (runc's CVE-2025-31133): replaced.
-        Err(Errno::EEXIST) => {
-            let st = nix::sys::stat::fstatat(
-                Some(dir.as_raw_fd()),
-                name,
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(ChildError::errno("stat"))?;
-            if st.st_mode & libc::S_IFMT == kind.bits() && st.st_rdev == makedev(d.major, d.minor) {
-                return Ok(());
-            }
-            nix::unistd::unlinkat(
-                Some(dir.as_raw_fd()),
-                name,
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            )
-            .map_err(ChildError::errno("remove what is there instead"))?;
-            make().map_err(ChildError::errno("mknod"))?;
-        }
-        Err(e) => return Err(ChildError::errno("mknod")(e)),
-    }
-    // mknod's mode went through the umask; the spec's is exact.
-    nix::sys::stat::fchmodat(
-        Some(dir.as_raw_fd()),
-        name,
-        Mode::from_bits_truncate(d.mode),
-        nix::sys::stat::FchmodatFlags::NoFollowSymlink,
-    )
-    .map_err(ChildError::errno("chmod"))?;
-    fchownat(
-        Some(dir.as_raw_fd()),
-        name,
-        Some(Uid::from_raw(d.uid)),
-        Some(Gid::from_raw(d.gid)),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .map_err(ChildError::errno("chown"))
 }
 
 /// pivot_root into the root and drop the old one, as runc: the old root

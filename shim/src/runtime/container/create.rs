@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use cri_proto::v1::{ContainerConfig, ContainerEventType, PodSandboxConfig};
 use nix::fcntl::OFlag;
-use nix::mount::{MsFlags, mount};
 use tokio::io::{AsyncBufReadExt, AsyncRead};
 
 use crate::error::Error;
@@ -167,6 +166,24 @@ impl Runtime {
         }
     }
 
+    /// The sandbox's own user namespace, as the host reaches its pin, and
+    /// its ranges; none for a pod in the host's.
+    fn pod_userns(
+        &self,
+        sandbox: &SandboxRecord,
+    ) -> Result<Option<(PathBuf, crate::spec::userns::PodUserns)>, Error> {
+        let maps =
+            crate::spec::userns::of_pod(&crate::runtime::sandbox::ns_options(&sandbox.config))?;
+        match (&sandbox.userns, maps) {
+            (Some(pin), Some(maps)) => Ok(Some((self.pins.locate(pin), maps))),
+            (None, None) => Ok(None),
+            _ => Err(Error::FailedPrecondition(format!(
+                "sandbox {}: its user namespace is not what its config asks",
+                sandbox.id
+            ))),
+        }
+    }
+
     async fn setup_container(
         &self,
         rec: &mut ContainerRecord,
@@ -179,15 +196,15 @@ impl Runtime {
         for d in [&upper, &work, &rec.rootfs] {
             fs::create_dir_all(d).map_err(Error::io("create", d))?;
         }
-        let opts = images::overlay_options(&self.store.layer_dirs(image), &upper, &work);
-        mount(
-            Some("overlay"),
+        let userns = self.pod_userns(sandbox)?;
+        super::rootfs::mount_rootfs(
             &rec.rootfs,
-            Some("overlay"),
-            MsFlags::empty(),
-            Some(opts.as_str()),
-        )
-        .map_err(Error::sys("mount rootfs at", &rec.rootfs))?;
+            &self.store.layer_dirs(image),
+            &upper,
+            &work,
+            userns.as_ref(),
+            &rec.dir.join("idmapped"),
+        )?;
 
         let devices = crate::runtime::host_inputs::resolve_devices(&rec.config)?;
         let cdi = crate::runtime::host_inputs::resolve_cdi(
@@ -228,6 +245,7 @@ impl Runtime {
                 .as_ref()
                 .map(|l| l.cgroup_parent.clone())
                 .unwrap_or_default(),
+            userns: userns.clone(),
         };
         let passwd = crate::runtime::host_inputs::read_image_file(&rec.rootfs, "etc/passwd");
         let group = crate::runtime::host_inputs::read_image_file(&rec.rootfs, "etc/group");

@@ -16,6 +16,7 @@ use crate::state::{self, ContainerRecord, EXIT, ExitRecord, META};
 
 mod create;
 mod remove;
+mod rootfs;
 mod start;
 mod stop;
 mod update;
