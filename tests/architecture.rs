@@ -44,6 +44,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "server",
             "stats",
             "status",
+            "userns",
             "volumes",
         ],
     ),
@@ -120,6 +121,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "reason",
             "runtime",
             "status",
+            "userns",
             "volumes",
         ],
     ),
@@ -186,6 +188,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "clock", "config", "kube", "mutex", "phase", "plan", "pod", "reason",
         ],
     ),
+    ("userns", &["mutex"]),
     ("volumes", &["kube", "mutex"]),
 ];
 

@@ -52,6 +52,7 @@ pub mod server;
 pub mod stats;
 pub mod statsapi;
 pub mod status;
+pub mod userns;
 pub mod volumes;
 
 pub use crate::kubelet::{Error, run};

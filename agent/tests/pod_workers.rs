@@ -82,6 +82,9 @@ async fn setup_config(
         started: Instant::now(),
         objects,
         devices,
+        userns: Some(Arc::new(
+            agent::userns::Manager::open(&dir.path().join("userns")).expect("userns"),
+        )),
     });
     // PLEG wakes the workers, wired as the sync loop wires it.
     let (changed, mut rx) = tokio::sync::mpsc::channel::<String>(64);
@@ -751,3 +754,5 @@ async fn image_pull_secrets_are_tried_in_kubelets_order() {
 #[path = "pod_workers/devices.rs"]
 mod devices;
 mod fake_plugin;
+#[path = "pod_workers/userns.rs"]
+mod userns;

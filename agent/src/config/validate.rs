@@ -108,6 +108,17 @@ fn check(pod: &Pod, api: bool) -> std::result::Result<(), Vec<FieldError>> {
             format!("{p:?} (want \"Merge\" or \"Strict\")"),
         )),
     }
+    // kubelet's validateHostUsers: the host's namespaces are not the pod's.
+    for (field, on) in [
+        ("hostNetwork", spec.host_network),
+        ("hostPID", spec.host_pid),
+        ("hostIPC", spec.host_ipc),
+    ] {
+        if spec.host_users == Some(false) && on == Some(true) {
+            let why = "forbidden when `hostUsers` is false";
+            note(fail(format!("spec.{field}"), why));
+        }
+    }
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         note(volume(v, &format!("spec.volumes[{i}]"), api));
@@ -699,6 +710,10 @@ mod tests {
             (
                 "  volumes:\n  - name: h\n    hostPath: {path: rel}\n",
                 "spec.volumes[0].hostPath.path: \"rel\" must be absolute",
+            ),
+            (
+                "  hostUsers: false\n  hostPID: true\n",
+                "spec.hostPID: forbidden when `hostUsers` is false",
             ),
             (
                 "  securityContext: {supplementalGroupsPolicy: Loose}\n",

@@ -65,6 +65,8 @@ pub struct ContainerEnv<'a> {
     pub objects: &'a crate::volumes::projection::ObjectEnv,
     /// `seccompDefault`: no profile means RuntimeDefault, not Unconfined.
     pub seccomp_default: bool,
+    /// The pod's own user namespace (`hostUsers: false`), the sandbox's.
+    pub userns: Option<&'a cri_proto::v1::UserNamespace>,
 }
 
 /// Expands `$(VAR)` as kubelet does (`$$` escapes; unknown stays as is).
@@ -420,7 +422,7 @@ pub fn container_config(
                     ..Default::default()
                 }),
                 privileged,
-                namespace_options: Some(namespace_options(spec)),
+                namespace_options: Some(namespace_options(spec, env.userns)),
                 run_as_user: run_as_user.map(|value| Int64Value { value }),
                 run_as_group: run_as_group.map(|value| Int64Value { value }),
                 readonly_rootfs: csc
@@ -486,6 +488,7 @@ mod tests {
             qos: Qos::BestEffort,
             objects: &objects,
             seccomp_default: false,
+            userns: None,
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 0, "sha256:abc", &env).expect("ok");
@@ -531,6 +534,7 @@ mod tests {
             qos: Qos::Guaranteed,
             objects: &Default::default(),
             seccomp_default: true,
+            userns: None,
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");

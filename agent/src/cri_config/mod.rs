@@ -63,6 +63,8 @@ pub struct SandboxEnv {
     pub host_resolv_conf: String,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
+    /// The pod's own user namespace (`hostUsers: false`).
+    pub userns: Option<cri_proto::v1::UserNamespace>,
 }
 
 /// A hash of the container spec: a changed container restarts, and a
@@ -99,7 +101,12 @@ fn ns_mode(host: Option<bool>, otherwise: NamespaceMode) -> i32 {
     }
 }
 
-pub(super) fn namespace_options(spec: &PodSpec) -> NamespaceOption {
+/// kubelet's namespace options; `userns`: the pod's own user namespace
+/// (`hostUsers: false`), else the node's, said as kubelet 1.36 says it.
+pub(super) fn namespace_options(
+    spec: &PodSpec,
+    userns: Option<&cri_proto::v1::UserNamespace>,
+) -> NamespaceOption {
     let pid_otherwise = if spec.share_process_namespace.unwrap_or(false) {
         NamespaceMode::Pod
     } else {
@@ -109,6 +116,10 @@ pub(super) fn namespace_options(spec: &PodSpec) -> NamespaceOption {
         network: ns_mode(spec.host_network, NamespaceMode::Pod),
         pid: ns_mode(spec.host_pid, pid_otherwise),
         ipc: ns_mode(spec.host_ipc, NamespaceMode::Pod),
+        userns_options: Some(userns.cloned().unwrap_or(cri_proto::v1::UserNamespace {
+            mode: NamespaceMode::Node as i32,
+            ..Default::default()
+        })),
         ..Default::default()
     }
 }
@@ -203,7 +214,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> PodSandboxCo
         linux: Some(LinuxPodSandboxConfig {
             cgroup_parent: env.cgroup_parent.clone(),
             security_context: Some(LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(spec)),
+                namespace_options: Some(namespace_options(spec, env.userns.as_ref())),
                 run_as_user: psc
                     .and_then(|s| s.run_as_user)
                     .map(|value| Int64Value { value }),

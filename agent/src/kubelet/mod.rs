@@ -306,6 +306,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics,
         started: Instant::now(),
         devices,
+        userns: match crate::userns::Manager::open(&config.data_dir.join("userns")) {
+            Ok(m) => Some(Arc::new(m)),
+            Err(e) => {
+                tracing::error!(error = %e, "pods with hostUsers: false will be refused");
+                None
+            }
+        },
         objects: api_client.as_ref().map(|c| {
             Arc::new(volumes::api_objects::Objects::new(c.clone()))
                 as Arc<dyn crate::volumes::objects::ApiObjects>

@@ -56,6 +56,8 @@ pub struct Ctx {
     pub objects: Option<Arc<dyn crate::volumes::objects::ApiObjects>>,
     /// Device plugins' devices; None: no device manager.
     pub devices: Option<crate::devicemanager::Manager>,
+    /// `hostUsers: false` pods' ID ranges; None: such pods are refused.
+    pub userns: Option<Arc<crate::userns::Manager>>,
 }
 
 /// The workers and the state they share: restart and image back-off, and

@@ -27,6 +27,7 @@ use super::{Shared, SyncError};
 mod devices;
 mod start;
 mod stop;
+mod userns;
 use stop::Stop;
 
 /// What applying a plan did.
@@ -119,6 +120,9 @@ pub struct Worker {
     /// refused them is failed and never runs.
     devices_admitted: bool,
     refused: Option<devices::Refused>,
+    /// The pod's own user namespace (`hostUsers: false`), once it has its
+    /// range ([`Worker::pod_userns`]).
+    userns: Option<cri_proto::v1::UserNamespace>,
 }
 
 /// How long a clock-woken sync may plan from the last observation: at most
@@ -178,6 +182,7 @@ pub fn spawn(
         evicted,
         observed: None,
         devices_admitted: false,
+        userns: None,
         refused: None,
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
@@ -232,6 +237,9 @@ impl Worker {
         if let Some(m) = &self.shared.devices {
             m.release(&self.uid);
         }
+        if let Some(m) = &self.shared.userns {
+            m.release(&self.uid);
+        }
         let _ = done.send(true);
     }
 
@@ -269,6 +277,7 @@ impl Worker {
             host_resolv_conf: std::fs::read_to_string(&cfg.resolv_conf).unwrap_or_default(),
             cluster_dns: cfg.cluster_dns.iter().map(|i| i.to_string()).collect(),
             cluster_domain: cfg.cluster_domain.clone(),
+            userns: self.userns.clone(),
         }
     }
 
@@ -421,7 +430,6 @@ impl Worker {
         if let Some(attempt) = actions.create_sandbox {
             acted = true;
             self.prepare_pod_cgroup(pod)?;
-            let cfg = cri_config::sandbox_config(pod, attempt, &self.sandbox_env());
             if attempt > 0 {
                 self.event(
                     None,
@@ -430,7 +438,14 @@ impl Worker {
                     "Pod sandbox changed, it will be killed and re-created.",
                 );
             }
-            match cri.run_pod_sandbox(cfg).await {
+            let made = match self.pod_userns(pod).await {
+                Ok(()) => {
+                    let cfg = cri_config::sandbox_config(pod, attempt, &self.sandbox_env());
+                    cri.run_pod_sandbox(cfg).await.map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            match made {
                 Ok(id) => {
                     pod_ip = cri.sandbox_ip(&id).await.unwrap_or_default();
                     sandbox_id = Some(id);

@@ -62,6 +62,8 @@ pub struct State {
     pub stops_most: usize,
     /// RunPodSandbox fails with this (as a CNI plugin's error would).
     pub sandbox_error: Option<String>,
+    /// Status says the default handler makes user namespaces.
+    pub user_namespaces: bool,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
     seq: u64,
 }
@@ -569,7 +571,25 @@ impl RuntimeService for Svc {
     }
 
     async fn status(&self, _: Request<StatusRequest>) -> Reply<StatusResponse> {
-        Err(Status::unimplemented("Status"))
+        let st = lock(&self.0);
+        let ready = |kind: &str| cri_proto::v1::RuntimeCondition {
+            r#type: kind.into(),
+            status: true,
+            ..Default::default()
+        };
+        Ok(Response::new(StatusResponse {
+            status: Some(cri_proto::v1::RuntimeStatus {
+                conditions: vec![ready("RuntimeReady"), ready("NetworkReady")],
+            }),
+            runtime_handlers: vec![cri_proto::v1::RuntimeHandler {
+                name: String::new(),
+                features: Some(cri_proto::v1::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: false,
+                    user_namespaces: st.user_namespaces,
+                }),
+            }],
+            ..Default::default()
+        }))
     }
 
     async fn checkpoint_container(

@@ -389,6 +389,11 @@ impl Worker {
                 return;
             }
         };
+        // A restarted agent learns the pod's range again here.
+        if let Err(e) = self.pod_userns(pod).await {
+            self.config_failed(c, e.to_string());
+            return;
+        }
         // kubelet's etc-hosts is made with the volumes (a host-network
         // pod's IP is the node's; no IP, a pod network without CNI: the
         // runtime's file stays).
@@ -464,6 +469,7 @@ impl Worker {
             qos: self.qos,
             objects: &object_env,
             seccomp_default: self.shared.config.seccomp_default,
+            userns: self.userns.as_ref(),
         };
         let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
             Ok(cfg) => cfg,

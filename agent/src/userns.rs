@@ -1,0 +1,218 @@
+//! Pods with `hostUsers: false`: kubelet's user namespace manager. Each
+//! such pod gets a range of 65536 host IDs of its own for its user
+//! namespace, the same for users and groups, mapped from 0 inside:
+//! the lowest free one from 65536 up (kubelet's defaults without a
+//! `kubelet` user in /etc/subuid). A pod keeps its range across restarts
+//! of the agent: it is written to `<dir>/<pod uid>` (kubelet's JSON, as
+//! in its pod dir's `userns` file) before any sandbox uses it, and given
+//! back when the pod is gone.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use cri_proto::v1::{IdMapping, NamespaceMode, UserNamespace};
+use serde::{Deserialize, Serialize};
+
+use crate::mutex::lock;
+
+/// IDs per pod (kubelet's `userNamespaces.idsPerPod` default).
+pub const IDS_PER_POD: u32 = 65536;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("user namespaces: {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("user namespaces: no range of {IDS_PER_POD} IDs is free")]
+    Exhausted,
+}
+
+/// One range, as kubelet writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IdRange {
+    container_id: u32,
+    host_id: u32,
+    length: u32,
+}
+
+/// kubelet's `userns` file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Mappings {
+    uid_mappings: Vec<IdRange>,
+    gid_mappings: Vec<IdRange>,
+}
+
+impl Mappings {
+    /// The slot (host ID / IDS_PER_POD) of a file kubelet or we wrote:
+    /// one range, the same for users and groups, from 0 inside.
+    fn slot(&self) -> Option<u32> {
+        let ([u], [g]) = (self.uid_mappings.as_slice(), self.gid_mappings.as_slice()) else {
+            return None;
+        };
+        (u == g && u.container_id == 0 && u.length == IDS_PER_POD && u.host_id % IDS_PER_POD == 0)
+            .then_some(u.host_id / IDS_PER_POD)
+            .filter(|s| *s >= 1)
+    }
+
+    fn of_slot(slot: u32) -> Self {
+        let range = IdRange {
+            container_id: 0,
+            host_id: slot * IDS_PER_POD,
+            length: IDS_PER_POD,
+        };
+        Self {
+            uid_mappings: vec![range],
+            gid_mappings: vec![range],
+        }
+    }
+}
+
+/// Which slots are whose. Pure.
+#[derive(Debug, Default)]
+struct Slots {
+    by_slot: BTreeMap<u32, String>,
+}
+
+impl Slots {
+    fn of(&self, uid: &str) -> Option<u32> {
+        self.by_slot
+            .iter()
+            .find_map(|(s, u)| (u == uid).then_some(*s))
+    }
+
+    /// The lowest free slot from 1 (slot 0 is the host's own IDs).
+    fn lowest_free(&self) -> Option<u32> {
+        let last = u32::MAX / IDS_PER_POD - 1;
+        (1..=last).find(|s| !self.by_slot.contains_key(s))
+    }
+}
+
+/// The ranges of the node's `hostUsers: false` pods.
+#[derive(Debug)]
+pub struct Manager {
+    dir: PathBuf,
+    slots: Mutex<Slots>,
+}
+
+impl Manager {
+    /// Loads the ranges pods hold from `dir`; a file that is not one we
+    /// wrote is set aside (`.bad`) and its pod gets a new range.
+    pub fn open(dir: &Path) -> Result<Self, Error> {
+        let io = |op, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { op, path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+        let mut slots = Slots::default();
+        for entry in std::fs::read_dir(dir).map_err(io("read", dir))?.flatten() {
+            let path = entry.path();
+            let Some(uid) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if uid.ends_with(".bad") || uid.starts_with('.') {
+                continue;
+            }
+            let slot = std::fs::read(&path)
+                .ok()
+                .and_then(|raw| serde_json::from_slice::<Mappings>(&raw).ok())
+                .and_then(|m| m.slot())
+                .filter(|s| !slots.by_slot.contains_key(s));
+            match slot {
+                Some(s) => {
+                    slots.by_slot.insert(s, uid.to_string());
+                }
+                None => {
+                    tracing::warn!(file = %path.display(), "user namespace mappings set aside");
+                    let mut bad = path.clone().into_os_string();
+                    bad.push(".bad");
+                    std::fs::rename(&path, &bad).map_err(io("set aside", &path))?;
+                }
+            }
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            slots: Mutex::new(slots),
+        })
+    }
+
+    /// The pod's user namespace: its range, or a new one, written down
+    /// before it is returned.
+    pub fn get_or_create(&self, uid: &str) -> Result<UserNamespace, Error> {
+        let mut slots = lock(&self.slots);
+        let slot = match slots.of(uid) {
+            Some(s) => s,
+            None => {
+                let s = slots.lowest_free().ok_or(Error::Exhausted)?;
+                let path = self.dir.join(uid);
+                let raw = serde_json::to_vec(&Mappings::of_slot(s)).unwrap_or_default();
+                edge_config::write_atomic(&path, &raw).map_err(|source| Error::Io {
+                    op: "write",
+                    path,
+                    source,
+                })?;
+                slots.by_slot.insert(s, uid.to_string());
+                s
+            }
+        };
+        let range = IdMapping {
+            host_id: slot * IDS_PER_POD,
+            container_id: 0,
+            length: IDS_PER_POD,
+        };
+        Ok(UserNamespace {
+            mode: NamespaceMode::Pod as i32,
+            uids: vec![range],
+            gids: vec![range],
+        })
+    }
+
+    /// Gives the pod's range back (its file goes); nothing if it has none.
+    pub fn release(&self, uid: &str) {
+        let mut slots = lock(&self.slots);
+        if let Some(s) = slots.of(uid) {
+            let _ = std::fs::remove_file(self.dir.join(uid));
+            slots.by_slot.remove(&s);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_free_range_from_65536_kept_across_a_restart_given_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = Manager::open(dir.path()).expect("open");
+        let a = m.get_or_create("a").expect("a");
+        let b = m.get_or_create("b").expect("b");
+        assert_eq!(a.uids[0].host_id, 65536);
+        assert_eq!(b.gids[0].host_id, 131_072);
+        assert_eq!(
+            (a.mode, a.uids[0].length),
+            (NamespaceMode::Pod as i32, 65536)
+        );
+        assert_eq!(m.get_or_create("a").expect("again"), a);
+        // kubelet's file.
+        let raw = std::fs::read_to_string(dir.path().join("a")).expect("file");
+        assert_eq!(
+            raw,
+            r#"{"uidMappings":[{"containerId":0,"hostId":65536,"length":65536}],"gidMappings":[{"containerId":0,"hostId":65536,"length":65536}]}"#
+        );
+        m.release("a");
+        drop(m);
+        std::fs::write(dir.path().join("junk"), "{").expect("junk");
+        let m = Manager::open(dir.path()).expect("reopen");
+        assert!(dir.path().join("junk.bad").exists());
+        // b kept its range; a's is free again, and c gets it.
+        assert_eq!(m.get_or_create("b").expect("b").uids[0].host_id, 131_072);
+        assert_eq!(m.get_or_create("c").expect("c").uids[0].host_id, 65536);
+    }
+}

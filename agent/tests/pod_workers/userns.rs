@@ -1,0 +1,115 @@
+//! `hostUsers: false` pods against the fake CRI: refused with kubelet's
+//! words while the runtime cannot make user namespaces; else each pod's
+//! sandbox and containers get the pod's own range, the lowest free from
+//! 65536, which comes back when the pod is gone.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cri_proto::v1::NamespaceMode;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::fake_cri::FakeCri;
+use super::{desired, eventually, phase, setup};
+
+/// A static pod of its own user namespace.
+fn own_users(name: &str) -> Pod {
+    let text = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  hostUsers: false\n  \
+         containers:\n  - {{name: main, image: busybox, command: [sleep]}}\n"
+    );
+    agent::config::manifest::parse(
+        Path::new(&format!("/pods/{name}.yaml")),
+        &text,
+        "node",
+        "2026-01-01T00:00:00Z",
+    )
+    .expect("valid pod")
+    .remove(0)
+}
+
+/// The host ID the static pod's sandbox and its container were given
+/// (None: the node's user namespace), and that both agree.
+fn host_id(fake: &FakeCri, pod: &str) -> Option<Option<u32>> {
+    let st = fake.state();
+    let sb = st.sandboxes.values().find(|s| {
+        s.config
+            .metadata
+            .as_ref()
+            .is_some_and(|m| m.name == format!("{pod}-node"))
+    })?;
+    let of = |ns: Option<&cri_proto::v1::NamespaceOption>| {
+        let u = ns?.userns_options.clone()?;
+        if u.mode == NamespaceMode::Node as i32 {
+            return Some(None);
+        }
+        assert_eq!(u.uids, u.gids);
+        assert_eq!((u.uids[0].container_id, u.uids[0].length), (0, 65536));
+        Some(Some(u.uids[0].host_id))
+    };
+    let sandbox = of(sb
+        .config
+        .linux
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .namespace_options
+        .as_ref())?;
+    let ctr = st.containers.values().find(|c| c.sandbox_id == sb.id)?;
+    let container = of(ctr
+        .config
+        .linux
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .namespace_options
+        .as_ref())?;
+    assert_eq!(sandbox, container, "{pod}: sandbox and container differ");
+    Some(sandbox)
+}
+
+#[tokio::test]
+async fn host_users_false_pods_get_ranges_of_their_own() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let a = own_users("a");
+    let a_uid = a.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&a]));
+    eventually("kubelet's refusal", || {
+        s.recorder.list().iter().any(|e| {
+            e.reason.as_deref() == Some("FailedCreatePodSandBox")
+                && e.message.as_deref().is_some_and(|m| {
+                    m.contains("can't set `spec.hostUsers: false`, runtime does not support user namespaces")
+                })
+        })
+    })
+    .await;
+    assert!(fake.state().sandboxes.is_empty());
+
+    fake.state().user_namespaces = true;
+    eventually("a Running", || phase(&s.statuses, &a_uid) == "Running").await;
+    assert_eq!(host_id(&fake, "a"), Some(Some(65536)));
+    let b = own_users("b");
+    let shared = super::pod("node-users", "Always", "sleep");
+    s.workers.update(&desired(&[&a, &b, &shared]));
+    eventually("b and the node's pod made", || {
+        host_id(&fake, "b").is_some() && host_id(&fake, "node-users").is_some()
+    })
+    .await;
+    assert_eq!(host_id(&fake, "b"), Some(Some(131_072)));
+    // kubelet 1.36 says NODE for a pod without hostUsers: false.
+    assert_eq!(host_id(&fake, "node-users"), Some(None));
+
+    // a goes: its range comes back, for the next pod.
+    s.workers.update(&desired(&[&b, &shared]));
+    eventually("a removed", || host_id(&fake, "a").is_none()).await;
+    eventually("a's range freed", || {
+        !s.dir.path().join("data/userns").join(&a_uid).exists()
+    })
+    .await;
+    let c = own_users("c");
+    s.workers.update(&desired(&[&b, &shared, &c]));
+    eventually("c made", || host_id(&fake, "c").is_some()).await;
+    assert_eq!(host_id(&fake, "c"), Some(Some(65536)));
+    s.workers.update(&BTreeMap::new());
+}
