@@ -1,8 +1,10 @@
 //! Pods with `hostUsers: false`: kubelet's user namespace manager. Each
 //! such pod gets a range of 65536 host IDs of its own for its user
-//! namespace, the same for users and groups, mapped from 0 inside:
-//! the lowest free one from 65536 up (kubelet's defaults without a
-//! `kubelet` user in /etc/subuid). A pod keeps its range across restarts
+//! namespace, the same for users and groups, mapped from 0 inside: a free
+//! one found from a random place on (kubelet's allocation bitmap: no pod
+//! can tell which IDs the next one gets), from 65536 up to the last whole
+//! range below 2^32 (kubelet's defaults without a `kubelet` user in
+//! /etc/subuid). A pod keeps its range across restarts
 //! of the agent: it is written to `<dir>/<pod uid>` (kubelet's JSON, as
 //! in its pod dir's `userns` file) before any sandbox uses it, and given
 //! back when the pod is gone.
@@ -56,9 +58,12 @@ impl Mappings {
         let ([u], [g]) = (self.uid_mappings.as_slice(), self.gid_mappings.as_slice()) else {
             return None;
         };
-        (u == g && u.container_id == 0 && u.length == IDS_PER_POD && u.host_id % IDS_PER_POD == 0)
-            .then_some(u.host_id / IDS_PER_POD)
-            .filter(|s| *s >= 1)
+        (u == g
+            && u.container_id == 0
+            && u.length == IDS_PER_POD
+            && u.host_id.is_multiple_of(IDS_PER_POD))
+        .then_some(u.host_id / IDS_PER_POD)
+        .filter(|s| *s >= 1)
     }
 
     fn of_slot(slot: u32) -> Self {
@@ -87,11 +92,21 @@ impl Slots {
             .find_map(|(s, u)| (u == uid).then_some(*s))
     }
 
-    /// The lowest free slot from 1 (slot 0 is the host's own IDs).
-    fn lowest_free(&self) -> Option<u32> {
-        let last = u32::MAX / IDS_PER_POD - 1;
-        (1..=last).find(|s| !self.by_slot.contains_key(s))
+    /// The first free slot at or after `start`, wrapping (slot 0 is the
+    /// host's own IDs; the last whole range ends below ID 2^32 - 1).
+    fn free_from(&self, start: u32) -> Option<u32> {
+        let slots = u32::MAX / IDS_PER_POD - 1;
+        (0..slots)
+            .map(|i| 1 + (start.wrapping_add(i) % slots))
+            .find(|s| !self.by_slot.contains_key(s))
     }
+}
+
+fn random() -> u32 {
+    let mut b = [0u8; 4];
+    // A failed read leaves zeros: the lowest free range, still free.
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    u32::from_ne_bytes(b)
 }
 
 /// The ranges of the node's `hostUsers: false` pods.
@@ -149,7 +164,7 @@ impl Manager {
         let slot = match slots.of(uid) {
             Some(s) => s,
             None => {
-                let s = slots.lowest_free().ok_or(Error::Exhausted)?;
+                let s = slots.free_from(random()).ok_or(Error::Exhausted)?;
                 let path = self.dir.join(uid);
                 let raw = serde_json::to_vec(&Mappings::of_slot(s)).unwrap_or_default();
                 edge_config::write_atomic(&path, &raw).map_err(|source| Error::Io {
@@ -188,31 +203,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lowest_free_range_from_65536_kept_across_a_restart_given_back() {
+    fn a_free_slot_from_where_the_scan_starts_wrapping() {
+        let mut slots = Slots::default();
+        assert_eq!(slots.free_from(0), Some(1));
+        slots.by_slot.insert(1, "a".into());
+        slots.by_slot.insert(65534, "b".into());
+        assert_eq!(slots.free_from(0), Some(2));
+        // From the last slot on: taken, so round to the first free.
+        assert_eq!(slots.free_from(65533), Some(2));
+        assert_eq!(slots.free_from(u32::MAX), slots.free_from(u32::MAX % 65534));
+    }
+
+    #[test]
+    fn a_range_is_kept_across_a_restart_and_given_back() {
         let dir = tempfile::tempdir().expect("tempdir");
         let m = Manager::open(dir.path()).expect("open");
         let a = m.get_or_create("a").expect("a");
         let b = m.get_or_create("b").expect("b");
-        assert_eq!(a.uids[0].host_id, 65536);
-        assert_eq!(b.gids[0].host_id, 131_072);
-        assert_eq!(
-            (a.mode, a.uids[0].length),
-            (NamespaceMode::Pod as i32, 65536)
-        );
+        let first = |u: &UserNamespace| u.uids[0].host_id;
+        assert_ne!(first(&a), first(&b));
+        for u in [&a, &b] {
+            assert_eq!(
+                (u.mode, u.uids[0].length),
+                (NamespaceMode::Pod as i32, 65536)
+            );
+            assert_eq!(first(u) % 65536, 0);
+            assert_eq!(u.uids, u.gids);
+            assert!(first(u) >= 65536);
+        }
         assert_eq!(m.get_or_create("a").expect("again"), a);
         // kubelet's file.
         let raw = std::fs::read_to_string(dir.path().join("a")).expect("file");
+        let h = first(&a);
         assert_eq!(
             raw,
-            r#"{"uidMappings":[{"containerId":0,"hostId":65536,"length":65536}],"gidMappings":[{"containerId":0,"hostId":65536,"length":65536}]}"#
+            format!(
+                r#"{{"uidMappings":[{{"containerId":0,"hostId":{h},"length":65536}}],"gidMappings":[{{"containerId":0,"hostId":{h},"length":65536}}]}}"#
+            )
         );
         m.release("a");
+        assert!(!dir.path().join("a").exists());
         drop(m);
         std::fs::write(dir.path().join("junk"), "{").expect("junk");
         let m = Manager::open(dir.path()).expect("reopen");
         assert!(dir.path().join("junk.bad").exists());
-        // b kept its range; a's is free again, and c gets it.
-        assert_eq!(m.get_or_create("b").expect("b").uids[0].host_id, 131_072);
-        assert_eq!(m.get_or_create("c").expect("c").uids[0].host_id, 65536);
+        assert_eq!(m.get_or_create("b").expect("b"), b);
+        assert_eq!(lock(&m.slots).by_slot.len(), 1);
     }
 }

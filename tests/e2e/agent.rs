@@ -862,3 +862,40 @@ fn seccomp_default_confines_containers_without_a_profile() {
     });
     assert_eq!(read(&open, "plain"), "Seccomp:\t0\nunshared\n");
 }
+
+/// A static pod with `hostUsers: false`: its own user namespace, a range
+/// of 65536 host IDs of its own; its root is root in its volumes
+/// (idmapped), and what it writes there is the host's root's.
+#[test]
+fn a_host_users_false_pod_runs_in_its_own_user_namespace() {
+    require_root!();
+    let agent = Agent::start("");
+    let script = "{ cat /proc/self/uid_map; id -u; touch /scratch/f; stat -c %u /scratch/f /out; } > /out/userns; sleep 1000";
+    agent.write_manifest(
+        "u.yaml",
+        &pod(&agent, "userns", script, "  hostUsers: false\n"),
+    );
+    agent.wait("the pod wrote", T, || {
+        read(&agent, "userns").lines().count() >= 4
+    });
+    let got: Vec<Vec<String>> = read(&agent, "userns")
+        .lines()
+        .map(|l| l.split_whitespace().map(String::from).collect())
+        .collect();
+    let text = read(&agent, "userns");
+    let host: u32 = got[0][1].parse().expect("the host ID");
+    assert!(host >= 65536 && host.is_multiple_of(65536), "{text}");
+    assert_eq!(
+        got,
+        [
+            vec!["0".to_string(), host.to_string(), "65536".into()],
+            vec!["0".into()],
+            vec!["0".into()],
+            vec!["0".into()],
+        ],
+        "{text}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let on_host = std::fs::metadata(agent.host_dir().join("userns")).expect("stat");
+    assert_eq!((on_host.uid(), on_host.gid()), (0, 0));
+}

@@ -25,6 +25,7 @@ mod isolation;
 mod kubelet;
 mod kubelet_api;
 mod kubelet_devices;
+mod kubelet_userns;
 mod observability;
 mod probes;
 mod registry;

@@ -290,6 +290,7 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
         }
     }
     check_mounts(c)?;
+    mounts_map_as_the_pod(c, sb.userns.as_ref().map(|(_, maps)| maps))?;
     for m in &c.mounts {
         let propagation = match MountPropagation::try_from(m.propagation)
             .unwrap_or(MountPropagation::PropagationPrivate)
@@ -555,6 +556,45 @@ pub fn check_mounts(c: &ContainerConfig) -> Result<(), Error> {
                 return Err(invalid(
                     &format!("mounts[{i}].recursive_read_only"),
                     "needs private propagation",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A mount's own ID mappings (kubelet 1.36 sends the pod's on each) are
+/// honoured as the pod's: every bind of a pod with a user namespace of
+/// its own is seen through it. Other mappings, or any without one, are
+/// refused rather than ignored.
+fn mounts_map_as_the_pod(
+    c: &ContainerConfig,
+    userns: Option<&userns::PodUserns>,
+) -> Result<(), Error> {
+    let as_cri = |m: &userns::IdMap| {
+        vec![cri_proto::v1::IdMapping {
+            host_id: m.host,
+            container_id: m.container,
+            length: m.len,
+        }]
+    };
+    for (i, m) in c.mounts.iter().enumerate() {
+        for (field, got, pod) in [
+            (
+                "uid_mappings",
+                &m.uid_mappings,
+                userns.map(|u| as_cri(&u.uids)),
+            ),
+            (
+                "gid_mappings",
+                &m.gid_mappings,
+                userns.map(|u| as_cri(&u.gids)),
+            ),
+        ] {
+            if !got.is_empty() && pod.as_ref() != Some(got) {
+                return Err(invalid(
+                    &format!("mounts[{i}].{field}"),
+                    "not the pod's user namespace ranges",
                 ));
             }
         }

@@ -485,4 +485,23 @@ fn a_pod_user_namespace_is_joined_first_with_its_ranges() {
     });
     let e = build_with(&privileged).expect_err("privileged in a user namespace");
     assert!(e.to_string().contains("privileged"), "{e}");
+    // A volume's mappings: the pod's are fine (kubelet 1.36 sends them),
+    // others refused.
+    let with_mount = |host_id: u32| {
+        let mut c = config(&[], &[]);
+        c.mounts = vec![cri_proto::v1::Mount {
+            container_path: "/v".into(),
+            host_path: "/srv/v".into(),
+            uid_mappings: vec![cri_proto::v1::IdMapping {
+                host_id,
+                container_id: 0,
+                length: 65536,
+            }],
+            ..Default::default()
+        }];
+        c
+    };
+    build_with(&with_mount(3_000_000)).expect("the pod's ranges");
+    let e = build_with(&with_mount(5_000_000)).expect_err("other ranges");
+    assert!(e.to_string().contains("mounts[0].uid_mappings"), "{e}");
 }
