@@ -273,30 +273,45 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
         sandbox.map(|s| s.ip.clone()).unwrap_or_default()
     };
     let done = crate::phase::is_terminal(phase);
+    // kubelet 1.36 (PodObservedGenerationTracking): the spec generation
+    // this status and each condition was made from.
+    let generation = pod.metadata.generation;
+    let mut conditions = vec![
+        // kubelet's GeneratePodReadyToStartContainersCondition: a ready
+        // sandbox, networking configured, needs no new one.
+        condition(
+            "PodReadyToStartContainers",
+            sandbox.is_some_and(|s| s.ready),
+            None,
+        ),
+        condition("PodScheduled", true, None),
+        condition("Initialized", initialized, Some("ContainersNotInitialized")),
+        condition(
+            "ContainersReady",
+            containers_ready && !done,
+            Some(if done {
+                "PodCompleted"
+            } else {
+                "ContainersNotReady"
+            }),
+        ),
+        condition(
+            "Ready",
+            containers_ready && !done,
+            Some(if done {
+                "PodCompleted"
+            } else {
+                "ContainersNotReady"
+            }),
+        ),
+    ];
+    for c in &mut conditions {
+        c.observed_generation = generation;
+    }
     PodStatus {
         phase: Some(phase.into()),
-        conditions: Some(vec![
-            condition("PodScheduled", true, None),
-            condition("Initialized", initialized, Some("ContainersNotInitialized")),
-            condition(
-                "ContainersReady",
-                containers_ready && !done,
-                Some(if done {
-                    "PodCompleted"
-                } else {
-                    "ContainersNotReady"
-                }),
-            ),
-            condition(
-                "Ready",
-                containers_ready && !done,
-                Some(if done {
-                    "PodCompleted"
-                } else {
-                    "ContainersNotReady"
-                }),
-            ),
-        ]),
+        observed_generation: generation,
+        conditions: Some(conditions),
         host_ip: Some(ctx.host_ip.to_string()),
         pod_ip: (!pod_ip.is_empty()).then(|| pod_ip.clone()),
         pod_ips: (!pod_ip.is_empty()).then(|| vec![PodIP { ip: pod_ip }]),
@@ -373,6 +388,25 @@ mod tests {
             .find(|c| c.type_ == kind)
             .map(|c| c.status.clone())
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn ready_to_start_containers_and_the_generation_observed() {
+        let mut p = pod("Always");
+        p.metadata.generation = Some(3);
+        let none = HashMap::new();
+        let s = status(&p, &observed(vec![c(State::Running, 0, 1, 0)]), &none);
+        assert_eq!(cond(&s, "PodReadyToStartContainers"), "True");
+        assert_eq!(s.observed_generation, Some(3));
+        assert!(
+            s.conditions
+                .iter()
+                .flatten()
+                .all(|c| c.observed_generation == Some(3))
+        );
+        let no_sandbox = Observed::default();
+        let s = status(&p, &no_sandbox, &none);
+        assert_eq!(cond(&s, "PodReadyToStartContainers"), "False");
     }
 
     #[test]
