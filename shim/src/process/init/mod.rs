@@ -477,11 +477,20 @@ impl Child<'_> {
     /// (`p<pid>\n`) and exits; the monitor, a subreaper, gets the child.
     fn new_pid_namespace(&self, status: &mut File) -> Result<(), ChildError> {
         unshare(CloneFlags::CLONE_NEWPID).map_err(ChildError::errno("make the PID namespace"))?;
+        // The child waits for the pid to be said: nothing it says may come
+        // first on the pipe.
+        let (said_r, said_w) = pipe2(OFlag::O_CLOEXEC).map_err(ChildError::errno("pipe"))?;
         // SAFETY: this process is single-threaded (the monitor's child).
         match unsafe { fork() }.map_err(ChildError::errno("fork the init"))? {
-            ForkResult::Child => Ok(()),
+            ForkResult::Child => {
+                drop(said_w);
+                // EOF once this process has said it (or is gone).
+                let _ = File::from(said_r).read(&mut [0u8; 1]);
+                Ok(())
+            }
             ForkResult::Parent { child } => {
                 let said = status.write_all(format!("p{child}\n").as_bytes());
+                drop((said_r, said_w));
                 crate::process::nsexec::exit_now(i32::from(said.is_err()))
             }
         }
@@ -569,6 +578,18 @@ mod tests {
             }
         }
         serde_json::from_value(s).expect("spec")
+    }
+
+    #[test]
+    fn the_pid_said_before_ready_or_an_error() {
+        assert_eq!(
+            said_pid(b"p4242\nr"),
+            Some((Pid::from_raw(4242), &b"r"[..]))
+        );
+        assert_eq!(said_pid(b"p7\n"), Some((Pid::from_raw(7), &b""[..])));
+        for bad in [&b"r"[..], b"{\"step\":\"x\"}", b"p\n", b"p12", b"px\nr"] {
+            assert_eq!(said_pid(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
