@@ -348,6 +348,7 @@ pub fn container_config(
     // Security context: the container's fields override the pod's.
     let psc = spec.security_context.as_ref();
     let csc = c.security_context.as_ref();
+    let unmasked = csc.and_then(|s| s.proc_mount.as_deref()) == Some("Unmasked");
     let privileged = csc.and_then(|s| s.privileged).unwrap_or(false);
     let run_as_user = csc
         .and_then(|s| s.run_as_user)
@@ -431,12 +432,14 @@ pub fn container_config(
                 supplemental_groups: supplemental_groups(spec),
                 supplemental_groups_policy: supplemental_groups_policy(spec),
                 no_new_privs: csc.and_then(|s| s.allow_privilege_escalation) == Some(false),
-                masked_paths: if privileged {
+                // kubelet's convertToRuntimeMaskedPaths/ReadonlyPaths:
+                // none for privileged or `procMount: Unmasked`.
+                masked_paths: if privileged || unmasked {
                     Vec::new()
                 } else {
                     MASKED_PATHS.iter().map(|s| s.to_string()).collect()
                 },
-                readonly_paths: if privileged {
+                readonly_paths: if privileged || unmasked {
                     Vec::new()
                 } else {
                     READONLY_PATHS.iter().map(|s| s.to_string()).collect()
@@ -506,6 +509,35 @@ mod tests {
             ]
         );
         assert_eq!(cfg.args, ["env wins s3cr3t"]);
+    }
+
+    #[test]
+    fn unmasked_proc_sends_no_masked_or_read_only_paths() {
+        let n = node();
+        let volumes = BTreeMap::new();
+        let env = ContainerEnv {
+            devices: &crate::devicemanager::pod_devices::ContainerDevices::default(),
+            node: &n,
+            pod_ip: "10.1.0.2",
+            etc_hosts: None,
+            volumes: &volumes,
+            qos: Qos::BestEffort,
+            objects: &Default::default(),
+            seccomp_default: true,
+            userns: None,
+        };
+        let paths = |proc_mount: &str| {
+            let p = pod(&format!(
+                "  hostUsers: false\n  containers:\n  - name: c\n    image: busybox:1\n    \
+                 securityContext: {{procMount: {proc_mount}}}\n"
+            ));
+            let spec = p.spec.as_ref().expect("spec");
+            let cfg = container_config(&p, &spec.containers[0], 0, "sha256:abc", &env).expect("ok");
+            let sc = cfg.linux.and_then(|l| l.security_context).expect("sc");
+            (sc.masked_paths.len(), sc.readonly_paths.len())
+        };
+        assert_eq!(paths("Unmasked"), (0, 0));
+        assert_eq!(paths("Default"), (MASKED_PATHS.len(), READONLY_PATHS.len()));
     }
 
     #[test]

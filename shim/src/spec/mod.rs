@@ -337,6 +337,12 @@ pub fn build(input: &SpecInput<'_>) -> Result<Spec, Error> {
 
     let (masked, readonly): (Vec<String>, Vec<String>) = if sc.privileged {
         (vec![], vec![])
+    } else if sb.userns.is_some() {
+        // As containerd reads them: kubelet sends none for `procMount:
+        // Unmasked`, which it allows only with a pod's own user namespace
+        // (whose root the kernel keeps from the host's /proc anyway).
+        // Elsewhere none sent means runc's defaults (crictl sends none).
+        (sc.masked_paths.clone(), sc.readonly_paths.clone())
     } else {
         (
             if sc.masked_paths.is_empty() {

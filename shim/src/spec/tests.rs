@@ -467,6 +467,8 @@ fn a_pod_user_namespace_is_joined_first_with_its_ranges() {
         })
     };
     let v = serde_json::to_value(build_with(&config(&[], &[])).expect("spec")).expect("json");
+    // procMount Unmasked (kubelet sends no paths): none masked.
+    assert_eq!(v["linux"]["maskedPaths"], json!([]));
     assert_eq!(
         v["linux"]["namespaces"][0],
         json!({"type": "user", "path": "/run/p/user"})

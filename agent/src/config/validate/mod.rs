@@ -14,6 +14,8 @@ pub type FieldError = (String, String);
 
 type Result<T = ()> = std::result::Result<T, FieldError>;
 
+mod security;
+
 fn fail<T>(field: impl Into<String>, msg: impl Into<String>) -> Result<T> {
     Err((field.into(), msg.into()))
 }
@@ -97,28 +99,7 @@ fn check(pod: &Pod, api: bool) -> std::result::Result<(), Vec<FieldError>> {
         Some("ClusterFirst" | "ClusterFirstWithHostNet" | "Default" | "None") | None => {}
         Some(p) => note(fail("spec.dnsPolicy", format!("{p:?} is not a DNS policy"))),
     }
-    match spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.supplemental_groups_policy.as_deref())
-    {
-        Some("Merge" | "Strict") | None => {}
-        Some(p) => note(fail(
-            "spec.securityContext.supplementalGroupsPolicy",
-            format!("{p:?} (want \"Merge\" or \"Strict\")"),
-        )),
-    }
-    // kubelet's validateHostUsers: the host's namespaces are not the pod's.
-    for (field, on) in [
-        ("hostNetwork", spec.host_network),
-        ("hostPID", spec.host_pid),
-        ("hostIPC", spec.host_ipc),
-    ] {
-        if spec.host_users == Some(false) && on == Some(true) {
-            let why = "forbidden when `hostUsers` is false";
-            note(fail(format!("spec.{field}"), why));
-        }
-    }
+    security::pod(spec).into_iter().for_each(|e| note(Err(e)));
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         note(volume(v, &format!("spec.volumes[{i}]"), api));
@@ -714,6 +695,10 @@ mod tests {
             (
                 "  hostUsers: false\n  hostPID: true\n",
                 "spec.hostPID: forbidden when `hostUsers` is false",
+            ),
+            (
+                "    securityContext: {procMount: Unmasked}\n",
+                "spec.containers[0].securityContext.procMount: `hostUsers` must be false to use `Unmasked`",
             ),
             (
                 "  securityContext: {supplementalGroupsPolicy: Loose}\n",
