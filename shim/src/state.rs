@@ -93,12 +93,24 @@ pub struct ContainerRecord {
     /// (ContainerStatus `user`); none in records written before.
     #[serde(default)]
     pub user: Option<ProcessUser>,
+    /// The images its image volumes (CRI `Mount.image`) show, by ID:
+    /// pinned with its own while it exists.
+    #[serde(default)]
+    pub image_volumes: Vec<String>,
     /// False until the container's init is made: a record left false
     /// by a crash marks a half-created container to clean up.
     pub complete: bool,
 }
 
 impl ContainerRecord {
+    /// Every image it uses: its own and its image volumes' (pinned in the
+    /// store while it exists).
+    pub fn images(&self) -> impl Iterator<Item = images::Digest> + '_ {
+        std::iter::once(&self.image_id)
+            .chain(&self.image_volumes)
+            .filter_map(|d| images::Digest::parse(d).ok())
+    }
+
     /// CRI list filters: id and sandbox id by prefix (as crictl's short ids),
     /// every selector label equal.
     pub fn matches(

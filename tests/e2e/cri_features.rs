@@ -346,3 +346,60 @@ async fn user_namespace_options_that_cannot_be_are_refused() {
     }
     shim.assert_host_clean();
 }
+
+/// Image volumes (CRI `Mount.image`, kubelet 1.36's `image` volume
+/// source): the image's files at the mount, read-only, one layer or many
+/// (whiteouts and opaque dirs as in a rootfs); unmounted with the
+/// container; an image not in the store is NotFound, by field.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_volumes_show_an_image_read_only() {
+    require_root!();
+    let (shim, mut c) = ready_shim().await;
+    shim.import(&common::test_images().layered_layout);
+    let (pod, pod_id) = new_pod(&shim, &mut c, "imgvol").await;
+    let mut cfg = cri::container("imgvol", "busybox", &["sleep", "60"]);
+    for (path, image) in [("/one", "busybox"), ("/many", xtask::LAYERED_REF)] {
+        cfg.mounts.push(Mount {
+            container_path: path.into(),
+            image: Some(cri_proto::v1::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let id = cri::create(&mut c, &pod_id, &pod, cfg).await;
+    cri::start(&mut c, &id).await;
+    let out = cri::exec_ok(
+        &mut c,
+        &id,
+        "test -x /one/bin/busybox && cat /many/etc/motd && ls /many/data/opaque && test ! -e /many/data/a && echo ok",
+    )
+    .await;
+    assert_eq!(out, "v2\nnew\nok\n");
+    for path in ["/one", "/many"] {
+        let out = common::rt::sh(&mut c, &id, &format!("touch {path}/x")).await;
+        assert_ne!(out.exit_code, 0, "{path} is writable");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("Read-only file system"));
+    }
+    let mut missing = cri::container("missing", "busybox", &["true"]);
+    missing.mounts.push(Mount {
+        container_path: "/x".into(),
+        image: Some(cri_proto::v1::ImageSpec {
+            image: "example.com/not/here:1".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let err = cri::try_create(&mut c, &pod_id, &pod, missing)
+        .await
+        .expect_err("not in the store");
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert!(
+        err.message().contains("mounts[0].image"),
+        "{}",
+        err.message()
+    );
+    cri::teardown(&mut c, &pod_id).await;
+    shim.assert_host_clean();
+}

@@ -277,9 +277,7 @@ impl Runtime {
         }
         for c in load_all::<ContainerRecord>(&self.paths.shim_dir().join("containers"))? {
             if c.complete {
-                if let Ok(id) = images::Digest::parse(&c.image_id) {
-                    self.store.pin(&id);
-                }
+                c.images().for_each(|id| self.store.pin(&id));
                 // Its monitor is no longer our child: watch it by pidfd.
                 if let Some(pid) = c.monitor_pid {
                     let (monitors, exited) = (self.monitors.clone(), self.monitors.clone());

@@ -542,7 +542,15 @@ pub fn check_mounts(c: &ContainerConfig) -> Result<(), Error> {
                 format!("{:?} is not absolute", m.container_path),
             ));
         }
-        if !m.host_path.starts_with('/') {
+        if m.image.is_some() {
+            // An image volume: read-only by definition, no host path.
+            if !m.host_path.is_empty() {
+                return Err(invalid(
+                    &format!("mounts[{i}].host_path"),
+                    "set with image (they exclude each other)",
+                ));
+            }
+        } else if !m.host_path.starts_with('/') {
             return Err(invalid(
                 &format!("mounts[{i}].host_path"),
                 format!("{:?} is not absolute", m.host_path),

@@ -134,6 +134,7 @@ impl Runtime {
             dir: dir.clone(),
             rootfs: rootfs.clone(),
             user: None,
+            image_volumes: Vec::new(),
             complete: false,
         };
         fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
@@ -152,7 +153,7 @@ impl Runtime {
             });
         match made {
             Ok(()) => {
-                self.store.pin(&image.id);
+                rec.images().for_each(|d| self.store.pin(&d));
                 self.keep(rec);
                 self.emit(&id, ContainerEventType::ContainerCreatedEvent);
                 Ok(id)
@@ -164,6 +165,35 @@ impl Runtime {
                 Err(e)
             }
         }
+    }
+
+    /// Mounts each image volume (CRI `Mount.image`, kubelet's `image`
+    /// volume source) read-only under the container's run dir, and returns
+    /// the container's config with them as read-only binds from there; the
+    /// images are recorded, to be pinned with the container's own.
+    fn mount_image_volumes(&self, rec: &mut ContainerRecord) -> Result<ContainerConfig, Error> {
+        let mut config = rec.config.clone();
+        for (i, m) in config.mounts.iter_mut().enumerate() {
+            let Some(wanted) = m.image.take() else {
+                continue;
+            };
+            let image = self.store.get(&wanted.image).ok_or_else(|| {
+                Error::NotFound(format!(
+                    "mounts[{i}].image: {:?} is not in the store (pull it first)",
+                    wanted.image
+                ))
+            })?;
+            let at = self
+                .container_run_dir(&rec.id)
+                .join("image-volumes")
+                .join(i.to_string());
+            fs::create_dir_all(&at).map_err(Error::io("create", &at))?;
+            super::rootfs::mount_image(&self.store.layer_dirs(&image), &at)?;
+            rec.image_volumes.push(image.id.to_string());
+            m.host_path = at.display().to_string();
+            m.readonly = true;
+        }
+        Ok(config)
     }
 
     /// The sandbox's own user namespace, as the host reaches its pin, and
@@ -206,6 +236,7 @@ impl Runtime {
             &rec.dir.join("idmapped"),
         )?;
 
+        let config = self.mount_image_volumes(rec)?;
         let devices = crate::runtime::host_inputs::resolve_devices(&rec.config)?;
         let cdi = crate::runtime::host_inputs::resolve_cdi(
             &rec.config,
@@ -251,7 +282,7 @@ impl Runtime {
         let group = crate::runtime::host_inputs::read_image_file(&rec.rootfs, "etc/group");
         let spec = spec::build(&SpecInput {
             id: &rec.id,
-            config: &rec.config,
+            config: &config,
             image: image_config,
             sandbox: &view,
             rootfs: &rec.rootfs,
@@ -481,6 +512,12 @@ impl Runtime {
         }
         images::fsutil::remove_dir_all_if_exists(&self.libcontainer_root().join(&rec.id))?;
         crate::runtime::namespaces::release(&rec.rootfs)?;
+        let volumes = self.container_run_dir(&rec.id).join("image-volumes");
+        if let Ok(dir) = fs::read_dir(&volumes) {
+            for v in dir.flatten() {
+                crate::runtime::namespaces::release(&v.path())?;
+            }
+        }
         images::fsutil::remove_dir_all_if_exists(&self.container_run_dir(&rec.id))?;
         crate::state::remove_record_dir(&rec.dir)?;
         Ok(())

@@ -303,6 +303,7 @@ mod tests {
             dir: PathBuf::new(),
             rootfs: PathBuf::new(),
             user: None,
+            image_volumes: Vec::new(),
             complete: true,
         };
         let c = listed(&rec, ContainerState::ContainerRunning);

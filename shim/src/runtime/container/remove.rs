@@ -17,9 +17,7 @@ impl Runtime {
         }
         self.emit_stopped_once(id).await;
         self.destroy_container_resources(&rec).await?;
-        if let Ok(d) = images::Digest::parse(&rec.image_id) {
-            self.store.unpin(&d);
-        }
+        rec.images().for_each(|d| self.store.unpin(&d));
         self.emit(id, ContainerEventType::ContainerDeletedEvent);
         lock(&self.containers).remove(id);
         Ok(())

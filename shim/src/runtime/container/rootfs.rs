@@ -55,6 +55,44 @@ pub(super) fn mount_rootfs(
     made
 }
 
+/// An image volume (CRI `Mount.image`): the image's layers at `at`, read
+/// only: the one layer bound, or an overlay of them with no upper dir.
+pub(super) fn mount_image(layers: &[PathBuf], at: &Path) -> Result<(), Error> {
+    let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    match layers {
+        [] => Err(Error::Internal(format!(
+            "image volume at {}: an image without layers",
+            at.display()
+        ))),
+        [one] => mount(Some(one), at, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .and_then(|()| {
+                mount(
+                    None::<&str>,
+                    at,
+                    None::<&str>,
+                    MsFlags::MS_BIND | MsFlags::MS_REMOUNT | ro,
+                    None::<&str>,
+                )
+            })
+            .map_err(Error::sys("mount the image volume at", at)),
+        _ => {
+            let lower = layers
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":");
+            mount(
+                Some("overlay"),
+                at,
+                Some("overlay"),
+                ro,
+                Some(format!("lowerdir={lower}").as_str()),
+            )
+            .map_err(Error::sys("mount the image volume at", at))
+        }
+    }
+}
+
 fn overlay(rootfs: &Path, lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<(), Error> {
     let opts = images::overlay_options(lowers, upper, work);
     mount(
