@@ -60,8 +60,8 @@ pub(super) fn mount_rootfs(
 pub(super) fn mount_image(layers: &[PathBuf], at: &Path) -> Result<(), Error> {
     let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     match layers {
-        [] => Err(Error::Internal(format!(
-            "image volume at {}: an image without layers",
+        [] => Err(Error::FailedPrecondition(format!(
+            "image volume at {}: the image has no layers",
             at.display()
         ))),
         [one] => mount(Some(one), at, None::<&str>, MsFlags::MS_BIND, None::<&str>)
