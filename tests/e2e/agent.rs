@@ -899,3 +899,27 @@ fn a_host_users_false_pod_runs_in_its_own_user_namespace() {
     let on_host = std::fs::metadata(agent.host_dir().join("userns")).expect("stat");
     assert_eq!((on_host.uid(), on_host.gid()), (0, 0));
 }
+
+/// An `image` volume (kubelet 1.36's ImageVolume): the image the pod
+/// names, pulled per its policy and mounted read-only by the runtime.
+#[test]
+fn an_image_volume_shows_the_image_read_only() {
+    require_root!();
+    let agent = Agent::start("");
+    let script =
+        "{ head -1 /iv/etc/passwd; touch /iv/x 2>&1 || echo refused; } > /out/iv; sleep 1000";
+    let manifest = pod(&agent, "imgvol", script, "").replace(
+        "  - name: scratch\n    emptyDir: {}\n",
+        "  - name: scratch\n    emptyDir: {}\n  - name: iv\n    image: {reference: 'busybox:latest', pullPolicy: IfNotPresent}\n",
+    ).replace(
+        "    - {name: scratch, mountPath: /scratch}\n",
+        "    - {name: scratch, mountPath: /scratch}\n    - {name: iv, mountPath: /iv}\n",
+    );
+    agent.write_manifest("iv.yaml", &manifest);
+    agent.wait("the pod wrote", T, || {
+        read(&agent, "iv").contains("refused")
+    });
+    let text = read(&agent, "iv");
+    assert!(text.starts_with("root:x:0:0:"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+}

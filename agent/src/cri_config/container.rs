@@ -67,6 +67,9 @@ pub struct ContainerEnv<'a> {
     pub seccomp_default: bool,
     /// The pod's own user namespace (`hostUsers: false`), the sandbox's.
     pub userns: Option<&'a cri_proto::v1::UserNamespace>,
+    /// Image volumes: volume name → the image ref PullImage answered
+    /// (kubelet's ImageVolume: the runtime mounts the image).
+    pub image_volumes: &'a BTreeMap<String, String>,
 }
 
 /// Expands `$(VAR)` as kubelet does (`$$` escapes; unknown stays as is).
@@ -117,6 +120,8 @@ pub enum ConfigError {
     ValueFrom(String),
     #[error("volume {0:?} is not prepared")]
     VolumeNotPrepared(String),
+    #[error("volume {0:?}: subPath in an image volume is not supported yet")]
+    ImageSubPath(String),
     #[error("the pod has no spec")]
     NoSpec,
     #[error("resourceFieldRef: no container {0:?}")]
@@ -296,6 +301,21 @@ pub fn container_config(
         })
         .collect();
     for m in c.volume_mounts.iter().flatten() {
+        if let Some(image) = env.image_volumes.get(&m.name) {
+            if m.sub_path.as_deref().is_some_and(|s| !s.is_empty()) {
+                return Err(ConfigError::ImageSubPath(m.name.clone()));
+            }
+            mounts.push(Mount {
+                container_path: m.mount_path.clone(),
+                readonly: true,
+                image: Some(ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+            continue;
+        }
         let base = env
             .volumes
             .get(&m.name)
@@ -492,6 +512,7 @@ mod tests {
             objects: &objects,
             seccomp_default: false,
             userns: None,
+            image_volumes: &BTreeMap::new(),
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 0, "sha256:abc", &env).expect("ok");
@@ -525,6 +546,7 @@ mod tests {
             objects: &Default::default(),
             seccomp_default: true,
             userns: None,
+            image_volumes: &BTreeMap::new(),
         };
         let paths = |proc_mount: &str| {
             let p = pod(&format!(
@@ -567,6 +589,7 @@ mod tests {
             objects: &Default::default(),
             seccomp_default: true,
             userns: None,
+            image_volumes: &BTreeMap::new(),
         };
         let spec = p.spec.as_ref().expect("spec");
         let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");

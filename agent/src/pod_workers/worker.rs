@@ -25,6 +25,7 @@ use crate::volumes;
 use super::{Shared, SyncError};
 
 mod devices;
+mod image_volumes;
 mod start;
 mod stop;
 mod userns;

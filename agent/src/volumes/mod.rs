@@ -208,6 +208,8 @@ pub fn prepare(pod: &Pod, data_dir: &Path) -> Result<BTreeMap<String, PathBuf>, 
                 })?;
             }
             out.insert(v.name.clone(), dir);
+        } else if v.image.is_some() {
+            // The runtime mounts it (CRI Mount.image): nothing here.
         } else if !crate::volumes::projection::is_projected(v) {
             // Projected kinds: [`write_projected`].
             return Err(Error::Unsupported(v.name.clone()));

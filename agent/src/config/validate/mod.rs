@@ -232,6 +232,24 @@ fn volume(v: &Volume, at: &str, api: bool) -> Result {
             Ok(())
         }
         ["downwardAPI"] => Ok(()),
+        ["image"] => {
+            let image = v.image.as_ref();
+            if image
+                .and_then(|i| i.reference.as_deref())
+                .unwrap_or("")
+                .trim()
+                .is_empty()
+            {
+                return fail(format!("{at}.image.reference"), "required");
+            }
+            match image.and_then(|i| i.pull_policy.as_deref()) {
+                None | Some("Always" | "IfNotPresent" | "Never") => Ok(()),
+                Some(p) => fail(
+                    format!("{at}.image.pullPolicy"),
+                    format!("{p:?} (want \"Always\", \"IfNotPresent\" or \"Never\")"),
+                ),
+            }
+        }
         ["configMap" | "secret" | "projected"] if api => Ok(()),
         [one @ ("configMap" | "secret" | "projected")] => fail(
             format!("{at}.{one}"),
@@ -239,7 +257,7 @@ fn volume(v: &Volume, at: &str, api: bool) -> Result {
         ),
         [one] => fail(
             format!("{at}.{one}"),
-            "not supported by picolet: use hostPath, emptyDir, configMap, secret, downwardAPI or projected",
+            "not supported by picolet: use hostPath, emptyDir, image, configMap, secret, downwardAPI or projected",
         ),
         many => fail(
             at,
@@ -695,6 +713,10 @@ mod tests {
             (
                 "  hostUsers: false\n  hostPID: true\n",
                 "spec.hostPID: forbidden when `hostUsers` is false",
+            ),
+            (
+                "  volumes:\n  - name: i\n    image: {pullPolicy: Always}\n",
+                "spec.volumes[0].image.reference: required",
             ),
             (
                 "    securityContext: {procMount: Unmasked}\n",

@@ -62,7 +62,7 @@ impl Worker {
     /// The credentials the pod's `imagePullSecrets` hold for `image`
     /// (cluster mode); a secret that cannot be read is a Warning event, as
     /// kubelet's `FailedToRetrieveImagePullSecret`, and the pull goes on.
-    async fn pull_credentials(&self, pod: &Pod, c: &Container, image: &str) -> Vec<Cred> {
+    async fn pull_credentials(&self, pod: &Pod, container: &str, image: &str) -> Vec<Cred> {
         let (Some(objects), Some(spec)) = (self.shared.objects.as_ref(), pod.spec.as_ref()) else {
             return Vec::new();
         };
@@ -88,7 +88,7 @@ impl Worker {
         }
         if !missing.is_empty() {
             self.event(
-                Some(&c.name),
+                Some(container),
                 EventType::Warning,
                 "FailedToRetrieveImagePullSecret",
                 &format!(
@@ -104,14 +104,27 @@ impl Worker {
     /// waiting reason.
     pub(super) async fn ensure_image(&self, pod: &Pod, c: &Container) -> Result<String, Waiting> {
         let image = c.image.clone().unwrap_or_default();
-        let cri = &self.shared.cri;
         let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        self.ensure_image_ref(pod, &c.name, &image, policy).await
+    }
+
+    /// [`Self::ensure_image`] for any image of the pod (a container's, an
+    /// image volume's), its events on `container`.
+    pub(super) async fn ensure_image_ref(
+        &self,
+        pod: &Pod,
+        container: &str,
+        image: &str,
+        policy: &str,
+    ) -> Result<String, Waiting> {
+        let image = image.to_string();
+        let cri = &self.shared.cri;
         let present = cri.image_id(&image).await.ok().flatten();
         match (policy, present) {
             ("Never", Some(id)) | ("IfNotPresent", Some(id)) => {
                 // kubelet's image manager says so at every container start.
                 self.event(
-                    Some(&c.name),
+                    Some(container),
                     EventType::Normal,
                     event::PULLED_IMAGE,
                     &format!("Container image {image:?} already present on machine"),
@@ -122,7 +135,7 @@ impl Worker {
                 let msg =
                     format!("Container image {image:?} is not present with pull policy of Never");
                 self.event(
-                    Some(&c.name),
+                    Some(container),
                     EventType::Warning,
                     event::ERR_IMAGE_NEVER_PULL,
                     &msg,
@@ -140,7 +153,7 @@ impl Worker {
             let b = lock(&self.shared.image_backoff);
             if b.remaining_since_update(&key, t).is_some() {
                 let msg = format!("Back-off pulling image {image:?}");
-                self.event(Some(&c.name), EventType::Normal, event::BACK_OFF, &msg);
+                self.event(Some(container), EventType::Normal, event::BACK_OFF, &msg);
                 return Err(Waiting {
                     reason: reason::IMAGE_PULL_BACK_OFF.into(),
                     message: msg,
@@ -148,7 +161,7 @@ impl Worker {
             }
         }
         self.event(
-            Some(&c.name),
+            Some(container),
             EventType::Normal,
             event::PULLING_IMAGE,
             &format!("Pulling image {image:?}"),
@@ -157,7 +170,7 @@ impl Worker {
         let sandbox = cri_config::sandbox_config(pod, 0, &self.sandbox_env());
         // kubelet's puller: each credential the pull secrets have for this
         // image in turn, the last error if none works; anonymous without.
-        let creds = self.pull_credentials(pod, c, &image).await;
+        let creds = self.pull_credentials(pod, container, &image).await;
         let turn = self.shared.pull_gate.acquire().await;
         let pulling = tokio::time::Instant::now();
         let mut pulled = cri.pull_image(&image, creds.first(), sandbox.clone()).await;
@@ -172,7 +185,7 @@ impl Worker {
         match pulled {
             Ok(r) => {
                 self.event(
-                    Some(&c.name),
+                    Some(container),
                     EventType::Normal,
                     event::PULLED_IMAGE,
                     &format!(
@@ -186,7 +199,7 @@ impl Worker {
                 lock(&self.shared.image_backoff).next(&key, now());
                 let msg = format!("Failed to pull image {image:?}: {}", e.status.message());
                 self.event(
-                    Some(&c.name),
+                    Some(container),
                     EventType::Warning,
                     event::FAILED_TO_PULL_IMAGE,
                     &msg,
@@ -389,6 +402,13 @@ impl Worker {
                 return;
             }
         };
+        let image_volumes = match self.image_volumes(pod, c).await {
+            Ok(v) => v,
+            Err(w) => {
+                self.waiting.insert(c.name.clone(), w);
+                return;
+            }
+        };
         // A restarted agent learns the pod's range again here.
         if let Err(e) = self.pod_userns(pod).await {
             self.config_failed(c, e.to_string());
@@ -470,6 +490,7 @@ impl Worker {
             objects: &object_env,
             seccomp_default: self.shared.config.seccomp_default,
             userns: self.userns.as_ref(),
+            image_volumes: &image_volumes,
         };
         let cfg = match cri_config::container_config(pod, c, restart_count, &image_ref, &env) {
             Ok(cfg) => cfg,
