@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::mutex::lock;
 
-/// IDs per pod (kubelet's `userNamespaces.idsPerPod` default).
+/// IDs per pod: kubelet's `userNamespaces.idsPerPod` default, and the
+/// unit the configured number is a multiple of.
 pub const IDS_PER_POD: u32 = 65536;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +31,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("user namespaces: no range of {IDS_PER_POD} IDs is free")]
-    Exhausted,
+    #[error("user namespaces: no range of {0} IDs is free")]
+    Exhausted(u32),
 }
 
 /// One range, as kubelet writes it.
@@ -52,25 +53,22 @@ struct Mappings {
 }
 
 impl Mappings {
-    /// The slot (host ID / IDS_PER_POD) of a file kubelet or we wrote:
-    /// one range, the same for users and groups, from 0 inside.
-    fn slot(&self) -> Option<u32> {
+    /// The slot (host ID / `len`) of a file kubelet or we wrote: one
+    /// range of `len`, the same for users and groups, from 0 inside.
+    fn slot(&self, len: u32) -> Option<u32> {
         let ([u], [g]) = (self.uid_mappings.as_slice(), self.gid_mappings.as_slice()) else {
             return None;
         };
-        (u == g
-            && u.container_id == 0
-            && u.length == IDS_PER_POD
-            && u.host_id.is_multiple_of(IDS_PER_POD))
-        .then_some(u.host_id / IDS_PER_POD)
-        .filter(|s| *s >= 1)
+        (u == g && u.container_id == 0 && u.length == len && u.host_id.is_multiple_of(len))
+            .then_some(u.host_id / len)
+            .filter(|s| *s >= 1)
     }
 
-    fn of_slot(slot: u32) -> Self {
+    fn of_slot(slot: u32, len: u32) -> Self {
         let range = IdRange {
             container_id: 0,
-            host_id: slot * IDS_PER_POD,
-            length: IDS_PER_POD,
+            host_id: slot * len,
+            length: len,
         };
         Self {
             uid_mappings: vec![range],
@@ -92,10 +90,11 @@ impl Slots {
             .find_map(|(s, u)| (u == uid).then_some(*s))
     }
 
-    /// The first free slot at or after `start`, wrapping (slot 0 is the
-    /// host's own IDs; the last whole range ends below ID 2^32 - 1).
-    fn free_from(&self, start: u32) -> Option<u32> {
-        let slots = u32::MAX / IDS_PER_POD - 1;
+    /// The first free slot of ranges of `len` at or after `start`,
+    /// wrapping (slot 0 is the host's own IDs; the last whole range ends
+    /// below ID 2^32 - 1).
+    fn free_from(&self, start: u32, len: u32) -> Option<u32> {
+        let slots = u32::MAX / len - 1;
         (0..slots)
             .map(|i| 1 + (start.wrapping_add(i) % slots))
             .find(|s| !self.by_slot.contains_key(s))
@@ -113,13 +112,17 @@ fn random() -> u32 {
 #[derive(Debug)]
 pub struct Manager {
     dir: PathBuf,
+    /// IDs per pod (`userNamespaces.idsPerPod`).
+    len: u32,
     slots: Mutex<Slots>,
 }
 
 impl Manager {
-    /// Loads the ranges pods hold from `dir`; a file that is not one we
-    /// wrote is set aside (`.bad`) and its pod gets a new range.
-    pub fn open(dir: &Path) -> Result<Self, Error> {
+    /// Loads the ranges of `len` IDs pods hold from `dir`; a file that is
+    /// not one we wrote (or of another length) is set aside (`.bad`) and
+    /// its pod gets a new range.
+    pub fn open(dir: &Path, len: u32) -> Result<Self, Error> {
+        let len = len.max(IDS_PER_POD);
         let io = |op, path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Io { op, path, source }
@@ -137,7 +140,7 @@ impl Manager {
             let slot = std::fs::read(&path)
                 .ok()
                 .and_then(|raw| serde_json::from_slice::<Mappings>(&raw).ok())
-                .and_then(|m| m.slot())
+                .and_then(|m| m.slot(len))
                 .filter(|s| !slots.by_slot.contains_key(s));
             match slot {
                 Some(s) => {
@@ -153,6 +156,7 @@ impl Manager {
         }
         Ok(Self {
             dir: dir.to_path_buf(),
+            len,
             slots: Mutex::new(slots),
         })
     }
@@ -164,9 +168,11 @@ impl Manager {
         let slot = match slots.of(uid) {
             Some(s) => s,
             None => {
-                let s = slots.free_from(random()).ok_or(Error::Exhausted)?;
+                let s = slots
+                    .free_from(random(), self.len)
+                    .ok_or(Error::Exhausted(self.len))?;
                 let path = self.dir.join(uid);
-                let raw = serde_json::to_vec(&Mappings::of_slot(s)).unwrap_or_default();
+                let raw = serde_json::to_vec(&Mappings::of_slot(s, self.len)).unwrap_or_default();
                 edge_config::write_atomic(&path, &raw).map_err(|source| Error::Io {
                     op: "write",
                     path,
@@ -177,9 +183,9 @@ impl Manager {
             }
         };
         let range = IdMapping {
-            host_id: slot * IDS_PER_POD,
+            host_id: slot * self.len,
             container_id: 0,
-            length: IDS_PER_POD,
+            length: self.len,
         };
         Ok(UserNamespace {
             mode: NamespaceMode::Pod as i32,
@@ -205,19 +211,24 @@ mod tests {
     #[test]
     fn a_free_slot_from_where_the_scan_starts_wrapping() {
         let mut slots = Slots::default();
-        assert_eq!(slots.free_from(0), Some(1));
+        assert_eq!(slots.free_from(0, IDS_PER_POD), Some(1));
         slots.by_slot.insert(1, "a".into());
         slots.by_slot.insert(65534, "b".into());
-        assert_eq!(slots.free_from(0), Some(2));
+        assert_eq!(slots.free_from(0, IDS_PER_POD), Some(2));
         // From the last slot on: taken, so round to the first free.
-        assert_eq!(slots.free_from(65533), Some(2));
-        assert_eq!(slots.free_from(u32::MAX), slots.free_from(u32::MAX % 65534));
+        assert_eq!(slots.free_from(65533, IDS_PER_POD), Some(2));
+        assert_eq!(
+            slots.free_from(u32::MAX, IDS_PER_POD),
+            slots.free_from(u32::MAX % 65534, IDS_PER_POD)
+        );
+        // Ranges of 2^31: one slot only, taken.
+        assert_eq!(slots.free_from(0, 1 << 31), None);
     }
 
     #[test]
     fn a_range_is_kept_across_a_restart_and_given_back() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let m = Manager::open(dir.path()).expect("open");
+        let m = Manager::open(dir.path(), IDS_PER_POD).expect("open");
         let a = m.get_or_create("a").expect("a");
         let b = m.get_or_create("b").expect("b");
         let first = |u: &UserNamespace| u.uids[0].host_id;
@@ -245,7 +256,7 @@ mod tests {
         assert!(!dir.path().join("a").exists());
         drop(m);
         std::fs::write(dir.path().join("junk"), "{").expect("junk");
-        let m = Manager::open(dir.path()).expect("reopen");
+        let m = Manager::open(dir.path(), IDS_PER_POD).expect("reopen");
         assert!(dir.path().join("junk.bad").exists());
         assert_eq!(m.get_or_create("b").expect("b"), b);
         assert_eq!(lock(&m.slots).by_slot.len(), 1);

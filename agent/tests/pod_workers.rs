@@ -83,7 +83,7 @@ async fn setup_config(
         objects,
         devices,
         userns: Some(Arc::new(
-            agent::userns::Manager::open(&dir.path().join("userns")).expect("userns"),
+            agent::userns::Manager::open(&dir.path().join("userns"), 65536).expect("userns"),
         )),
     });
     // PLEG wakes the workers, wired as the sync loop wires it.

@@ -9,10 +9,11 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 mod api_port;
 mod devices;
+mod raw;
+
+use raw::Raw;
 
 use crate::labels::check_node_label;
 pub use crate::labels::parse_node_labels;
@@ -20,125 +21,6 @@ use crate::quantity::{parse_duration, parse_quantity, parse_quantity_milli};
 pub use api_port::{Authentication, Authorization, AuthorizationMode};
 
 pub use crate::error::{ConfigError, FieldError};
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Raw {
-    api_version: Option<String>,
-    kind: Option<String>,
-    static_pod_path: Option<String>,
-    file_check_frequency: Option<String>,
-    sync_frequency: Option<String>,
-    healthz_bind_address: Option<String>,
-    healthz_port: Option<u16>,
-    address: Option<String>,
-    port: Option<u16>,
-    max_pods: Option<u32>,
-    cgroup_driver: Option<String>,
-    #[serde(rename = "cgroupsPerQOS")]
-    cgroups_per_qos: Option<bool>,
-    cgroup_root: Option<String>,
-    pod_pids_limit: Option<i64>,
-    container_log_max_size: Option<String>,
-    container_log_max_files: Option<u32>,
-    container_log_monitor_interval: Option<String>,
-    eviction_hard: Option<BTreeMap<String, String>>,
-    eviction_soft: Option<BTreeMap<String, String>>,
-    eviction_soft_grace_period: Option<BTreeMap<String, String>>,
-    eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
-    eviction_pressure_transition_period: Option<String>,
-    eviction_max_pod_grace_period: Option<i64>,
-    #[serde(rename = "imageGCHighThresholdPercent")]
-    image_gc_high_threshold_percent: Option<u8>,
-    #[serde(rename = "imageGCLowThresholdPercent")]
-    image_gc_low_threshold_percent: Option<u8>,
-    #[serde(rename = "imageMinimumGCAge")]
-    image_minimum_gc_age: Option<String>,
-    runtime_request_timeout: Option<String>,
-    #[serde(rename = "clusterDNS")]
-    cluster_dns: Option<Vec<String>>,
-    cluster_domain: Option<String>,
-    resolv_conf: Option<String>,
-    node_status_update_frequency: Option<String>,
-    node_status_report_frequency: Option<String>,
-    node_lease_duration_seconds: Option<u32>,
-    serialize_image_pulls: Option<bool>,
-    max_parallel_image_pulls: Option<u32>,
-    seccomp_default: Option<bool>,
-    pod_logs_dir: Option<String>,
-    register_with_taints: Option<Vec<RawTaint>>,
-    rotate_certificates: Option<bool>,
-    read_only_port: Option<u16>,
-    tls_cert_file: Option<String>,
-    tls_private_key_file: Option<String>,
-    #[serde(rename = "serverTLSBootstrap")]
-    server_tls_bootstrap: Option<bool>,
-    authentication: Option<api_port::RawAuthentication>,
-    authorization: Option<api_port::RawAuthorization>,
-    kube_reserved: Option<BTreeMap<String, String>>,
-    system_reserved: Option<BTreeMap<String, String>>,
-    picolet: Option<RawPicolet>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTaint {
-    key: String,
-    value: Option<String>,
-    effect: String,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawPicolet {
-    node_name: Option<String>,
-    /// kubelet's `--kubeconfig`: join the cluster of this API server.
-    kubeconfig: Option<String>,
-    /// kubelet's `--node-labels`: labels the Node is registered with.
-    node_labels: Option<BTreeMap<String, String>>,
-    /// kubelet's `--bootstrap-kubeconfig`: join with a bootstrap token.
-    bootstrap_kubeconfig: Option<String>,
-    #[serde(rename = "nodeIP")]
-    node_ip: Option<String>,
-    cri_socket: Option<String>,
-    data_dir: Option<String>,
-    images_dir: Option<String>,
-    /// k3s-style registries.yaml: mirrors, rewrites, per-registry auth and TLS.
-    registry_config: Option<String>,
-    /// A docker config.json whose `auths` serve pulls that bring no credentials.
-    registry_auth_file: Option<String>,
-    run_dir: Option<String>,
-    /// CNI network configs (containerd's `conf_dir`): the first in lexical order is used.
-    cni_conf_dir: Option<String>,
-    /// Where CNI plugins are searched, comma-separated (containerd's `bin_dir`).
-    cni_bin_dir: Option<String>,
-    /// `picolet up` writes the built-in network's conflist when
-    /// `cniConfDir` has none.
-    default_network: Option<bool>,
-    /// The shim sets the cgroup2 root's `favordynmods` at start.
-    cgroup_favor_dynmods: Option<bool>,
-    /// CDI devices (containerd's `enable_cdi`).
-    #[serde(rename = "enableCDI")]
-    enable_cdi: Option<bool>,
-    /// Where CDI spec files are read (containerd's `cdi_spec_dirs`).
-    #[serde(rename = "cdiSpecDirs")]
-    cdi_spec_dirs: Option<Vec<String>>,
-    /// First restart back-off (kubelet: 10s); tests shorten it.
-    restart_backoff_initial: Option<String>,
-    /// Back-off cap (kubelet: 300s).
-    restart_backoff_max: Option<String>,
-    /// How often images are garbage collected (kubelet: 5m, fixed).
-    #[serde(rename = "imageGCPeriod")]
-    image_gc_period: Option<String>,
-    /// Most bytes one image layer may unpack to (a quantity); free space
-    /// bounds it too.
-    max_layer_size: Option<String>,
-    /// Where device plugins register (`kubelet.sock`) and keep their
-    /// sockets.
-    device_plugin_dirs: Option<Vec<String>>,
-    /// The built-in generic device plugin's resources.
-    devices: Option<Vec<crate::devices::DeviceSpec>>,
-}
 
 pub use crate::eviction::EVICTION_SIGNALS;
 
@@ -210,6 +92,12 @@ pub struct Config {
     pub seccomp_default: bool,
     /// `podLogsDir`: where container logs go (kubelet: /var/log/pods).
     pub pod_logs_dir: PathBuf,
+    /// `userNamespaces.idsPerPod` (kubelet: 65536): the host IDs each
+    /// `hostUsers: false` pod gets, a multiple of 65536.
+    pub user_namespace_ids_per_pod: u32,
+    /// `failCgroupV1`: refuse to start on a cgroup v1 host. kubelet ≥ 1.35
+    /// defaults to true; picolet to false (many devices run v1).
+    pub fail_cgroup_v1: bool,
     pub node_name: String,
     /// `picolet.kubeconfig` (kubelet's `--kubeconfig`): the API server to
     /// join as a node; None: static pods only.
@@ -485,6 +373,50 @@ impl Config {
                     .map_err(|_| err("picolet.nodeIP", format!("{t:?} is not an IP address")))?,
             ),
         };
+        // kubelet's: a multiple of 65536, and room for maxPods ranges below
+        // ID 2^32.
+        let ids_per_pod = match raw.user_namespaces.as_ref().and_then(|u| u.ids_per_pod) {
+            None => 65536,
+            Some(n) if n >= 65536 && n % 65536 == 0 && n <= i64::from(u32::MAX) => {
+                u32::try_from(n).unwrap_or(65536)
+            }
+            Some(n) => {
+                return Err(err(
+                    "userNamespaces.idsPerPod",
+                    format!("{n}: must be a positive multiple of 65536 below 2^32"),
+                ));
+            }
+        };
+        if (u64::from(u32::MAX) + 1) / u64::from(ids_per_pod) - 1
+            < u64::from(raw.max_pods.unwrap_or(110))
+        {
+            return Err(err(
+                "userNamespaces.idsPerPod",
+                format!("{ids_per_pod}: too many for maxPods ranges below ID 2^32"),
+            ));
+        }
+        // One socket serves both CRI services; kubelet's endpoint fields
+        // may name it (a `unix://` URL), as `picolet.criSocket` does.
+        let mut cri_socket = p.cri_socket.clone();
+        for (field, url) in [
+            ("containerRuntimeEndpoint", &raw.container_runtime_endpoint),
+            ("imageServiceEndpoint", &raw.image_service_endpoint),
+        ] {
+            let Some(url) = url else { continue };
+            let path = url.strip_prefix("unix://").unwrap_or(url).to_string();
+            if !path.starts_with('/') {
+                return Err(err(field, format!("{url:?}: want unix:///path/to/socket")));
+            }
+            match &cri_socket {
+                Some(s) if *s != path => {
+                    return Err(err(
+                        field,
+                        format!("{url:?}: not the one socket picolet serves ({s})"),
+                    ));
+                }
+                _ => cri_socket = Some(path),
+            }
+        }
         // kubelet's validation of the two pull settings.
         let serialize_image_pulls = raw.serialize_image_pulls.unwrap_or(true);
         match raw.max_parallel_image_pulls {
@@ -665,6 +597,8 @@ impl Config {
             max_parallel_image_pulls: raw.max_parallel_image_pulls,
             seccomp_default: raw.seccomp_default.unwrap_or(true),
             pod_logs_dir: PathBuf::from(raw.pod_logs_dir.unwrap_or_else(|| "/var/log/pods".into())),
+            user_namespace_ids_per_pod: ids_per_pod,
+            fail_cgroup_v1: raw.fail_cgroup_v1.unwrap_or(false),
             node_name,
             kubeconfig: p.kubeconfig.map(PathBuf::from),
             bootstrap_kubeconfig: p.bootstrap_kubeconfig.map(PathBuf::from),
@@ -673,7 +607,7 @@ impl Config {
             register_with_taints,
             reserved,
             node_ip,
-            cri_socket: PathBuf::from(p.cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
+            cri_socket: PathBuf::from(cri_socket.unwrap_or_else(|| crate::DEFAULT_SOCKET.into())),
             devices,
             device_plugin_dirs: match p.device_plugin_dirs {
                 Some(dirs) => dirs.into_iter().map(PathBuf::from).collect(),
@@ -728,6 +662,55 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, FieldError> {
         Config::parse(text, Path::new("/etc/picolet/config.yaml"))
+    }
+
+    /// kubelet 1.36's fields picolet takes: the user namespace size, the
+    /// cgroup v1 refusal, and the CRI endpoints as the one socket.
+    #[test]
+    fn kubelet_1_36_fields() {
+        let c = parse("").expect("defaults");
+        assert_eq!(
+            (c.user_namespace_ids_per_pod, c.fail_cgroup_v1),
+            (65536, false)
+        );
+        let c = parse(
+            "userNamespaces: {idsPerPod: 131072}\nfailCgroupV1: true\n\
+             containerRuntimeEndpoint: unix:///run/x/cri.sock\n\
+             imageServiceEndpoint: unix:///run/x/cri.sock\n",
+        )
+        .expect("valid");
+        assert_eq!(c.user_namespace_ids_per_pod, 131_072);
+        assert!(c.fail_cgroup_v1);
+        assert_eq!(c.cri_socket, Path::new("/run/x/cri.sock"));
+        for (text, field) in [
+            (
+                "userNamespaces: {idsPerPod: 1000}\n",
+                "userNamespaces.idsPerPod",
+            ),
+            (
+                "userNamespaces: {idsPerPod: 0}\n",
+                "userNamespaces.idsPerPod",
+            ),
+            (
+                "userNamespaces: {idsPerPod: 2147483648}\n",
+                "userNamespaces.idsPerPod",
+            ),
+            (
+                "containerRuntimeEndpoint: tcp://1.2.3.4:1\n",
+                "containerRuntimeEndpoint",
+            ),
+            (
+                "containerRuntimeEndpoint: unix:///a.sock\nimageServiceEndpoint: unix:///b.sock\n",
+                "imageServiceEndpoint",
+            ),
+            (
+                "containerRuntimeEndpoint: unix:///a.sock\npicolet: {criSocket: /b.sock}\n",
+                "containerRuntimeEndpoint",
+            ),
+        ] {
+            let e = parse(text).expect_err(text);
+            assert_eq!(e.field, field, "{text}: {e}");
+        }
     }
 
     #[test]

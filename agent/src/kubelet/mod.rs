@@ -53,6 +53,8 @@ pub enum Error {
     Kubeconfig(#[from] kube::ConnectError),
     #[error("authorization.mode: Webhook asks the API server, and there is no kubeconfig")]
     WebhookWithoutApiServer,
+    #[error("failCgroupV1 is true and this host has cgroup v1 (set it false to run here)")]
+    CgroupV1,
     /// A file the API port's TLS settings name.
     #[error("{}: {source}", path.display())]
     ApiPortFile {
@@ -105,6 +107,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             None
         }
     };
+    // kubelet's failCgroupV1, before anything is made.
+    if config.fail_cgroup_v1 && matches!(cgroups, Some(cgroup::Hierarchy::V1(_))) {
+        return Err(Error::CgroupV1);
+    }
     let node = Arc::new(machine::info(&config.node_name, config.node_ip));
     let node_uid = Arc::new(std::sync::OnceLock::new());
     let facts = nodestatus::facts(&config, &node);
@@ -306,7 +312,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics,
         started: Instant::now(),
         devices,
-        userns: match crate::userns::Manager::open(&config.data_dir.join("userns")) {
+        userns: match crate::userns::Manager::open(
+            &config.data_dir.join("userns"),
+            config.user_namespace_ids_per_pod,
+        ) {
             Ok(m) => Some(Arc::new(m)),
             Err(e) => {
                 tracing::error!(error = %e, "pods with hostUsers: false will be refused");
