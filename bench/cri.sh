@@ -10,7 +10,8 @@
 # an IP from CNI for a pod network, so the first side-by-side runs
 # host-network pods on both (each still gets its own IPC, UTS (picolet:
 # host's, as containerd) and pid namespaces); picolet is also measured with
-# its own pod network namespace and no CNI config (loopback only). The second
+# its own pod network namespace and no CNI config (loopback only), and with a user
+# namespace of the pod's own as well (hostUsers: false). The second
 # side-by-side gives both the same CNI network (Debian's bridge + host-local
 # + portmap, a hostPort per pod), each runtime started inside a network
 # namespace of the bench's own, so the bridge and the rules never reach the
@@ -85,6 +86,8 @@ mkdir -p "$W/p/images"
 wait_sock "$W/p/p.sock"
 "$T/picolet" ctl --socket "$W/p/p.sock" import "$W/busybox.tar" >/dev/null
 "$T/cri-bench" "$W/p/p.sock" busybox "$N" pod > "$W/picolet-pod.json"
+# The same pods with a user namespace of their own (kubelet's hostUsers: false).
+"$T/cri-bench" "$W/p/p.sock" busybox "$N" userns > "$W/picolet-userns.json"
 "$T/cri-bench" "$W/p/p.sock" busybox "$N" host > "$W/picolet.json"
 kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 # picolet with the CNI bridge, in its own network namespace.
@@ -129,10 +132,11 @@ containerd_cri_start "$W/c" "$W/c/builtin" "$NETNS" "$W/cni-bin"
 
 python3 - "$W/picolet.json" "$W/containerd.json" "$W/picolet-pod.json" "$N" \
   "$(containerd --version | awk '{print $3}')" "$(runc --version | head -1 | awk '{print $3}')" \
-  "$W/picolet-cni.json" "$W/containerd-cni.json" "$W/picolet-builtin.json" "$W/containerd-builtin.json" <<'PY'
+  "$W/picolet-cni.json" "$W/containerd-cni.json" "$W/picolet-builtin.json" "$W/containerd-builtin.json" \
+  "$W/picolet-userns.json" <<'PY'
 import json, sys, platform, os, datetime
-p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file, pb_file, cb_file = sys.argv[1:11]
-p, c, pp, pc, cc, pb, cb = (json.load(open(f)) for f in (p_file, c_file, pp_file, pc_file, cc_file, pb_file, cb_file))
+p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file, pb_file, cb_file, pu_file = sys.argv[1:12]
+p, c, pp, pc, cc, pb, cb, pu = (json.load(open(f)) for f in (p_file, c_file, pp_file, pc_file, cc_file, pb_file, cb_file, pu_file))
 def q(v, f):
     v = sorted(v); return v[min(len(v) - 1, int(round(f * (len(v) - 1))))]
 print(f"\nCRI latency, {n} iterations, same in-process client ({os.cpu_count()} cores, kernel {platform.release()}, {datetime.date.today()})\n")
@@ -150,4 +154,8 @@ print("|---|---:|---:|---:|---:|---:|---:|")
 for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "StopPodSandbox", "RemovePodSandbox"]:
     a, b = q(pb[k], .5), q(cb[k], .5)
     print(f"| {k} | {a:.1f} ms | {q(pb[k], .95):.1f} ms | {b:.1f} ms | {q(cb[k], .95):.1f} ms | {b / a:.1f}x | {q(cc[k], .5) / a:.1f}x |")
+print(f"\n| RPC (picolet, pod network namespace, no CNI) | own netns p50 | p95 | + own user namespace p50 | p95 |")
+print("|---|---:|---:|---:|---:|")
+for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "Create + Start", "ExecSync", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]:
+    print(f"| {k} | {q(pp[k], .5):.1f} ms | {q(pp[k], .95):.1f} ms | {q(pu[k], .5):.1f} ms | {q(pu[k], .95):.1f} ms |")
 PY

@@ -1,4 +1,4 @@
-//! `cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni]`: drives one CRI runtime the way kubelet
+//! `cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni|userns]`: drives one CRI runtime the way kubelet
 //! does — RunPodSandbox, CreateContainer, StartContainer, ExecSync (`true`,
 //! as an exec probe), Exec (streaming `echo`, as `kubectl exec`), StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox — and prints the latency
@@ -22,10 +22,10 @@ async fn main() -> Result<()> {
     // cni: a pod network with a hostPort per pod (the portmap plugin's work).
     let (socket, image, n, net) = match args.as_slice() {
         [_, s, i, n] => (s, i, n, "pod"),
-        [_, s, i, n, net] if ["pod", "host", "cni"].contains(&net.as_str()) => {
+        [_, s, i, n, net] if ["pod", "host", "cni", "userns"].contains(&net.as_str()) => {
             (s, i, n, net.as_str())
         }
-        _ => bail!("usage: cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni]"),
+        _ => bail!("usage: cri-bench SOCKET IMAGE ITERATIONS [pod|host|cni|userns]"),
     };
     let n: usize = n.parse().context("ITERATIONS")?;
     let mut c = RuntimeServiceClient::new(cri_proto::connect(socket).await?);
@@ -34,6 +34,39 @@ async fn main() -> Result<()> {
     let ms_since = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
     for i in 0..n {
         let mut config = pod(i, net == "host");
+        // userns: a pod network namespace and a user namespace of the
+        // pod's own (kubelet's hostUsers: false), a range of 65536 each.
+        let userns = (net == "userns").then(|| {
+            let range = IdMapping {
+                host_id: 1 << 30 | u32::try_from(i % 1024).unwrap_or(0) << 16,
+                container_id: 0,
+                length: 65536,
+            };
+            UserNamespace {
+                mode: NamespaceMode::Pod as i32,
+                uids: vec![range],
+                gids: vec![range],
+            }
+        });
+        let with_userns = |ns: Option<&mut NamespaceOption>| {
+            if let Some(ns) = ns {
+                ns.userns_options = userns.clone();
+            }
+        };
+        with_userns(
+            config
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut()),
+        );
+        let mut ctr = container(image);
+        with_userns(
+            ctr.linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut()),
+        );
         if net == "cni" {
             config.port_mappings = vec![PortMapping {
                 protocol: Protocol::Tcp as i32,
@@ -75,7 +108,7 @@ async fn main() -> Result<()> {
         let id = c
             .create_container(CreateContainerRequest {
                 pod_sandbox_id: pod_id.clone(),
-                config: Some(container(image)),
+                config: Some(ctr),
                 sandbox_config: Some(config),
             })
             .await
