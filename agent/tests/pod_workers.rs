@@ -109,20 +109,28 @@ async fn setup_config(
     }
 }
 
-/// A static pod as the file source makes it (defaults, UID, node name).
-fn pod(name: &str, restart: &str, command: &str) -> Pod {
-    let text = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: {restart}\n  \
-         containers:\n  - {{name: main, image: busybox, command: [{command}]}}\n"
-    );
-    let mut pods = agent::config::manifest::parse(
+/// A static pod `name` with `spec` (YAML under `spec:`) as the file
+/// source makes it (defaults, UID, node name).
+fn static_pod(name: &str, spec: &str) -> Pod {
+    let text = format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n{spec}");
+    agent::config::manifest::parse(
         Path::new(&format!("/pods/{name}.yaml")),
         &text,
         "node",
         "2026-01-01T00:00:00Z",
     )
-    .expect("valid pod");
-    pods.remove(0)
+    .expect("valid pod")
+    .remove(0)
+}
+
+/// A static pod whose one container `main` runs `command`.
+fn pod(name: &str, restart: &str, command: &str) -> Pod {
+    static_pod(
+        name,
+        &format!(
+            "  restartPolicy: {restart}\n  containers:\n  - {{name: main, image: busybox, command: [{command}]}}\n"
+        ),
+    )
 }
 
 fn desired(pods: &[&Pod]) -> BTreeMap<String, Arc<Pod>> {

@@ -532,29 +532,40 @@ mod tests {
         assert_eq!(cfg.args, ["env wins s3cr3t"]);
     }
 
-    #[test]
-    fn unmasked_proc_sends_no_masked_or_read_only_paths() {
+    /// `f` with a container environment of `qos` and `volumes` on node
+    /// 10.1.0.2, nothing else.
+    fn with_env<R>(
+        qos: Qos,
+        volumes: &BTreeMap<String, PathBuf>,
+        f: impl FnOnce(&ContainerEnv<'_>) -> R,
+    ) -> R {
         let n = node();
-        let volumes = BTreeMap::new();
-        let env = ContainerEnv {
+        f(&ContainerEnv {
             devices: &crate::devicemanager::pod_devices::ContainerDevices::default(),
             node: &n,
             pod_ip: "10.1.0.2",
             etc_hosts: None,
-            volumes: &volumes,
-            qos: Qos::BestEffort,
+            volumes,
+            qos,
             objects: &Default::default(),
             seccomp_default: true,
             userns: None,
             image_volumes: &BTreeMap::new(),
-        };
+        })
+    }
+
+    #[test]
+    fn unmasked_proc_sends_no_masked_or_read_only_paths() {
         let paths = |proc_mount: &str| {
             let p = pod(&format!(
                 "  hostUsers: false\n  containers:\n  - name: c\n    image: busybox:1\n    \
                  securityContext: {{procMount: {proc_mount}}}\n"
             ));
             let spec = p.spec.as_ref().expect("spec");
-            let cfg = container_config(&p, &spec.containers[0], 0, "sha256:abc", &env).expect("ok");
+            let cfg = with_env(Qos::BestEffort, &BTreeMap::new(), |env| {
+                container_config(&p, &spec.containers[0], 0, "sha256:abc", env)
+            })
+            .expect("ok");
             let sc = cfg.linux.and_then(|l| l.security_context).expect("sc");
             (sc.masked_paths.len(), sc.readonly_paths.len())
         };
@@ -578,21 +589,11 @@ mod tests {
             "    volumeMounts:\n    - {name: data, mountPath: /data, subPath: sub, readOnly: true}\n",
         ));
         let volumes = BTreeMap::from([("data".to_string(), PathBuf::from("/v/data"))]);
-        let n = node();
-        let env = ContainerEnv {
-            devices: &crate::devicemanager::pod_devices::ContainerDevices::default(),
-            node: &n,
-            pod_ip: "10.1.0.2",
-            etc_hosts: None,
-            volumes: &volumes,
-            qos: Qos::Guaranteed,
-            objects: &Default::default(),
-            seccomp_default: true,
-            userns: None,
-            image_volumes: &BTreeMap::new(),
-        };
         let spec = p.spec.as_ref().expect("spec");
-        let cfg = container_config(&p, &spec.containers[0], 3, "sha256:abc", &env).expect("ok");
+        let cfg = with_env(Qos::Guaranteed, &volumes, |env| {
+            container_config(&p, &spec.containers[0], 3, "sha256:abc", env)
+        })
+        .expect("ok");
         assert_eq!(cfg.command, ["sh", "-c"]);
         assert_eq!(cfg.args, ["echo hi world node $(x) $(NOPE)"]);
         let env_of = |k: &str| {

@@ -16,19 +16,13 @@ const SERIAL: &str = "devices.picolet.io/serial";
 
 /// A static pod whose container `main` asks for `n` of `resource`.
 fn asking(name: &str, resource: &str, n: u32) -> Pod {
-    let text = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers:\n  \
-         - name: main\n    image: busybox\n    command: [sleep]\n    resources:\n      \
-         limits: {{{resource}: {n}}}\n"
-    );
-    agent::config::manifest::parse(
-        Path::new(&format!("/pods/{name}.yaml")),
-        &text,
-        "node",
-        "2026-01-01T00:00:00Z",
+    super::static_pod(
+        name,
+        &format!(
+            "  containers:\n  - name: main\n    image: busybox\n    command: [sleep]\n    \
+             resources:\n      limits: {{{resource}: {n}}}\n"
+        ),
     )
-    .expect("valid pod")
-    .remove(0)
 }
 
 fn uid(p: &Pod) -> String {

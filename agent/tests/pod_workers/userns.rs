@@ -4,7 +4,6 @@
 //! and given back when it is gone.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use cri_proto::v1::NamespaceMode;
 use k8s_openapi::api::core::v1::Pod;
@@ -14,18 +13,10 @@ use super::{desired, eventually, phase, setup};
 
 /// A static pod of its own user namespace.
 fn own_users(name: &str) -> Pod {
-    let text = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  hostUsers: false\n  \
-         containers:\n  - {{name: main, image: busybox, command: [sleep]}}\n"
-    );
-    agent::config::manifest::parse(
-        Path::new(&format!("/pods/{name}.yaml")),
-        &text,
-        "node",
-        "2026-01-01T00:00:00Z",
+    super::static_pod(
+        name,
+        "  hostUsers: false\n  containers:\n  - {name: main, image: busybox, command: [sleep]}\n",
     )
-    .expect("valid pod")
-    .remove(0)
 }
 
 /// The host ID the static pod's sandbox and its container were given

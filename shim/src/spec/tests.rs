@@ -113,11 +113,23 @@ fn spec_on_host(
         shm: "/dev/shm".into(),
         ..Default::default()
     };
+    spec_in(c, img, &sb, min_oom, hugetlb)
+}
+
+/// The spec of `c` in the sandbox `sb`, the image's users and groups those
+/// of the tests' passwd and group files.
+fn spec_in(
+    c: &ContainerConfig,
+    img: &ImageConfiguration,
+    sb: &SandboxView,
+    min_oom: i64,
+    hugetlb: bool,
+) -> Result<Spec, Error> {
     build(&SpecInput {
         id: "abc",
         config: c,
         image: img,
-        sandbox: &sb,
+        sandbox: sb,
         rootfs: Path::new("/r"),
         passwd: Some("root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/:/bin/sh\n"),
         group: Some("root:x:0:\napp:x:1000:\nextra:x:7:app\n"),
@@ -449,23 +461,7 @@ fn a_pod_user_namespace_is_joined_first_with_its_ranges() {
         userns: Some(("/run/p/user".into(), maps)),
         ..Default::default()
     };
-    let build_with = |c: &ContainerConfig| {
-        build(&SpecInput {
-            id: "abc",
-            config: c,
-            image: &img,
-            sandbox: &sb,
-            rootfs: Path::new("/r"),
-            passwd: None,
-            group: None,
-            devices: &[],
-            min_oom_score_adj: 0,
-            cap_bounding: u64::MAX,
-            localhost_seccomp: None,
-            hugetlb: true,
-            cdi: None,
-        })
-    };
+    let build_with = |c: &ContainerConfig| spec_in(c, &img, &sb, 0, true);
     let v = serde_json::to_value(build_with(&config(&[], &[])).expect("spec")).expect("json");
     // procMount Unmasked (kubelet sends no paths): none masked.
     assert_eq!(v["linux"]["maskedPaths"], json!([]));
