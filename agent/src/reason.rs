@@ -5,6 +5,9 @@
 /// The reason of a pod the eviction manager ended (`status.reason`, and
 /// its event).
 pub const EVICTED: &str = "Evicted";
+/// A pod asking for `supplementalGroupsPolicy: Strict` on a runtime
+/// without it (kubelet's admission).
+pub const SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED: &str = "SupplementalGroupsPolicyNotSupported";
 
 pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
 pub const CONTAINER_CREATING: &str = "ContainerCreating";

@@ -299,8 +299,11 @@ impl Worker {
         if let Some(e) = eviction {
             return self.sync_evicted(&pod, &e).await;
         }
-        if self.refused.is_none() {
-            self.refused = self.admit_devices(&pod).await;
+        if self.refused.is_none() && !self.devices_admitted {
+            self.refused = match self.admit_groups_policy(&pod).await {
+                Some(r) => Some(r),
+                None => self.admit_devices(&pod).await,
+            };
         }
         if let Some(r) = self.refused.clone() {
             return self.sync_refused(&pod, &r).await;

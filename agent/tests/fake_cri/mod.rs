@@ -64,6 +64,8 @@ pub struct State {
     pub sandbox_error: Option<String>,
     /// Status says the default handler makes user namespaces.
     pub user_namespaces: bool,
+    /// Status says the runtime does SupplementalGroupsPolicy.
+    pub supplemental_groups_policy: bool,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
     seq: u64,
 }
@@ -588,6 +590,9 @@ impl RuntimeService for Svc {
                     user_namespaces: st.user_namespaces,
                 }),
             }],
+            features: Some(cri_proto::v1::RuntimeFeatures {
+                supplemental_groups_policy: st.supplemental_groups_policy,
+            }),
             ..Default::default()
         }))
     }

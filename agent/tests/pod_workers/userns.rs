@@ -101,3 +101,40 @@ async fn host_users_false_pods_get_ranges_of_their_own() {
     .await;
     s.workers.update(&BTreeMap::new());
 }
+
+/// kubelet's admission: `supplementalGroupsPolicy: Strict` on a runtime
+/// that does not say it has it is refused (Failed, kubelet's reason), not
+/// run with the image's groups; where it has it, the pod runs.
+#[tokio::test]
+async fn a_strict_groups_pod_is_refused_where_the_runtime_lacks_it() {
+    let fake = FakeCri::start().await;
+    let s = setup(&fake).await;
+    let strict = |name: &str| {
+        super::static_pod(
+            name,
+            "  securityContext: {supplementalGroupsPolicy: Strict}\n  \
+             containers:\n  - {name: main, image: busybox, command: [sleep]}\n",
+        )
+    };
+    let refused = strict("refused");
+    let uid = refused.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&refused]));
+    eventually("Failed", || phase(&s.statuses, &uid) == "Failed").await;
+    let st = s.statuses.get(&uid).and_then(|p| p.status).expect("status");
+    assert_eq!(
+        st.reason.as_deref(),
+        Some("SupplementalGroupsPolicyNotSupported")
+    );
+    assert_eq!(
+        st.message.as_deref(),
+        Some("Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node")
+    );
+    assert!(fake.state().sandboxes.is_empty());
+
+    fake.state().supplemental_groups_policy = true;
+    let runs = strict("runs");
+    let uid = runs.metadata.uid.clone().expect("uid");
+    s.workers.update(&desired(&[&refused, &runs]));
+    eventually("Running", || phase(&s.statuses, &uid) == "Running").await;
+    s.workers.update(&BTreeMap::new());
+}

@@ -12,11 +12,21 @@ use crate::events::EventType;
 use super::super::SyncError;
 use super::Worker;
 
-/// Why the pod was refused its devices: kubelet's reason and message.
+/// Why the pod was refused (its devices, a feature the node lacks):
+/// kubelet's reason and message.
 #[derive(Debug, Clone)]
 pub(super) struct Refused {
     reason: String,
     message: String,
+}
+
+impl Refused {
+    pub(super) fn new(reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
 }
 
 impl Worker {

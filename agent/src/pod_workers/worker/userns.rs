@@ -1,6 +1,8 @@
-//! A `hostUsers: false` pod's user namespace: its range of host IDs from
-//! the node's manager (kubelet's `GetOrCreateUserNamespaceMappings`),
-//! once the runtime says its handler can make one.
+//! What a pod's security context asks of the runtime: a `hostUsers:
+//! false` pod's user namespace, its range of host IDs from the node's
+//! manager (kubelet's `GetOrCreateUserNamespaceMappings`) once the runtime
+//! says its handler can make one; and `supplementalGroupsPolicy: Strict`,
+//! refused at admission on a runtime without it (kubelet's predicate).
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -49,5 +51,34 @@ impl Worker {
         }
         self.userns = Some(m.get_or_create(&self.uid)?);
         Ok(())
+    }
+
+    /// kubelet's `rejectPodAdmissionBasedOnSupplementalGroupsPolicy`: a
+    /// pod asking for Strict on a runtime that does not say it can is
+    /// refused (Failed), not run with the image's groups.
+    pub(super) async fn admit_groups_policy(&self, pod: &Pod) -> Option<super::devices::Refused> {
+        let strict = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|s| s.supplemental_groups_policy.as_deref())
+            == Some("Strict");
+        if !strict {
+            return None;
+        }
+        // A runtime that does not answer is not refused for it: its
+        // sandbox fails instead.
+        let supported = self
+            .shared
+            .cri
+            .runtime_status()
+            .await
+            .map_or(true, |r| r.supplemental_groups_policy);
+        (!supported).then(|| {
+            super::devices::Refused::new(
+                crate::reason::SUPPLEMENTAL_GROUPS_POLICY_NOT_SUPPORTED,
+                "SupplementalGroupsPolicy=Strict is not supported in this node",
+            )
+        })
     }
 }
