@@ -297,21 +297,29 @@ fn apply_defaults(pod: &mut Pod) {
         if let Some(hp) = v.host_path.as_mut() {
             hp.type_.get_or_insert_with(String::new);
         }
+        if let Some(image) = v.image.as_mut()
+            && image.pull_policy.is_none()
+        {
+            let reference = image.reference.as_deref().unwrap_or("");
+            image.pull_policy = Some(default_pull_policy(reference).into());
+        }
+    }
+}
+
+/// The API server's pull policy of an image without one (a container's,
+/// an image volume's): Always for `:latest` or no tag, else IfNotPresent.
+fn default_pull_policy(image: &str) -> &'static str {
+    if image_tag(image).is_none_or(|t| t == "latest") && !image.contains('@') {
+        "Always"
+    } else {
+        "IfNotPresent"
     }
 }
 
 fn default_container(c: &mut Container) {
     if c.image_pull_policy.is_none() {
         let image = c.image.as_deref().unwrap_or("");
-        let tag = image_tag(image);
-        c.image_pull_policy = Some(
-            if tag.is_none_or(|t| t == "latest") && !image.contains('@') {
-                "Always"
-            } else {
-                "IfNotPresent"
-            }
-            .into(),
-        );
+        c.image_pull_policy = Some(default_pull_policy(image).into());
     }
     c.termination_message_path
         .get_or_insert_with(|| "/dev/termination-log".into());
@@ -486,6 +494,27 @@ mod tests {
         let pods = parse(Path::new("hello.yaml"), text, "edge-1", "t").expect("valid");
         let spec = pods[0].spec.as_ref().expect("spec");
         assert_eq!(spec.init_containers.as_ref().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn pull_policy_defaults_as_the_api_server() {
+        for (reference, want) in [
+            ("busybox", "Always"),
+            ("busybox:latest", "Always"),
+            ("quay.io/x/y:1.2", "IfNotPresent"),
+            ("localhost:5000/x/y", "Always"),
+            ("localhost:5000/x/y:2", "IfNotPresent"),
+            ("x@sha256:abc", "IfNotPresent"),
+        ] {
+            assert_eq!(default_pull_policy(reference), want, "{reference}");
+        }
+        let p = test_pod(
+            "  volumes:\n  - {name: iv, image: {reference: 'busybox:1'}}\n  \
+             containers:\n  - {name: c, image: busybox}\n",
+        );
+        let volumes = p.spec.and_then(|s| s.volumes).expect("volumes");
+        let image = volumes[0].image.as_ref().expect("image volume");
+        assert_eq!(image.pull_policy.as_deref(), Some("IfNotPresent"));
     }
 
     #[test]

@@ -242,13 +242,10 @@ fn volume(v: &Volume, at: &str, api: bool) -> Result {
             {
                 return fail(format!("{at}.image.reference"), "required");
             }
-            match image.and_then(|i| i.pull_policy.as_deref()) {
-                None | Some("Always" | "IfNotPresent" | "Never") => Ok(()),
-                Some(p) => fail(
-                    format!("{at}.image.pullPolicy"),
-                    format!("{p:?} (want \"Always\", \"IfNotPresent\" or \"Never\")"),
-                ),
-            }
+            pull_policy(
+                &format!("{at}.image.pullPolicy"),
+                image.and_then(|i| i.pull_policy.as_deref()),
+            )
         }
         ["configMap" | "secret" | "projected"] if api => Ok(()),
         [one @ ("configMap" | "secret" | "projected")] => fail(
@@ -265,6 +262,17 @@ fn volume(v: &Volume, at: &str, api: bool) -> Result {
                 "only one volume source may be set, found {}",
                 many.join(", ")
             ),
+        ),
+    }
+}
+
+/// A container's or an image volume's pull policy, if set.
+fn pull_policy(field: &str, policy: Option<&str>) -> Result {
+    match policy {
+        None | Some("Always" | "IfNotPresent" | "Never") => Ok(()),
+        Some(p) => fail(
+            field,
+            format!("{p:?} (want \"Always\", \"IfNotPresent\" or \"Never\")"),
         ),
     }
 }
@@ -306,15 +314,10 @@ fn container(
             );
         }
     }
-    match c.image_pull_policy.as_deref() {
-        Some("Always" | "IfNotPresent" | "Never") | None => {}
-        Some(p) => {
-            return fail(
-                format!("{at}.imagePullPolicy"),
-                format!("{p:?} (want \"Always\", \"IfNotPresent\" or \"Never\")"),
-            );
-        }
-    }
+    pull_policy(
+        &format!("{at}.imagePullPolicy"),
+        c.image_pull_policy.as_deref(),
+    )?;
     let mut port_names = BTreeSet::new();
     for (i, p) in c.ports.iter().flatten().enumerate() {
         let pat = format!("{at}.ports[{i}]");

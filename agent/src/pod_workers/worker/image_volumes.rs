@@ -10,17 +10,6 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::Worker;
 use crate::status::Waiting;
 
-/// The API server's default pull policy of an image volume: Always for a
-/// `:latest` or untagged reference, else IfNotPresent.
-fn default_policy(reference: &str) -> &'static str {
-    let name = reference.rsplit('/').next().unwrap_or(reference);
-    if reference.contains('@') || (name.contains(':') && !name.ends_with(":latest")) {
-        "IfNotPresent"
-    } else {
-        "Always"
-    }
-}
-
 impl Worker {
     /// Volume name → image ref, for the image volumes `c` mounts.
     pub(super) async fn image_volumes(
@@ -43,34 +32,14 @@ impl Worker {
                 continue;
             };
             let reference = image.reference.as_deref().unwrap_or("");
-            let policy = image
-                .pull_policy
-                .as_deref()
-                .unwrap_or_else(|| default_policy(reference));
+            // Defaulted with the pod (the API server's, or the file
+            // source's `apply_defaults`).
+            let policy = image.pull_policy.as_deref().unwrap_or("IfNotPresent");
             let r = self
                 .ensure_image_ref(pod, &c.name, reference, policy)
                 .await?;
             refs.insert(m.name.clone(), r);
         }
         Ok(refs)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::default_policy;
-
-    #[test]
-    fn pull_policy_defaults_as_the_api_server() {
-        for (reference, want) in [
-            ("busybox", "Always"),
-            ("busybox:latest", "Always"),
-            ("quay.io/x/y:1.2", "IfNotPresent"),
-            ("localhost:5000/x/y", "Always"),
-            ("localhost:5000/x/y:2", "IfNotPresent"),
-            ("x@sha256:abc", "IfNotPresent"),
-        ] {
-            assert_eq!(default_policy(reference), want, "{reference}");
-        }
     }
 }
