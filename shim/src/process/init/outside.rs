@@ -5,11 +5,10 @@
 use std::os::fd::OwnedFd;
 
 use nix::errno::Errno;
-use nix::mount::mount;
 
 use super::plan::{Kind, MountPlan, RootPlan};
-use super::rootfs::{Res, attr_of, fd_path};
-use crate::host::mount_api::{self, MOUNT_ATTR_RDONLY, MountAttr, setattr};
+use super::rootfs::{Res, set_bind_flags};
+use crate::host::mount_api;
 use crate::process::ChildError;
 
 /// What the init takes from the host before it joins a pod's user
@@ -58,9 +57,8 @@ pub(crate) fn take_outside(plan: &RootPlan, userns: &OwnedFd) -> Res<Outside> {
     Ok(Outside { binds })
 }
 
-/// [`bind`] for a source copied from outside: `tree` attached onto
-/// `onto`, then the same flags, read-only all the way down with
-/// `recursive_readonly`, and propagation.
+/// [`super::rootfs::bind`] for a source copied from outside: `tree`
+/// attached onto `onto`, then the same flags and propagation.
 pub(super) fn attach_bind(
     tree: &OwnedFd,
     onto: &OwnedFd,
@@ -68,25 +66,5 @@ pub(super) fn attach_bind(
     m: &MountPlan,
 ) -> nix::Result<()> {
     mount_api::attach_onto(tree, onto)?;
-    let attr = attr_of(m.flags);
-    if attr.attr_set != 0 || attr.attr_clr != 0 {
-        setattr(tree, &attr, false)?;
-    }
-    if recursive_readonly {
-        let ro = MountAttr {
-            attr_set: MOUNT_ATTR_RDONLY,
-            ..MountAttr::default()
-        };
-        setattr(tree, &ro, true)?;
-    }
-    if let Some(p) = m.propagation {
-        mount(
-            None::<&str>,
-            fd_path(tree).as_str(),
-            None::<&str>,
-            p,
-            None::<&str>,
-        )?;
-    }
-    Ok(())
+    set_bind_flags(tree, m.flags, recursive_readonly, m.propagation)
 }

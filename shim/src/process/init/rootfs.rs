@@ -32,7 +32,7 @@ use crate::host::mount_api::{
 pub(super) type Res<T> = Result<T, ChildError>;
 
 /// `rel` as the container names it.
-pub(super) fn slash(rel: &Path) -> String {
+fn slash(rel: &Path) -> String {
     format!("/{}", rel.display())
 }
 
@@ -103,7 +103,7 @@ pub(super) fn touch(root: &OwnedFd, rel: &Path) -> Res<OwnedFd> {
 }
 
 /// The mount_setattr form of `flags`.
-pub(super) fn attr_of(flags: MsFlags) -> MountAttr {
+fn attr_of(flags: MsFlags) -> MountAttr {
     let mut a = MountAttr::default();
     for (ms, attr) in [
         (MsFlags::MS_RDONLY, MOUNT_ATTR_RDONLY),
@@ -164,20 +164,32 @@ pub(super) fn bind(
     }
     // The new mount, not the directory under it.
     let top = again()?;
+    set_bind_flags(&top, flags, recursive_readonly, propagation)
+}
+
+/// A new bind's flags (on `top`, the mount itself), read-only all the way
+/// down with `recursive_readonly`, then its propagation.
+pub(super) fn set_bind_flags(
+    top: &OwnedFd,
+    flags: MsFlags,
+    recursive_readonly: bool,
+    propagation: Option<MsFlags>,
+) -> nix::Result<()> {
+    let attr = attr_of(flags);
     if attr.attr_set != 0 || attr.attr_clr != 0 {
-        setattr(&top, &attr, false)?;
+        setattr(top, &attr, false)?;
     }
     if recursive_readonly {
         let ro = MountAttr {
             attr_set: MOUNT_ATTR_RDONLY,
             ..MountAttr::default()
         };
-        setattr(&top, &ro, true)?;
+        setattr(top, &ro, true)?;
     }
     if let Some(p) = propagation {
         mount(
             None::<&str>,
-            fd_path(&top).as_str(),
+            fd_path(top).as_str(),
             None::<&str>,
             p,
             None::<&str>,
