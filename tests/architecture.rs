@@ -48,6 +48,7 @@ const AGENT: &[(&str, &[&str])] = &[
             "volumes",
         ],
     ),
+    ("allocation", &["mutex", "plan", "qos"]),
     ("backoff", &["clock"]),
     ("certificate", &["kube"]),
     ("clock", &[]),
@@ -105,6 +106,7 @@ const AGENT: &[(&str, &[&str])] = &[
     (
         "pod_workers",
         &[
+            "allocation",
             "backoff",
             "clock",
             "credentialprovider",
@@ -185,7 +187,7 @@ const AGENT: &[(&str, &[&str])] = &[
     (
         "status",
         &[
-            "clock", "config", "kube", "mutex", "phase", "plan", "pod", "reason",
+            "clock", "config", "kube", "mutex", "phase", "plan", "pod", "qos", "reason",
         ],
     ),
     ("userns", &["mutex"]),

@@ -16,6 +16,7 @@
 //! Pure modules (no tokio, nix, tonic or hyper; tested without root) are
 //! listed in `tests/architecture.rs` with every arrow between modules.
 
+pub mod allocation;
 pub mod backoff;
 pub mod certificate;
 pub mod clock;

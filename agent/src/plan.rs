@@ -46,6 +46,19 @@ pub struct ObservedContainer {
     pub image_ref: String,
     /// Who its process runs as, when the runtime says (CRI 1.31+).
     pub user: Option<ProcessUser>,
+    /// Its CPU and memory as the runtime reports them (ContainerStatus
+    /// `resources`), when it does.
+    pub resources: Option<RuntimeResources>,
+}
+
+/// A running container's CPU and memory as the runtime reports them,
+/// converted as kubelet's `toKubeContainerResources` does: millicores and
+/// bytes, 0 where unset (the runtime has no memory request).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuntimeResources {
+    pub cpu_request: u64,
+    pub cpu_limit: u64,
+    pub memory_limit: u64,
 }
 
 /// The identity a container's process runs as: the pod status'

@@ -140,6 +140,49 @@ pub fn pod_resources(spec: &PodSpec) -> PodResources {
     }
 }
 
+/// A quantity of millicores as the API server writes it canonically.
+pub fn cpu_quantity(milli: u64) -> String {
+    if milli.is_multiple_of(1000) {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
+}
+
+/// A quantity of bytes as the API server writes a binary-SI one
+/// canonically: the largest binary suffix it is a whole multiple of, else
+/// the largest decimal one.
+pub fn memory_quantity(bytes: u64) -> String {
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (suffix, shift) in [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ] {
+        if bytes.is_multiple_of(1u64 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    for (suffix, div) in [
+        ("E", 1_000_000_000_000_000_000u64),
+        ("P", 1_000_000_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("G", 1_000_000_000),
+        ("M", 1_000_000),
+        ("k", 1_000),
+    ] {
+        if bytes.is_multiple_of(div) {
+            return format!("{}{suffix}", bytes / div);
+        }
+    }
+    bytes.to_string()
+}
+
 /// oom_score_adj by QoS (kubelet's `GetContainerOOMScoreAdjust`).
 pub fn oom_score_adj(qos: Qos, c: &Container, node_memory: u128) -> i64 {
     match qos {
@@ -162,6 +205,17 @@ pub fn oom_score_adj(qos: Qos, c: &Container, node_memory: u128) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantities_are_written_as_the_api_server_writes_them() {
+        assert_eq!(cpu_quantity(500), "500m");
+        assert_eq!(cpu_quantity(2000), "2");
+        assert_eq!(cpu_quantity(1500), "1500m");
+        assert_eq!(memory_quantity(64 << 20), "64Mi");
+        assert_eq!(memory_quantity(1 << 30), "1Gi");
+        assert_eq!(memory_quantity(1_000_000), "1M");
+        assert_eq!(memory_quantity(1500), "1500");
+    }
     use crate::config::manifest::test_pod as pod;
 
     #[test]

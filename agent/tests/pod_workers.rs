@@ -85,6 +85,12 @@ async fn setup_config(
         userns: Some(Arc::new(
             agent::userns::Manager::open(&dir.path().join("userns"), 65536).expect("userns"),
         )),
+        allocatable: agent::lifecycle::predicate::Resources {
+            cpu_milli: 2000,
+            memory: 1 << 30,
+            ephemeral: 10 << 30,
+            pods: 110,
+        },
     });
     // PLEG wakes the workers, wired as the sync loop wires it.
     let (changed, mut rx) = tokio::sync::mpsc::channel::<String>(64);
@@ -762,5 +768,7 @@ async fn image_pull_secrets_are_tried_in_kubelets_order() {
 #[path = "pod_workers/devices.rs"]
 mod devices;
 mod fake_plugin;
+#[path = "pod_workers/resize.rs"]
+mod resize;
 #[path = "pod_workers/userns.rs"]
 mod userns;

@@ -192,14 +192,22 @@ pub fn spawn_decoder(
     });
 }
 
-/// API pods decoded before, by UID: a pod is decoded and validated once,
-/// not again at every event of its life (each status update is one). The
-/// workers take a pod's spec when they start it, as before.
+/// API pods decoded before, by UID: a pod is decoded and validated again
+/// only when its spec or generation changed (an image update, a resize),
+/// not at every event of its life (each status update is one).
 #[derive(Debug, Default)]
 pub struct Decoded {
-    pods: HashMap<String, Arc<k8s_openapi::api::core::v1::Pod>>,
+    pods: HashMap<String, DecodedPod>,
     /// Invalid pods, by UID: the resourceVersion last logged.
     pub warned: HashMap<String, String>,
+}
+
+/// A decoded pod and what it was decoded from.
+#[derive(Debug)]
+struct DecodedPod {
+    pod: Arc<k8s_openapi::api::core::v1::Pod>,
+    spec: Value,
+    generation: Value,
 }
 
 /// The pods to run: those the API server has for the node, not being
@@ -214,8 +222,11 @@ pub fn desired(
         if !v["metadata"]["deletionTimestamp"].is_null() || crate::config::manifest::is_mirror(v) {
             continue;
         }
-        if let Some(p) = seen.pods.get(uid) {
-            out.insert(uid.clone(), p.clone());
+        if let Some(d) = seen.pods.get(uid)
+            && d.generation == v["metadata"]["generation"]
+            && d.spec == v["spec"]
+        {
+            out.insert(uid.clone(), d.pod.clone());
             continue;
         }
         let rv = v["metadata"]["resourceVersion"].as_str().unwrap_or("");
@@ -226,7 +237,14 @@ pub fn desired(
             Ok(p) => {
                 let p = Arc::new(p);
                 seen.warned.remove(uid);
-                seen.pods.insert(uid.clone(), p.clone());
+                seen.pods.insert(
+                    uid.clone(),
+                    DecodedPod {
+                        pod: p.clone(),
+                        spec: v["spec"].clone(),
+                        generation: v["metadata"]["generation"].clone(),
+                    },
+                );
                 out.insert(uid.clone(), p);
             }
             Err(e) => {
@@ -275,8 +293,21 @@ mod tests {
             seen.warned
         );
         // A pod's next event (a status update) does not decode it again.
+        let (uid0, _) = run.iter().next().expect("a pod");
+        pods.get_mut(uid0).expect("pod")["status"]["phase"] = json!("Running");
         let again = desired(&pods, &mut seen);
         assert!(run.iter().all(|(uid, p)| Arc::ptr_eq(p, &again[uid])));
+        // A changed spec (a resize, a new image) is decoded again.
+        pods.get_mut(uid0).expect("pod")["spec"]["containers"][0]["image"] = json!("busybox:2");
+        pods.get_mut(uid0).expect("pod")["metadata"]["generation"] = json!(2);
+        let changed = desired(&pods, &mut seen);
+        assert_eq!(
+            changed[uid0].spec.as_ref().expect("spec").containers[0]
+                .image
+                .as_deref(),
+            Some("busybox:2")
+        );
+        assert_eq!(changed[uid0].metadata.generation, Some(2));
         let (uid, first) = run.iter().next().expect("a pod");
         assert_eq!(first.metadata.uid.as_deref(), Some(uid.as_str()));
         let name = first.metadata.name.clone().expect("name");

@@ -206,6 +206,27 @@ fn resource_field_ref(
 
 /// kubelet's `generateContainerConfig`. An error is a
 /// `CreateContainerConfigError`.
+/// A container's CPU and memory for the runtime, at create and at an
+/// in-place resize (kubelet's `generateLinuxContainerResources`).
+pub fn linux_resources(c: &Container, qos: Qos, node_memory: u128) -> LinuxContainerResources {
+    let mut resources = LinuxContainerResources {
+        cpu_period: CPU_PERIOD_US,
+        cpu_shares: i64::try_from(milli_cpu_to_shares(
+            quantity(c, "requests", "cpu").unwrap_or(0),
+        ))
+        .unwrap_or(2),
+        oom_score_adj: oom_score_adj(qos, c, node_memory),
+        ..Default::default()
+    };
+    if let Some(l) = quantity(c, "limits", "cpu") {
+        resources.cpu_quota = milli_cpu_to_quota(l);
+    }
+    if let Some(m) = quantity(c, "limits", "memory") {
+        resources.memory_limit_in_bytes = i64::try_from(m).unwrap_or(i64::MAX);
+    }
+    resources
+}
+
 pub fn container_config(
     pod: &Pod,
     c: &Container,
@@ -382,21 +403,7 @@ pub fn container_config(
         env.seccomp_default,
     );
     let caps = csc.and_then(|s| s.capabilities.as_ref());
-    let mut resources = LinuxContainerResources {
-        cpu_period: CPU_PERIOD_US,
-        cpu_shares: i64::try_from(milli_cpu_to_shares(
-            quantity(c, "requests", "cpu").unwrap_or(0),
-        ))
-        .unwrap_or(2),
-        oom_score_adj: oom_score_adj(env.qos, c, env.node.memory_bytes),
-        ..Default::default()
-    };
-    if let Some(l) = quantity(c, "limits", "cpu") {
-        resources.cpu_quota = milli_cpu_to_quota(l);
-    }
-    if let Some(m) = quantity(c, "limits", "memory") {
-        resources.memory_limit_in_bytes = i64::try_from(m).unwrap_or(i64::MAX);
-    }
+    let resources = linux_resources(c, env.qos, env.node.memory_bytes);
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: c.name.clone(),

@@ -19,7 +19,9 @@ mod container;
 mod dns;
 pub mod hosts;
 
-pub use container::{ConfigError, ContainerEnv, container_config, container_resource, expand};
+pub use container::{
+    ConfigError, ContainerEnv, container_config, container_resource, expand, linux_resources,
+};
 use dns::dns_config;
 pub use dns::parse_resolv_conf;
 
@@ -67,9 +69,23 @@ pub struct SandboxEnv {
     pub userns: Option<cri_proto::v1::UserNamespace>,
 }
 
-/// A hash of the container spec: a changed container restarts, and a
-/// restarted agent recognises the containers it made.
+/// A hash of the container spec without its resources and resize policy:
+/// a changed container restarts (a new image on an API pod), a resized one
+/// does not ([`crate::allocation`]), and a restarted agent recognises the
+/// containers it made.
 pub fn container_hash(c: &Container) -> String {
+    let c = Container {
+        resources: None,
+        resize_policy: None,
+        ..c.clone()
+    };
+    legacy_container_hash(&c)
+}
+
+/// The hash agents before in-place resize wrote: of the whole container,
+/// resources included. A container it made is adopted, not restarted,
+/// when this matches its spec as allocated.
+pub fn legacy_container_hash(c: &Container) -> String {
     let json = serde_json::to_vec(c).unwrap_or_default();
     hex::encode(&Sha256::digest(&json)[..8])
 }
@@ -378,5 +394,10 @@ pub(crate) mod tests {
         let hb = container_hash(&b.spec.as_ref().expect("s").containers[0]);
         assert_ne!(ha, hb);
         assert_eq!(ha.len(), 16);
+        // Resources change in place: not in the hash.
+        let c = pod("  containers:\n  - {name: a, image: 'i:1', resources: {limits: {cpu: 1}}}\n");
+        let c = &c.spec.as_ref().expect("s").containers[0];
+        assert_eq!(container_hash(c), ha);
+        assert_ne!(legacy_container_hash(c), ha);
     }
 }

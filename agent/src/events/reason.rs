@@ -23,6 +23,11 @@ pub const FAILED_MOUNT_VOLUME: &str = "FailedMount";
 pub const SANDBOX_CHANGED: &str = "SandboxChanged";
 pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
 pub const OUT_OF_PODS: &str = "OutOfpods";
+// In-place pod resize (kubelet's `events/resize.go`).
+pub const RESIZE_STARTED: &str = "ResizeStarted";
+pub const RESIZE_DEFERRED: &str = "ResizeDeferred";
+pub const RESIZE_ERROR: &str = "ResizeError";
+pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
 
 // The node.
 pub const INVALID_MANIFEST: &str = "InvalidManifest";

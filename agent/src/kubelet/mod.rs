@@ -326,6 +326,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             Arc::new(volumes::api_objects::Objects::new(c.clone()))
                 as Arc<dyn crate::volumes::objects::ApiObjects>
         }),
+        allocatable: crate::lifecycle::predicate::Resources {
+            cpu_milli: u128::from(allocatable.cpu_milli),
+            memory: u128::from(allocatable.memory),
+            ephemeral: u128::from(allocatable.ephemeral),
+            pods: u128::from(allocatable.pods),
+        },
     });
     // PLEG's wake-ups go straight to the workers, never queued behind the
     // source rescans and housekeeping of the loop below. A pod that no worker

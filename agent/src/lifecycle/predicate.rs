@@ -181,45 +181,18 @@ pub fn check(node: &NodeView, others: &[&Pod], pod: &Pod) -> Option<Rejection> {
     if let Some(r) = under_pressure(&node.pressure, pod) {
         return Some(r);
     }
-    let insufficient = |name: &str, requested: u128, used: u128, capacity: u128| Rejection {
-        reason: format!("OutOf{name}"),
-        message: format!(
-            "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
-        ),
-    };
-    let predicate = |name: &str| Rejection {
-        reason: name.to_string(),
-        message: format!("Predicate {name} failed"),
-    };
     let a = &node.allocatable;
     let used_pods = u128::try_from(others.len()).unwrap_or(u128::MAX);
     if used_pods + 1 > a.pods {
         return Some(insufficient("pods", 1, used_pods, a.pods));
     }
-    let want = requests(pod);
-    let used = others
-        .iter()
-        .map(|p| requests(p))
-        .fold(Resources::default(), |s, r| Resources {
-            cpu_milli: s.cpu_milli + r.cpu_milli,
-            memory: s.memory + r.memory,
-            ephemeral: s.ephemeral + r.ephemeral,
-            pods: 0,
-        });
-    for (name, w, u, cap) in [
-        ("cpu", want.cpu_milli, used.cpu_milli, a.cpu_milli),
-        ("memory", want.memory, used.memory, a.memory),
-        (
-            "ephemeral-storage",
-            want.ephemeral,
-            used.ephemeral,
-            a.ephemeral,
-        ),
-    ] {
-        if w > 0 && w > cap.saturating_sub(u) {
-            return Some(insufficient(name, w, u, cap));
-        }
+    if let Some(r) = check_resources(a, others, pod) {
+        return Some(r);
     }
+    let predicate = |name: &str| Rejection {
+        reason: name.to_string(),
+        message: format!("Predicate {name} failed"),
+    };
     if !selector_matches(node, pod) {
         return Some(predicate("NodeAffinity"));
     }
@@ -261,6 +234,46 @@ pub fn check(node: &NodeView, others: &[&Pod], pod: &Pod) -> Option<Rejection> {
             reason: "PodOSNotSupported".into(),
             message: "Failed to admit pod as the OS field doesn't match node OS".into(),
         });
+    }
+    None
+}
+
+/// kubelet's "Node didn't have enough resource" rejection.
+fn insufficient(name: &str, requested: u128, used: u128, capacity: u128) -> Rejection {
+    Rejection {
+        reason: format!("OutOf{name}"),
+        message: format!(
+            "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+        ),
+    }
+}
+
+/// Whether `pod`'s requests fit in `a` beside `others`' (a new pod, or a
+/// resize of one: kubelet's resource predicate).
+pub fn check_resources(a: &Resources, others: &[&Pod], pod: &Pod) -> Option<Rejection> {
+    let want = requests(pod);
+    let used = others
+        .iter()
+        .map(|p| requests(p))
+        .fold(Resources::default(), |s, r| Resources {
+            cpu_milli: s.cpu_milli + r.cpu_milli,
+            memory: s.memory + r.memory,
+            ephemeral: s.ephemeral + r.ephemeral,
+            pods: 0,
+        });
+    for (name, w, u, cap) in [
+        ("cpu", want.cpu_milli, used.cpu_milli, a.cpu_milli),
+        ("memory", want.memory, used.memory, a.memory),
+        (
+            "ephemeral-storage",
+            want.ephemeral,
+            used.ephemeral,
+            a.ephemeral,
+        ),
+    ] {
+        if w > 0 && w > cap.saturating_sub(u) {
+            return Some(insufficient(name, w, u, cap));
+        }
     }
     None
 }

@@ -62,6 +62,7 @@ fn ctr(p: &Pod, name: &str, state: State, exit: i32, created: i64) -> ObservedCo
         image: String::new(),
         image_ref: String::new(),
         user: None,
+        resources: None,
     }
 }
 

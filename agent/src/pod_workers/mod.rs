@@ -58,6 +58,8 @@ pub struct Ctx {
     pub devices: Option<crate::devicemanager::Manager>,
     /// `hostUsers: false` pods' ID ranges; None: such pods are refused.
     pub userns: Option<Arc<crate::userns::Manager>>,
+    /// Allocatable CPU and memory, for admitting a resize.
+    pub allocatable: crate::lifecycle::predicate::Resources,
 }
 
 /// The workers and the state they share: restart and image back-off, and
@@ -75,6 +77,8 @@ struct Shared {
     orphan_graces: Mutex<HashMap<String, Duration>>,
     /// The pods the sources want, as last given to [`PodWorkers::update`].
     desired: Mutex<Vec<Arc<Pod>>>,
+    /// Each pod's admitted and actuated resources (in-place resize).
+    allocation: crate::allocation::Store,
 }
 
 impl std::ops::Deref for Shared {
@@ -124,6 +128,7 @@ impl PodWorkers {
             ))
         };
         let (backoff, image_backoff) = (backoff(), backoff());
+        let allocation = crate::allocation::Store::new(ctx.config.data_dir.join("allocation"));
         let pulls_at_once = match (
             ctx.config.serialize_image_pulls,
             ctx.config.max_parallel_image_pulls,
@@ -142,6 +147,7 @@ impl PodWorkers {
             image_backoff,
             orphan_graces: Mutex::new(HashMap::new()),
             desired: Mutex::new(Vec::new()),
+            allocation,
         }))
     }
 
@@ -194,7 +200,8 @@ impl PodWorkers {
             }
         }
         for (uid, pod) in desired {
-            if workers.contains_key(uid) {
+            if let Some(h) = workers.get(uid) {
+                h.set_pod(pod);
                 continue;
             }
             let full = format!(
@@ -216,6 +223,12 @@ impl PodWorkers {
     /// agent was down): terminate them with the grace they were created
     /// with.
     pub async fn cleanup_orphans(&self, desired: &BTreeMap<String, Arc<Pod>>) {
+        {
+            let workers = lock(&self.0.workers);
+            self.0
+                .allocation
+                .retain(&|uid| desired.contains_key(uid) || workers.contains_key(uid));
+        }
         let Ok(list) = self.0.cri.list_pod_uids().await else {
             return;
         };

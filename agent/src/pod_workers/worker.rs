@@ -19,13 +19,15 @@ use crate::plan::{self, Observed, ObservedContainer, State};
 use crate::prober::{self, PodProbes};
 use crate::qos::{self, Qos};
 use crate::reason;
-use crate::status::{self, Waiting};
+use crate::status::Waiting;
 use crate::volumes;
 
 use super::{Shared, SyncError};
 
 mod devices;
 mod image_volumes;
+mod report;
+mod resize;
 mod start;
 mod stop;
 mod userns;
@@ -54,6 +56,8 @@ pub struct Handle {
     pub full_name: String,
     /// Set once the eviction manager evicted the pod.
     evict: watch::Sender<Option<Eviction>>,
+    /// The pod as its source now defines it (a new image, a resize).
+    pod: watch::Sender<Option<Arc<Pod>>>,
 }
 
 /// An eviction: the grace its containers get and the status's message.
@@ -87,6 +91,21 @@ impl Handle {
     pub fn evicted(&self) -> bool {
         self.evict.borrow().is_some()
     }
+
+    /// The source changed the pod's spec (same UID): the worker syncs to
+    /// the new one. An equal pod wakes nobody.
+    pub fn set_pod(&self, pod: &Arc<Pod>) {
+        let changed = self.pod.send_if_modified(|cur| match cur {
+            Some(old) if Arc::ptr_eq(old, pod) || **old == **pod => false,
+            _ => {
+                *cur = Some(pod.clone());
+                true
+            }
+        });
+        if changed {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// The pod a worker syncs: the desired pod, or only what the runtime
@@ -94,6 +113,8 @@ impl Handle {
 pub struct Worker {
     shared: Arc<Shared>,
     pod: Option<Arc<Pod>>,
+    /// Newer versions of the pod from its source ([`Handle::set_pod`]).
+    updates: watch::Receiver<Option<Arc<Pod>>>,
     uid: String,
     obj: Object,
     waiting: HashMap<String, Waiting>,
@@ -124,6 +145,11 @@ pub struct Worker {
     /// The pod's own user namespace (`hostUsers: false`), once it has its
     /// range ([`Worker::pod_userns`]).
     userns: Option<cri_proto::v1::UserNamespace>,
+    /// The pod's admitted and actuated resources, once loaded or made
+    /// ([`Worker::allocate`]).
+    alloc: Option<crate::allocation::PodState>,
+    /// The resize conditions the pod status shows.
+    resize: resize::ResizeStatus,
 }
 
 /// How long a clock-woken sync may plan from the last observation: at most
@@ -145,6 +171,7 @@ pub fn spawn(
     let (stop, stop_rx) = watch::channel(orphan_name.is_some());
     let (done_tx, done) = watch::channel(false);
     let (evict, evicted) = watch::channel(None);
+    let (pod_tx, updates) = watch::channel(pod.clone());
     let (ns, name) = pod
         .as_ref()
         .map(|p| {
@@ -171,6 +198,7 @@ pub fn spawn(
             field_path: String::new(),
         },
         pod,
+        updates,
         uid,
         waiting: HashMap::new(),
         start_time: now_ns(),
@@ -185,6 +213,8 @@ pub fn spawn(
         devices_admitted: false,
         userns: None,
         refused: None,
+        alloc: None,
+        resize: resize::ResizeStatus::default(),
     };
     tokio::spawn(w.run(wake.clone(), stop_rx, done_tx, after));
     Handle {
@@ -193,6 +223,7 @@ pub fn spawn(
         done,
         full_name,
         evict,
+        pod: pod_tx,
     }
 }
 
@@ -240,6 +271,9 @@ impl Worker {
         }
         if let Some(m) = &self.shared.userns {
             m.release(&self.uid);
+        }
+        if let Err(e) = self.shared.allocation.remove(&self.uid) {
+            tracing::warn!(pod = %self.obj.name, "{e}");
         }
         let _ = done.send(true);
     }
@@ -292,9 +326,16 @@ impl Worker {
     /// Returns when to sync again at the latest (kube-runtime's
     /// `Action::requeue`), which [`plan::next_sync`] decides.
     async fn sync(&mut self, woken: bool) -> Result<Duration, SyncError> {
-        let Some(pod) = self.pod.clone() else {
+        if self.updates.has_changed().unwrap_or(false) {
+            let newer = self.updates.borrow_and_update().clone();
+            if newer.is_some() {
+                self.pod = newer;
+            }
+        }
+        let Some(desired) = self.pod.clone() else {
             return Ok(Duration::from_secs(3600));
         };
+        let pod = self.allocate(&desired);
         let eviction = self.evicted.borrow().clone();
         if let Some(e) = eviction {
             return self.sync_evicted(&pod, &e).await;
@@ -309,14 +350,16 @@ impl Worker {
             return self.sync_refused(&pod, &r).await;
         }
         let cri = self.shared.cri.clone();
-        let (observed, observed_at) = match self.observed.take() {
+        let (mut observed, observed_at) = match self.observed.take() {
             Some((o, at)) if !woken && at.elapsed() < OBSERVED_MAX_AGE => (o, at),
             _ => (cri.observe(&self.uid).await?, tokio::time::Instant::now()),
         };
+        self.adopt(&pod, &mut observed);
         if let Some(oldest) = observed.sandboxes.last() {
             self.start_time = self.start_time.min(oldest.created_at);
         }
-        let actions = self.plan(&pod, &observed);
+        let mut actions = self.plan(&pod, &observed);
+        self.plan_restarts(&pod, &observed, &mut actions);
         // Waiting reasons that no longer hold go away.
         self.waiting.retain(|_, w| {
             !matches!(
@@ -333,9 +376,13 @@ impl Worker {
             Applied::Nothing => false,
         };
         self.record_waits(&pod, &actions.waits);
+        let killed: Vec<String> = actions.kill.iter().map(|k| k.id.clone()).collect();
+        self.actuate(&pod, &observed, &killed).await;
         self.refresh_volumes(&pod, &observed).await;
         let (observed, observed_at) = if acted {
-            (cri.observe(&self.uid).await?, tokio::time::Instant::now())
+            let mut o = cri.observe(&self.uid).await?;
+            self.adopt(&pod, &mut o);
+            (o, tokio::time::Instant::now())
         } else {
             (observed, observed_at)
         };
@@ -516,86 +563,6 @@ impl Worker {
         } else {
             Applied::Nothing
         })
-    }
-
-    /// CrashLoopBackOff for each container the plan holds back: an event
-    /// and the waiting reason with kubelet's message.
-    fn record_waits(&mut self, pod: &Pod, waits: &[plan::Wait]) {
-        let containers = || {
-            pod.spec.iter().flat_map(|s| {
-                s.containers
-                    .iter()
-                    .chain(s.init_containers.iter().flatten())
-            })
-        };
-        for w in waits {
-            let delay = {
-                let backoff = lock(&self.shared.backoff);
-                containers()
-                    .find(|c| c.name == w.name)
-                    .and_then(|c| backoff.delay(&self.backoff_key(c)))
-                    .unwrap_or_default()
-            };
-            let msg = format!(
-                "back-off {} restarting failed container={} pod={}_{}({})",
-                crate::backoff::humantime(delay),
-                w.name,
-                self.obj.name,
-                self.obj.namespace,
-                self.uid
-            );
-            self.event(
-                Some(&w.name),
-                EventType::Warning,
-                event::BACK_OFF,
-                "Back-off restarting failed container",
-            );
-            self.waiting.insert(
-                w.name.clone(),
-                Waiting {
-                    reason: w.reason.into(),
-                    message: msg,
-                },
-            );
-        }
-    }
-
-    fn publish(&mut self, pod: &Pod, observed: &Observed) {
-        let p = self.with_status(pod, observed);
-        self.shared.set_status(&self.uid, p);
-    }
-
-    /// The pod with its status now.
-    fn with_status(&mut self, pod: &Pod, observed: &Observed) -> Pod {
-        let ctx = status::Context {
-            waiting: &self.waiting,
-            host_ip: &self.shared.node.host_ip,
-            runtime_name: &self.shared.runtime_name,
-            qos: self.qos.as_str(),
-            start_time: self.start_time,
-            probes: &|id| self.probes.state(id),
-        };
-        let st = status::pod_status(pod, observed, &ctx);
-        // kubelet_pod_start_duration_seconds: first seen → every app
-        // container running, once per pod.
-        if !self.start_recorded
-            && self.started_any
-            && st.container_statuses.as_ref().is_some_and(|cs| {
-                !cs.is_empty()
-                    && cs
-                        .iter()
-                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-            })
-        {
-            self.start_recorded = true;
-            let took = now_ns().saturating_sub(self.start_time);
-            self.shared
-                .metrics
-                .pod_started(Duration::from_nanos(u64::try_from(took).unwrap_or(0)));
-        }
-        let mut p = pod.clone();
-        p.status = Some(st);
-        p
     }
 
     /// kubelet's container GC with MaxPerPodContainer = 1: per container

@@ -12,11 +12,12 @@ use cri_proto::Channel;
 use cri_proto::v1::image_service_client::ImageServiceClient;
 use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
 use cri_proto::v1::{
-    ContainerConfig, ContainerFilter, ContainerStatusRequest, CreateContainerRequest,
-    ExecSyncRequest, ListContainerStatsRequest, ListContainersRequest, ListPodSandboxRequest,
-    PodSandboxConfig, PodSandboxFilter, PodSandboxStatusRequest, RemoveContainerRequest,
-    RemovePodSandboxRequest, ReopenContainerLogRequest, RunPodSandboxRequest,
-    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
+    ContainerConfig, ContainerFilter, ContainerStatsRequest, ContainerStatusRequest,
+    CreateContainerRequest, ExecSyncRequest, LinuxContainerResources, ListContainerStatsRequest,
+    ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxFilter,
+    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest,
+    ReopenContainerLogRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
+    StopPodSandboxRequest, VersionRequest,
 };
 use std::sync::Arc;
 
@@ -32,6 +33,7 @@ use crate::cri_config::{
 use crate::plan::{Observed, ObservedContainer, ObservedSandbox, State};
 
 mod images;
+mod resources;
 mod status;
 
 pub use status::RuntimeReport;
@@ -262,6 +264,10 @@ impl Cri {
                 message: st.message,
                 image: st.image.map(|i| i.image).unwrap_or_default(),
                 image_ref: st.image_ref,
+                resources: st
+                    .resources
+                    .and_then(|r| r.linux)
+                    .map(|l| resources::of(&l)),
                 user: st
                     .user
                     .and_then(|u| u.linux)
@@ -577,6 +583,42 @@ impl Cri {
             .await
             .map_err(e("StartContainer"))?;
         Ok(())
+    }
+
+    /// Changes a running container's CPU and memory (in-place resize).
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: LinuxContainerResources,
+    ) -> Result<()> {
+        self.rt
+            .clone()
+            .update_container_resources(self.req(cri_proto::v1::UpdateContainerResourcesRequest {
+                container_id: id.into(),
+                linux: Some(linux),
+                ..Default::default()
+            }))
+            .await
+            .map_err(e("UpdateContainerResources"))?;
+        Ok(())
+    }
+
+    /// A container's memory usage in bytes (ContainerStats), if reported.
+    pub async fn memory_usage(&self, id: &str) -> Result<Option<u64>> {
+        let st = self
+            .rt
+            .clone()
+            .container_stats(self.req(ContainerStatsRequest {
+                container_id: id.into(),
+            }))
+            .await
+            .map_err(e("ContainerStats"))?
+            .into_inner()
+            .stats;
+        Ok(st
+            .and_then(|s| s.memory)
+            .and_then(|m| m.usage_bytes)
+            .map(|u| u.value))
     }
 
     /// Stops with `grace` before SIGKILL; the call may take that long.

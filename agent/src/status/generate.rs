@@ -6,12 +6,14 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, ContainerUser, LinuxContainerUser, Pod, PodCondition,
-    PodIP, PodStatus,
+    PodIP, PodStatus, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::plan::{Observed, ObservedContainer, RestartPolicy, State};
+use crate::qos;
 use crate::reason;
 
 /// A reason a container is waiting, set by the worker (pull errors,
@@ -159,8 +161,49 @@ fn container_status(
                 supplemental_groups: Some(u.supplemental_groups.clone()),
             }),
         }),
+        // In-place resize: what was admitted (requests) and what the
+        // container has (the API server refuses to resize a pod whose
+        // running containers do not report it).
+        allocated_resources: latest
+            .and(spec.resources.as_ref())
+            .and_then(|r| r.requests.clone()),
+        resources: latest.map(|l| status_resources(spec, l)),
         ..Default::default()
     }
+}
+
+/// kubelet's `convertContainerStatusResources`: the allocated resources,
+/// with what the runtime reports of a running container in place (CPU
+/// limit above 10m, CPU request above the minimum shares, memory limit).
+fn status_resources(spec: &Container, l: &ObservedContainer) -> ResourceRequirements {
+    let mut r = spec.resources.clone().unwrap_or_default();
+    let Some(actual) = l.resources.filter(|_| l.state == State::Running) else {
+        return r;
+    };
+    let allocated = |kind, res| qos::quantity(spec, kind, res).unwrap_or(0);
+    if let Some(lim) = r.limits.as_mut() {
+        let a = u128::from(actual.cpu_limit);
+        if a > 0 && (a > 10 || allocated("limits", "cpu") > 10) {
+            lim.insert("cpu".into(), Quantity(qos::cpu_quantity(actual.cpu_limit)));
+        }
+        if actual.memory_limit > 0 {
+            lim.insert(
+                "memory".into(),
+                Quantity(qos::memory_quantity(actual.memory_limit)),
+            );
+        }
+    }
+    let a = u128::from(actual.cpu_request);
+    if let Some(req) = r.requests.as_mut()
+        && a > 0
+        && (a > 2 || allocated("requests", "cpu") > 2)
+    {
+        req.insert(
+            "cpu".into(),
+            Quantity(qos::cpu_quantity(actual.cpu_request)),
+        );
+    }
+    r
 }
 
 fn condition(kind: &str, ok: bool, reason: Option<&str>) -> PodCondition {
@@ -351,6 +394,7 @@ mod tests {
             image: "i:1".into(),
             image_ref: "sha256:x".into(),
             user: None,
+            resources: None,
         }
     }
 

@@ -66,6 +66,10 @@ pub struct State {
     pub user_namespaces: bool,
     /// Status says the runtime does SupplementalGroupsPolicy.
     pub supplemental_groups_policy: bool,
+    /// Every UpdateContainerResources: (container name, what it was sent).
+    pub updates: Vec<(String, LinuxContainerResources)>,
+    /// Memory each container uses (ContainerStats), by name; none: 1 MiB.
+    pub memory_usage: HashMap<String, u64>,
     events: Option<tokio::sync::broadcast::Sender<ContainerEventResponse>>,
     seq: u64,
 }
@@ -257,6 +261,15 @@ fn container_status(c: &Ctr) -> ContainerStatus {
         labels: c.config.labels.clone(),
         annotations: c.config.annotations.clone(),
         log_path: c.config.log_path.clone(),
+        resources: c
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.clone())
+            .map(|r| ContainerResources {
+                linux: Some(r),
+                ..Default::default()
+            }),
         ..Default::default()
     }
 }
@@ -507,9 +520,20 @@ impl RuntimeService for Svc {
 
     async fn update_container_resources(
         &self,
-        _: Request<UpdateContainerResourcesRequest>,
+        r: Request<UpdateContainerResourcesRequest>,
     ) -> Reply<UpdateContainerResourcesResponse> {
-        Err(Status::unimplemented("UpdateContainerResources"))
+        let r = r.into_inner();
+        self.with("UpdateContainerResources", |s| {
+            let c = s
+                .containers
+                .get_mut(&r.container_id)
+                .ok_or_else(|| Status::not_found(format!("container {}", r.container_id)))?;
+            let linux = r.linux.unwrap_or_default();
+            c.config.linux.get_or_insert_default().resources = Some(linux.clone());
+            let name = c.config.metadata.as_ref().map(|m| m.name.clone());
+            s.updates.push((name.unwrap_or_default(), linux));
+            Ok(UpdateContainerResourcesResponse {})
+        })
     }
 
     async fn reopen_container_log(
@@ -537,9 +561,31 @@ impl RuntimeService for Svc {
 
     async fn container_stats(
         &self,
-        _: Request<ContainerStatsRequest>,
+        r: Request<ContainerStatsRequest>,
     ) -> Reply<ContainerStatsResponse> {
-        Err(Status::unimplemented("ContainerStats"))
+        let id = r.into_inner().container_id;
+        self.with("ContainerStats", |s| {
+            let c = s
+                .containers
+                .get(&id)
+                .ok_or_else(|| Status::not_found(format!("container {id}")))?;
+            let name = c
+                .config
+                .metadata
+                .as_ref()
+                .map(|m| m.name.as_str())
+                .unwrap_or("");
+            let used = s.memory_usage.get(name).copied().unwrap_or(1 << 20);
+            Ok(ContainerStatsResponse {
+                stats: Some(ContainerStats {
+                    memory: Some(MemoryUsage {
+                        usage_bytes: Some(UInt64Value { value: used }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+            })
+        })
     }
 
     async fn list_container_stats(

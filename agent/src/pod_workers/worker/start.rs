@@ -37,7 +37,7 @@ pub enum MountError {
 }
 
 impl Worker {
-    pub(super) fn prepare_pod_cgroup(&self, pod: &Pod) -> Result<(), SyncError> {
+    pub(super) fn prepare_pod_cgroup(&mut self, pod: &Pod) -> Result<(), SyncError> {
         let cfg = &self.shared.config;
         let Some(h) = self.shared.cgroups.as_ref() else {
             return Ok(());
@@ -56,7 +56,9 @@ impl Worker {
         };
         let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
         h.ensure_pod(&path, &limits)
-            .map_err(|source| SyncError::PodCgroup { path, source })
+            .map_err(|source| SyncError::PodCgroup { path, source })?;
+        self.pod_cgroup_made(r);
+        Ok(())
     }
 
     /// The credentials the pod's `imagePullSecrets` hold for `image`
@@ -525,6 +527,7 @@ impl Worker {
                 return;
             }
         };
+        self.created(c, &id);
         self.event(
             Some(&c.name),
             EventType::Normal,
