@@ -29,6 +29,7 @@ mod kubelet_userns;
 mod observability;
 mod probes;
 mod registry;
+mod resize;
 mod resources;
 mod restarts;
 mod runtime;

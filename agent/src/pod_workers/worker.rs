@@ -377,7 +377,9 @@ impl Worker {
         };
         self.record_waits(&pod, &actions.waits);
         let killed: Vec<String> = actions.kill.iter().map(|k| k.id.clone()).collect();
-        self.actuate(&pod, &observed, &killed).await;
+        // A resize changes what the runtime reports: observe again.
+        let resized = self.actuate(&pod, &observed, &killed).await;
+        let acted = acted || resized;
         self.refresh_volumes(&pod, &observed).await;
         let (observed, observed_at) = if acted {
             let mut o = cri.observe(&self.uid).await?;

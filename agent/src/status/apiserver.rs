@@ -107,18 +107,22 @@ pub fn spawn_status(s: StatusSync) {
                     Ok(_) => {
                         sent.insert(uid.clone(), status);
                     }
-                    // Gone, or another pod of that name now: nothing to update.
+                    // Gone, or another pod of that name now: nothing to
+                    // update. (A status the API server finds invalid is
+                    // warned of below: it would never show.)
                     Err(e)
                         if matches!(
                             e.status(),
-                            Some(
-                                StatusCode::NOT_FOUND
-                                    | StatusCode::CONFLICT
-                                    | StatusCode::UNPROCESSABLE_ENTITY
-                            )
+                            Some(StatusCode::NOT_FOUND | StatusCode::CONFLICT)
                         ) =>
                     {
                         tracing::debug!("pod status: {e}");
+                    }
+                    // Refused as invalid: said once, not resent until the
+                    // status changes again.
+                    Err(e) if e.status() == Some(StatusCode::UNPROCESSABLE_ENTITY) => {
+                        tracing::warn!(pod = %format!("{ns}/{name}"), "the API server refused the pod status: {e}");
+                        sent.insert(uid.clone(), status);
                     }
                     Err(e) => {
                         tracing::warn!(pod = %format!("{ns}/{name}"), "update the pod status: {e}")

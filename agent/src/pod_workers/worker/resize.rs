@@ -327,9 +327,15 @@ impl Worker {
     /// Gives running containers whose allocation changed their new CPU
     /// and memory (those that need a restart were planned:
     /// [`Worker::plan_restarts`]); `killed`: containers this sync stopped.
-    pub(super) async fn actuate(&mut self, pod: &Pod, observed: &Observed, killed: &[String]) {
+    /// Whether it changed anything.
+    pub(super) async fn actuate(
+        &mut self,
+        pod: &Pod,
+        observed: &Observed,
+        killed: &[String],
+    ) -> bool {
         let (Some(spec), Some(st)) = (pod.spec.as_ref(), self.alloc.as_ref()) else {
-            return;
+            return false;
         };
         let mut updates = Vec::new();
         for c in allocation::resizable(spec) {
@@ -366,7 +372,7 @@ impl Worker {
             && cgroup_now.is_some_and(|c| c != target);
         if updates.is_empty() && !cgroup_differs {
             self.resize_done(pod);
-            return;
+            return false;
         }
         let result = match self
             .memory_guard(observed, &updates, cgroup_now, target)
@@ -401,6 +407,7 @@ impl Worker {
                 self.resize.in_progress = Some(cond);
             }
         }
+        true
     }
 
     /// Everything allocated is actuated: the resize in progress is done.
