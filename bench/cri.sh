@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# CRI latency: picolet vs Debian's containerd 1.6 + runc, same client
-# (bench/src/main.rs, in-process CRI calls), same busybox image, same run.
-# Prints a markdown table of p50/p95 per RPC. Run as root.
+# CRI latency: picolet vs containerd + runc (default Debian's containerd 1.6
+# and runc), same client (bench/src/main.rs, in-process CRI calls), same
+# busybox image, same run. Prints the containerd and runc measured, then
+# markdown tables of p50/p95 per RPC. Run as root.
 #
 #   sudo bench/cri.sh [ITERATIONS]     # default 50
+#   sudo CONTAINERD=/…/containerd RUNC=/…/runc bench/cri.sh [ITERATIONS]
+#
+# CONTAINERD and RUNC (paths) pick another containerd (its shim and ctr from
+# its folder when there) and runc: see bench/containerd.sh.
 #
 # containerd gets a private root/state/socket and a sandbox ("pause") image
 # built from busybox, since nothing may be pulled. containerd's CRI insists on
@@ -109,7 +114,7 @@ kill "$SHIM"; wait "$SHIM" 2>/dev/null || true; SHIM=
 
 # containerd + runc
 containerd_cri_start "$W/c"
-for a in busybox pause; do ctr --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
+for a in busybox pause; do "$CTR" --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
 "$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" host > "$W/containerd.json"
 kill "$CTRD"; wait "$CTRD" 2>/dev/null || true; CTRD=
 # containerd with the same CNI bridge, in its own network namespace.
@@ -124,22 +129,30 @@ new_netns
 builtin_conf "$W/c/builtin" "$W/c/ipam-builtin"
 mkdir -p "$W/cni-bin"
 ln -s "$(realpath "$T/picolet")" "$W/cni-bin/picolet"
-# containerd 1.6 itself always runs `loopback` from its bin_dir.
+# containerd runs `loopback` from its bin_dir too (1.6 always, 2.x unless
+# use_internal_loopback).
 ln -s /usr/lib/cni/loopback "$W/cni-bin/loopback"
 rm -f "$W/c/c.sock"
 containerd_cri_start "$W/c" "$W/c/builtin" "$NETNS" "$W/cni-bin"
 "$T/cri-bench" "$W/c/c.sock" docker.io/library/busybox:latest "$N" cni > "$W/containerd-builtin.json"
 
+# What was measured: the runc the shim ran (BinaryName, else `runc` on
+# containerd's PATH) and the shim containerd found on its PATH.
+runc_bin="${RUNC:-$(PATH="$CONTAINERD_PATH" command -v runc)}"
+shim_bin=$(PATH="$CONTAINERD_PATH" command -v containerd-shim-runc-v2)
 python3 - "$W/picolet.json" "$W/containerd.json" "$W/picolet-pod.json" "$N" \
-  "$(containerd --version | awk '{print $3}')" "$(runc --version | head -1 | awk '{print $3}')" \
+  "$("$CONTAINERD" --version | awk '{print $3}')" "$("$runc_bin" --version | head -1 | awk '{print $3}')" \
   "$W/picolet-cni.json" "$W/containerd-cni.json" "$W/picolet-builtin.json" "$W/containerd-builtin.json" \
-  "$W/picolet-userns.json" <<'PY'
+  "$W/picolet-userns.json" \
+  "$CONTAINERD: $("$CONTAINERD" --version | head -1); shim $shim_bin" \
+  "$runc_bin: $("$runc_bin" --version | head -1)" <<'PY'
 import json, sys, platform, os, datetime
-p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file, pb_file, cb_file, pu_file = sys.argv[1:12]
+p_file, c_file, pp_file, n, cver, rver, pc_file, cc_file, pb_file, cb_file, pu_file, cline, rline = sys.argv[1:14]
 p, c, pp, pc, cc, pb, cb, pu = (json.load(open(f)) for f in (p_file, c_file, pp_file, pc_file, cc_file, pb_file, cb_file, pu_file))
 def q(v, f):
     v = sorted(v); return v[min(len(v) - 1, int(round(f * (len(v) - 1))))]
 print(f"\nCRI latency, {n} iterations, same in-process client ({os.cpu_count()} cores, kernel {platform.release()}, {datetime.date.today()})\n")
+print(f"containerd: {cline}\nrunc: {rline}\n")
 print(f"| RPC (host-network pods) | picolet p50 | picolet p95 | containerd {cver} + runc {rver} p50 | p95 | picolet, own netns, p50 | p95 |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for k in ["RunPodSandbox", "CreateContainer", "StartContainer", "Create + Start", "ExecSync", "Exec (streaming)", "StopContainer", "StopContainer: exit → return", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"]:

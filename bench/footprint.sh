@@ -143,7 +143,7 @@ kill "$UP"; wait "$UP" 2>/dev/null || true; UP=
 
 # --- containerd + runc ---
 containerd_cri_start "$W/c"
-for a in busybox-docker pause; do ctr --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
+for a in busybox-docker pause; do "$CTR" --address "$W/c/c.sock" -n k8s.io images import "$W/$a.tar" >/dev/null; done
 declare -A CM
 coproc HOLD { "$T/release/pods-hold" "$W/c/c.sock" docker.io/library/busybox:latest; }
 HOLD_PID=$HOLD_PID
@@ -156,7 +156,7 @@ exec {HOLD[1]}>&-
 wait "$HOLD_PID" 2>/dev/null || true; HOLD_PID=
 
 size=$(stat -c %s "$BIN")
-python3 - "$IDLE" "$size" "$PCPU" "$CCPU" "$(containerd --version | awk '{print $3}')" \
+python3 - "$IDLE" "$size" "$PCPU" "$CCPU" "$("$CONTAINERD" --version | awk '{print $3}')" \
   "${PM[0]}" "${PM[10]}" "${PM[30]}" "${CM[0]}" "${CM[10]}" "${CM[30]}" <<'PY'
 import sys, os, platform, datetime
 idle, size, pcpu, ccpu, cver = sys.argv[1:6]

@@ -187,7 +187,7 @@ containerd_cri_start "$W/c"
 "$T/xtask" pause-image "$W/pause.tar" >/dev/null
 for a in busybox pause; do
   src="$W/images/busybox.tar"; [ "$a" = pause ] && src="$W/pause.tar"
-  ctr --address "$W/c/c.sock" -n k8s.io images import "$src" >/dev/null
+  "$CTR" --address "$W/c/c.sock" -n k8s.io images import "$src" >/dev/null
 done
 SOCK="$W/c/c.sock"
 sed -i "s|criSocket: .*|criSocket: $SOCK|" "$W/config.yaml"
