@@ -34,6 +34,7 @@ use crate::plan::{Observed, ObservedContainer, ObservedSandbox, State};
 
 mod images;
 mod resources;
+pub use resources::of as resources_of;
 mod status;
 
 pub use status::RuntimeReport;

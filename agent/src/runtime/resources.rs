@@ -8,7 +8,7 @@ use crate::plan::RuntimeResources;
 /// A running container's resources from what the runtime reports
 /// (kubelet's `toKubeContainerResources`): CPU limit from quota and
 /// period, CPU request from shares, memory limit; 0 where unset.
-pub(super) fn of(r: &LinuxContainerResources) -> RuntimeResources {
+pub fn of(r: &LinuxContainerResources) -> RuntimeResources {
     let cpu_limit = if r.cpu_period > 0 && r.cpu_quota > 0 {
         u64::try_from(r.cpu_quota.saturating_mul(1000) / r.cpu_period).unwrap_or(0)
     } else {

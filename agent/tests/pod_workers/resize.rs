@@ -85,6 +85,8 @@ async fn a_resized_pod_gets_its_new_cpu_and_memory_in_place_memory_first() {
         ("500m".into(), "64Mi".into(), "500m".into())
     );
     let id = fake.containers_named("main")[0].id.clone();
+    let state = s.dir.path().join("data/allocation").join(&uid);
+    assert!(!state.exists(), "nothing written for a pod never resized");
 
     s.workers
         .update(&desired(&[&web(2, "800m", "128Mi", no_policy())]));
@@ -127,6 +129,13 @@ async fn a_resized_pod_gets_its_new_cpu_and_memory_in_place_memory_first() {
     // The generation observed is the resized spec's.
     let st = s.statuses.get(&uid).and_then(|p| p.status).expect("status");
     assert_eq!(st.observed_generation, Some(2));
+    assert!(state.exists(), "the resize is kept");
+    // An agent that lost that state (its own data dir) finds the runtime
+    // in step with the spec: nothing to update, nothing restarted.
+    drop(s);
+    let (_s, _) = running(&fake, &web(2, "800m", "128Mi", no_policy())).await;
+    assert_eq!(fake.state().updates.len(), 2);
+    assert_eq!(fake.containers_named("main").len(), 1);
 }
 
 #[tokio::test]

@@ -19,7 +19,7 @@ use crate::allocation::{
 use crate::cri_config::{container_hash, legacy_container_hash, linux_resources};
 use crate::events::EventType;
 use crate::events::reason as event;
-use crate::plan::{self, Kill, Observed, State};
+use crate::plan::{self, Kill, Observed, ObservedContainer, State};
 use crate::qos;
 
 use super::Worker;
@@ -152,12 +152,24 @@ impl Worker {
                     None
                 }
             };
-            self.alloc = Some(loaded.unwrap_or_else(|| PodState {
+            // Nothing is written for a pod that was never resized: with no
+            // file the pod runs as its spec says, and the runtime's own
+            // report stands for what it was given (a pod start costs no
+            // extra write to the disk).
+            let mut st = loaded.unwrap_or_else(|| PodState {
                 allocated: allocation::allocation_of(spec),
                 generation,
                 ..Default::default()
-            }));
-            self.save_allocation();
+            });
+            if st.pod_cgroup.is_none() {
+                // Made from the allocated pod when its sandbox was made.
+                let run = allocation::allocated_pod(desired, &st.allocated);
+                st.pod_cgroup = run
+                    .spec
+                    .as_ref()
+                    .map(|s| PodCgroup::from(qos::pod_resources(s)));
+            }
+            self.alloc = Some(st);
         }
         let st = self.alloc.as_ref().expect("set above");
         if !allocation::wants_resize(spec, &st.allocated) {
@@ -194,6 +206,11 @@ impl Worker {
                         message: r.message.clone(),
                         generation,
                     };
+                    if self.resize.pending.is_none() {
+                        // The allocation it waits beside must survive a
+                        // restart: else the spec would be taken as admitted.
+                        self.save_allocation();
+                    }
                     if self.resize.pending.as_ref() != Some(&cond) {
                         self.event(
                             None,
@@ -255,7 +272,7 @@ impl Worker {
     /// policy is RestartContainer) are killed and started again, their
     /// restart count one more.
     pub(super) fn plan_restarts(&self, pod: &Pod, observed: &Observed, a: &mut plan::Actions) {
-        let (Some(spec), Some(st)) = (pod.spec.as_ref(), self.alloc.as_ref()) else {
+        let Some(spec) = pod.spec.as_ref() else {
             return;
         };
         if a.sandbox_id.is_none() {
@@ -269,12 +286,10 @@ impl Worker {
             else {
                 continue;
             };
-            let Some(have) = st.actuated.get(&c.name).filter(|x| x.container_id == l.id) else {
-                continue;
-            };
             let want = Values::of(c);
-            if have.values == want
-                || !allocation::needs_restart(c, &have.values, &want)
+            let have = self.have(c, l, want);
+            if have == want
+                || !allocation::needs_restart(c, &have, &want)
                 || a.kill.iter().any(|k| k.id == l.id)
             {
                 continue;
@@ -313,14 +328,44 @@ impl Worker {
                 values: Values::of(c),
             },
         );
-        self.save_allocation();
     }
 
     /// The pod cgroup was made with the allocated resources.
     pub(super) fn pod_cgroup_made(&mut self, r: qos::PodResources) {
         if let Some(st) = self.alloc.as_mut() {
             st.pod_cgroup = Some(r.into());
-            self.save_allocation();
+        }
+    }
+
+    /// What container `l` (running `c` as allocated, `want`) was given:
+    /// this agent's record of it, else what the runtime reports (a
+    /// container of a pod never resized, or of an agent before this one):
+    /// in step when it is what `c` would be created with.
+    fn have(&self, c: &Container, l: &ObservedContainer, want: Values) -> Values {
+        if let Some(a) = self
+            .alloc
+            .as_ref()
+            .and_then(|st| st.actuated.get(&c.name))
+            .filter(|a| a.container_id == l.id)
+        {
+            return a.values;
+        }
+        let Some(rt) = l.resources else {
+            return want; // the runtime does not say: take it as given
+        };
+        let expected = crate::runtime::resources_of(&linux_resources(
+            c,
+            self.qos,
+            self.shared.node.memory_bytes,
+        ));
+        if rt == expected {
+            return want;
+        }
+        Values {
+            cpu_request: rt.cpu_request,
+            cpu_limit: rt.cpu_limit,
+            memory_limit: rt.memory_limit,
+            memory_request: want.memory_request,
         }
     }
 
@@ -346,30 +391,22 @@ impl Worker {
                 continue;
             };
             let want = Values::of(c);
-            let have = st
-                .actuated
-                .get(&c.name)
-                .filter(|a| a.container_id == l.id)
-                .map(|a| a.values);
-            match have {
-                Some(h) if h == want => {}
-                Some(h) if allocation::needs_restart(c, &h, &want) => {}
-                // No record (the agent stopped between create and save):
-                // updating to what it should have is harmless.
-                _ => updates.push(Update {
+            let have = self.have(c, l, want);
+            if have != want && !allocation::needs_restart(c, &have, &want) {
+                updates.push(Update {
                     name: c.name.clone(),
                     id: l.id.clone(),
-                    have: have.unwrap_or(want),
+                    have,
                     want,
                     c: c.clone(),
-                }),
+                });
             }
         }
         let target = PodCgroup::from(qos::pod_resources(spec));
         let cgroup_now = st.pod_cgroup;
         let cgroup_differs = self.shared.cgroups.is_some()
             && self.shared.config.cgroups_per_qos
-            && cgroup_now.is_some_and(|c| c != target);
+            && cgroup_now != Some(target);
         if updates.is_empty() && !cgroup_differs {
             self.resize_done(pod);
             return false;
@@ -446,12 +483,14 @@ impl Worker {
                 Ok(None) | Err(_) => errors.push(format!("missing container {:?} memory usage", u.name)),
             }
         }
-        let pod_lowers = cgroup_now.is_some_and(|now| {
-            lowers(
-                now.memory_limit.unwrap_or(0),
-                target.memory_limit.unwrap_or(0),
-            )
-        });
+        let pod_cgroups = self.shared.cgroups.is_some() && self.shared.config.cgroups_per_qos;
+        let pod_lowers = pod_cgroups
+            && cgroup_now.is_some_and(|now| {
+                lowers(
+                    now.memory_limit.unwrap_or(0),
+                    target.memory_limit.unwrap_or(0),
+                )
+            });
         if pod_lowers && let Some(limit) = target.memory_limit {
             let mut sum = 0u64;
             for l in observed.live() {
