@@ -54,7 +54,15 @@ const AGENT: &[(&str, &[&str])] = &[
     ("clock", &[]),
     (
         "config",
-        &["clock", "cri_config", "events", "kube", "mutex", "phase"],
+        &[
+            "clock",
+            "cri_config",
+            "events",
+            "kube",
+            "mutex",
+            "phase",
+            "qos",
+        ],
     ),
     ("credentialprovider", &[]),
     ("cri_config", &["devicemanager", "qos", "volumes"]),

@@ -1,9 +1,12 @@
 //! QoS class and the resource arithmetic kubelet does for it: cpu shares
 //! from requests, CFS quota from limits, the pod-level limits of the pod
-//! cgroup, oom_score_adj by class, and where the pod cgroup lives. Pure.
+//! cgroup, oom_score_adj by class, and where the pod cgroup lives. A pod's
+//! own `spec.resources` (kubelet's PodLevelResources, on by default since
+//! 1.34) decide its class, its cgroup's values where they are set, and the
+//! limits of its containers that set none. Pure.
 
 use edge_config::quantity::{parse_quantity, parse_quantity_milli};
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 
 /// CFS period kubelet uses (100 ms).
 pub const CPU_PERIOD_US: i64 = 100_000;
@@ -50,8 +53,105 @@ pub(crate) fn quantity(c: &Container, kind: &str, res: &str) -> Option<u128> {
     }
 }
 
+/// A request or limit (`kind`) of `res` in `r`: millicores for cpu, bytes
+/// otherwise.
+fn requirement(r: &ResourceRequirements, kind: &str, res: &str) -> Option<u128> {
+    let map = if kind == "limits" {
+        r.limits.as_ref()?
+    } else {
+        r.requests.as_ref()?
+    };
+    let q = map.get(res)?;
+    if res == "cpu" {
+        parse_quantity_milli(&q.0)
+    } else {
+        parse_quantity(&q.0)
+    }
+}
+
+/// The pod's own request or limit (`spec.resources`) of `res`, when set
+/// above zero.
+pub fn pod_quantity(spec: &PodSpec, kind: &str, res: &str) -> Option<u128> {
+    requirement(spec.resources.as_ref()?, kind, res).filter(|v| *v > 0)
+}
+
+/// kubelet's `IsPodLevelResourcesSet`: `spec.resources` names cpu, memory
+/// or a huge page size.
+pub fn pod_level_set(spec: &PodSpec) -> bool {
+    spec.resources.as_ref().is_some_and(|r| {
+        [&r.requests, &r.limits]
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m.keys())
+            .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
+    })
+}
+
+/// kubelet's `IsPodLevelRequestsSet`.
+pub fn pod_level_requests_set(spec: &PodSpec) -> bool {
+    spec.resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|m| {
+            m.keys()
+                .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
+        })
+}
+
+/// kubelet's `AggregateContainerRequests` for one resource: the app
+/// containers and sidecars together, or an init container with the
+/// sidecars started before it, whichever is more.
+pub fn aggregate_requests(spec: &PodSpec, res: &str) -> u128 {
+    let req = |c: &Container| quantity(c, "requests", res).unwrap_or(0);
+    let mut sidecars = 0u128;
+    let mut init_max = 0u128;
+    for c in spec.init_containers.iter().flatten() {
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars += req(c);
+            init_max = init_max.max(sidecars);
+        } else {
+            init_max = init_max.max(req(c) + sidecars);
+        }
+    }
+    (spec.containers.iter().map(req).sum::<u128>() + sidecars).max(init_max)
+}
+
+/// A container's CPU and memory limits as its cgroup gets them: its own,
+/// else the pod's (kubelet's `getCPULimit` / `getMemoryLimit`).
+pub fn effective_limit(spec: &PodSpec, c: &Container, res: &str) -> Option<u128> {
+    quantity(c, "limits", res)
+        .filter(|v| *v > 0)
+        .or_else(|| pod_quantity(spec, "limits", res).filter(|_| pod_level_set(spec)))
+}
+
+/// kubelet's `ComputePodQOS` with pod-level resources: the pod's own
+/// requests and limits alone decide (its containers' are not looked at).
+fn pod_level_qos(r: &ResourceRequirements) -> Qos {
+    let set = |kind| -> Vec<(&str, u128)> {
+        ["cpu", "memory"]
+            .into_iter()
+            .filter_map(|res| Some((res, requirement(r, kind, res).filter(|v| *v > 0)?)))
+            .collect()
+    };
+    let (requests, limits) = (set("requests"), set("limits"));
+    if requests.is_empty() && limits.is_empty() {
+        return Qos::BestEffort;
+    }
+    let guaranteed = limits.len() == 2
+        && requests.len() == limits.len()
+        && requests.iter().all(|q| limits.contains(q));
+    if guaranteed {
+        Qos::Guaranteed
+    } else {
+        Qos::Burstable
+    }
+}
+
 /// kubelet's `GetPodQOS` (cpu and memory only).
 pub fn qos_class(spec: &PodSpec) -> Qos {
+    if let Some(r) = spec.resources.as_ref() {
+        return pod_level_qos(r);
+    }
     let mut any = false;
     let mut guaranteed = true;
     for c in all_containers(spec) {
@@ -133,10 +233,17 @@ pub fn pod_resources(spec: &PodSpec) -> PodResources {
                 .max()
                 .unwrap_or(0),
         );
+    // kubelet's PodRequests / PodLimits: the pod's own value, where it
+    // sets one, in place of its containers'.
+    let pod = |kind, res| pod_quantity(spec, kind, res).filter(|_| pod_level_set(spec));
     PodResources {
-        cpu_shares: milli_cpu_to_shares(req_cpu),
-        cpu_quota: sum_or_max("limits", "cpu").map(milli_cpu_to_quota),
-        memory_limit: sum_or_max("limits", "memory").and_then(|m| u64::try_from(m).ok()),
+        cpu_shares: milli_cpu_to_shares(pod("requests", "cpu").unwrap_or(req_cpu)),
+        cpu_quota: pod("limits", "cpu")
+            .or_else(|| sum_or_max("limits", "cpu"))
+            .map(milli_cpu_to_quota),
+        memory_limit: pod("limits", "memory")
+            .or_else(|| sum_or_max("limits", "memory"))
+            .and_then(|m| u64::try_from(m).ok()),
     }
 }
 
@@ -183,13 +290,24 @@ pub fn memory_quantity(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// oom_score_adj by QoS (kubelet's `GetContainerOOMScoreAdjust`).
-pub fn oom_score_adj(qos: Qos, c: &Container, node_memory: u128) -> i64 {
+/// oom_score_adj by QoS (kubelet's `GetContainerOOMScoreAdjust`). With a
+/// pod-level memory request, each container also counts an equal share
+/// of what the pod requests beyond its containers.
+pub fn oom_score_adj(spec: &PodSpec, qos: Qos, c: &Container, node_memory: u128) -> i64 {
     match qos {
         Qos::Guaranteed => -997,
         Qos::BestEffort => 1000,
         Qos::Burstable => {
-            let req = quantity(c, "requests", "memory").unwrap_or(0);
+            let remaining = match pod_quantity(spec, "requests", "memory") {
+                Some(pod) if pod_level_requests_set(spec) => {
+                    let n =
+                        spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len);
+                    pod.saturating_sub(aggregate_requests(spec, "memory"))
+                        / u128::try_from(n.max(1)).unwrap_or(1)
+                }
+                _ => 0,
+            };
+            let req = quantity(c, "requests", "memory").unwrap_or(0) + remaining;
             let adj = 1000 - (1000 * req / node_memory.max(1)).min(1000) as i64;
             if adj < 3 {
                 3
@@ -241,12 +359,93 @@ mod tests {
         );
         // 64 MiB of 8 GiB → 1000 - 7 = 993.
         assert_eq!(
-            oom_score_adj(Qos::Burstable, &spec.containers[0], 8 << 30),
+            oom_score_adj(spec, Qos::Burstable, &spec.containers[0], 8 << 30),
             993
         );
         assert_eq!(
-            oom_score_adj(Qos::Burstable, &spec.containers[1], 8 << 30),
+            oom_score_adj(spec, Qos::Burstable, &spec.containers[1], 8 << 30),
             999
+        );
+    }
+
+    /// kubelet's PodLevelResources: the pod's own requests and limits
+    /// decide its class and its cgroup where it sets them, and the limits
+    /// of containers that set none.
+    #[test]
+    fn pod_level_resources() {
+        // Pod limits, no container resources: requests default to the
+        // limits, Guaranteed.
+        let g = pod(
+            "  resources: {limits: {cpu: '1', memory: 128Mi}}\n  containers:\n  - {name: a, image: i}\n  - {name: b, image: i}\n",
+        );
+        let spec = g.spec.as_ref().expect("spec");
+        assert_eq!(qos_class(spec), Qos::Guaranteed);
+        let r = pod_resources(spec);
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.memory_limit),
+            (1024, Some(100_000), Some(128 << 20))
+        );
+        let c =
+            crate::cri_config::linux_resources(spec, &spec.containers[0], Qos::Guaranteed, 8 << 30);
+        assert_eq!(
+            (c.cpu_quota, c.memory_limit_in_bytes, c.cpu_shares),
+            (100_000, 128 << 20, 1024),
+            "the pod's limits; shares from the limit for a container with no request"
+        );
+        // A container requesting less: the pod request is the containers'
+        // sum, Burstable; the container's own limit stands.
+        let b = pod(
+            "  resources: {limits: {cpu: '1', memory: 1Gi}}\n  containers:\n  - name: a\n    image: i\n    resources: {requests: {cpu: 250m, memory: 256Mi}, limits: {memory: 512Mi}}\n  - {name: b, image: i}\n",
+        );
+        let spec = b.spec.as_ref().expect("spec");
+        assert_eq!(qos_class(spec), Qos::Burstable);
+        let req = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.clone())
+            .expect("defaulted");
+        assert_eq!(
+            (req["cpu"].0.as_str(), req["memory"].0.as_str()),
+            ("250m", "256Mi")
+        );
+        let c =
+            crate::cri_config::linux_resources(spec, &spec.containers[0], Qos::Burstable, 8 << 30);
+        assert_eq!(
+            (c.memory_limit_in_bytes, c.cpu_quota, c.cpu_shares),
+            (512 << 20, 100_000, 256)
+        );
+        // Only cpu at pod level: memory still from the containers (not all
+        // declare one: none).
+        let cpu = pod(
+            "  resources: {limits: {cpu: 500m}}\n  containers:\n  - name: a\n    image: i\n    resources: {limits: {memory: 64Mi}}\n  - {name: b, image: i}\n",
+        );
+        let r = pod_resources(cpu.spec.as_ref().expect("spec"));
+        assert_eq!((r.cpu_quota, r.memory_limit), (Some(50_000), None));
+        // `resources: {}` is pod level too: BestEffort whatever the
+        // containers ask.
+        let empty = pod(
+            "  resources: {}\n  containers:\n  - name: a\n    image: i\n    resources: {requests: {cpu: 100m}}\n",
+        );
+        assert_eq!(
+            qos_class(empty.spec.as_ref().expect("spec")),
+            Qos::BestEffort
+        );
+    }
+
+    #[test]
+    fn oom_score_counts_a_share_of_the_pods_own_memory_request() {
+        let p = pod(
+            "  resources: {requests: {memory: 1Gi}}\n  containers:\n  - name: a\n    image: i\n    resources: {requests: {memory: 256Mi}}\n  - {name: b, image: i}\n",
+        );
+        let spec = p.spec.as_ref().expect("spec");
+        // (1 Gi - 256 Mi) / 2 = 384 Mi each on top of its own request.
+        assert_eq!(
+            oom_score_adj(spec, Qos::Burstable, &spec.containers[0], 8 << 30),
+            922
+        );
+        assert_eq!(
+            oom_score_adj(spec, Qos::Burstable, &spec.containers[1], 8 << 30),
+            954
         );
     }
 

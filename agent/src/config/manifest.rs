@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, Pod, Probe};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use sha2::{Digest, Sha256};
 
 /// Annotation: where the pod came from (`file`).
@@ -293,6 +294,7 @@ fn apply_defaults(pod: &mut Pod) {
     {
         default_container(c);
     }
+    default_pod_requests(spec);
     for v in spec.volumes.iter_mut().flatten() {
         if let Some(hp) = v.host_path.as_mut() {
             hp.type_.get_or_insert_with(String::new);
@@ -303,6 +305,41 @@ fn apply_defaults(pod: &mut Pod) {
             let reference = image.reference.as_deref().unwrap_or("");
             image.pull_policy = Some(default_pull_policy(reference).into());
         }
+    }
+}
+
+/// The API server's `defaultPodRequests`: with pod-level limits, a
+/// pod-level cpu or memory request left out is what the containers
+/// request together, or the limit when they request none.
+fn default_pod_requests(spec: &mut PodSpec) {
+    let Some(r) = spec.resources.as_ref() else {
+        return;
+    };
+    if r.limits.as_ref().is_none_or(BTreeMap::is_empty) {
+        return;
+    }
+    let mut add = BTreeMap::new();
+    for res in ["cpu", "memory"] {
+        if r.requests.as_ref().is_some_and(|m| m.contains_key(res)) {
+            continue;
+        }
+        let containers =
+            u64::try_from(crate::qos::aggregate_requests(spec, res)).unwrap_or(u64::MAX);
+        let q = if containers > 0 {
+            Some(Quantity(if res == "cpu" {
+                crate::qos::cpu_quantity(containers)
+            } else {
+                crate::qos::memory_quantity(containers)
+            }))
+        } else {
+            r.limits.as_ref().and_then(|l| l.get(res)).cloned()
+        };
+        if let Some(q) = q {
+            add.insert(res.to_string(), q);
+        }
+    }
+    if let Some(r) = spec.resources.as_mut() {
+        r.requests.get_or_insert_with(BTreeMap::new).extend(add);
     }
 }
 

@@ -21,8 +21,8 @@ use super::{
 };
 
 use crate::qos::{
-    CPU_PERIOD_US, Qos, all_containers, milli_cpu_to_quota, milli_cpu_to_shares, oom_score_adj,
-    quantity,
+    CPU_PERIOD_US, Qos, all_containers, effective_limit, milli_cpu_to_quota, milli_cpu_to_shares,
+    oom_score_adj, quantity,
 };
 
 /// kubelet's default masked and read-only paths for unprivileged containers.
@@ -175,10 +175,11 @@ pub fn container_resource(
     let c = all_containers(spec)
         .find(|c| c.name == container)
         .ok_or_else(|| ConfigError::NoResourceContainer(container.to_string()))?;
-    resource_field_ref(c, resource, divisor, node)
+    resource_field_ref(spec, c, resource, divisor, node)
 }
 
 fn resource_field_ref(
+    spec: &PodSpec,
     c: &Container,
     resource: &str,
     divisor: Option<&str>,
@@ -188,11 +189,16 @@ fn resource_field_ref(
         .split_once('.')
         .ok_or_else(|| ConfigError::Resource(resource.to_string()))?;
     let cpu = res == "cpu";
-    let value = quantity(c, kind, res).unwrap_or(match (kind, res) {
-        ("limits", "cpu") => node.cpu_milli,
-        ("limits", "memory") => node.memory_bytes,
-        _ => 0,
-    });
+    // A limit the container does not set: the pod's (`spec.resources`),
+    // else the node's (kubelet's `containerResourceRuntimeValue`).
+    let value = match (kind, res) {
+        ("limits", "cpu" | "memory") => effective_limit(spec, c, res).unwrap_or(if cpu {
+            node.cpu_milli
+        } else {
+            node.memory_bytes
+        }),
+        _ => quantity(c, kind, res).unwrap_or(0),
+    };
     let div = match divisor {
         Some(d) if cpu => parse_quantity_milli(d),
         Some(d) => parse_quantity(d),
@@ -207,21 +213,31 @@ fn resource_field_ref(
 /// kubelet's `generateContainerConfig`. An error is a
 /// `CreateContainerConfigError`.
 /// A container's CPU and memory for the runtime, at create and at an
-/// in-place resize (kubelet's `generateLinuxContainerResources`).
-pub fn linux_resources(c: &Container, qos: Qos, node_memory: u128) -> LinuxContainerResources {
+/// in-place resize (kubelet's `generateLinuxContainerResources`): limits
+/// its own or else the pod's (`spec.resources`); shares from its CPU
+/// request, or from that limit when it has no request at all (kubelet's
+/// `calculateLinuxResources`).
+pub fn linux_resources(
+    spec: &PodSpec,
+    c: &Container,
+    qos: Qos,
+    node_memory: u128,
+) -> LinuxContainerResources {
+    let cpu_limit = effective_limit(spec, c, "cpu");
+    let shares = match quantity(c, "requests", "cpu") {
+        Some(r) => milli_cpu_to_shares(r),
+        None => milli_cpu_to_shares(cpu_limit.unwrap_or(0)),
+    };
     let mut resources = LinuxContainerResources {
         cpu_period: CPU_PERIOD_US,
-        cpu_shares: i64::try_from(milli_cpu_to_shares(
-            quantity(c, "requests", "cpu").unwrap_or(0),
-        ))
-        .unwrap_or(2),
-        oom_score_adj: oom_score_adj(qos, c, node_memory),
+        cpu_shares: i64::try_from(shares).unwrap_or(2),
+        oom_score_adj: oom_score_adj(spec, qos, c, node_memory),
         ..Default::default()
     };
-    if let Some(l) = quantity(c, "limits", "cpu") {
+    if let Some(l) = cpu_limit {
         resources.cpu_quota = milli_cpu_to_quota(l);
     }
-    if let Some(m) = quantity(c, "limits", "memory") {
+    if let Some(m) = effective_limit(spec, c, "memory") {
         resources.memory_limit_in_bytes = i64::try_from(m).unwrap_or(i64::MAX);
     }
     resources
@@ -271,6 +287,7 @@ pub fn container_config(
                         _ => c,
                     };
                     resource_field_ref(
+                        spec,
                         target,
                         &r.resource,
                         r.divisor.as_ref().map(|d| d.0.as_str()),
@@ -403,7 +420,9 @@ pub fn container_config(
         env.seccomp_default,
     );
     let caps = csc.and_then(|s| s.capabilities.as_ref());
-    let resources = linux_resources(c, env.qos, env.node.memory_bytes);
+    let no_spec = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&no_spec);
+    let resources = linux_resources(spec, c, env.qos, env.node.memory_bytes);
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: c.name.clone(),

@@ -309,7 +309,13 @@ pub fn requests(pod: &Pod) -> Resources {
                 }
             })
             .unwrap_or(0);
-        sum.max(init) + overhead
+        // kubelet's PodRequests: the pod's own request, where it sets one
+        // (cpu, memory), in place of its containers'.
+        let own = (res != "ephemeral-storage")
+            .then(|| crate::qos::pod_quantity(spec, "requests", res))
+            .flatten()
+            .filter(|_| crate::qos::pod_level_requests_set(spec));
+        own.unwrap_or(sum.max(init)) + overhead
     };
     Resources {
         cpu_milli: one("cpu"),
@@ -754,6 +760,18 @@ mod tests {
         assert_eq!(
             check(&node(), &[], &p).map(|r| r.reason).as_deref(),
             Some("PodOSNotSupported")
+        );
+    }
+
+    #[test]
+    fn the_pods_own_requests_count_in_place_of_its_containers() {
+        let p = crate::config::manifest::test_pod(
+            "  resources: {requests: {cpu: '1', memory: 256Mi}}\n  containers:\n  - name: a\n    image: i\n    resources: {requests: {cpu: 100m, memory: 64Mi, ephemeral-storage: 1Gi}}\n",
+        );
+        let r = requests(&p);
+        assert_eq!(
+            (r.cpu_milli, r.memory, r.ephemeral),
+            (1000, 256 << 20, 1 << 30)
         );
     }
 }

@@ -14,6 +14,7 @@ pub type FieldError = (String, String);
 
 type Result<T = ()> = std::result::Result<T, FieldError>;
 
+mod resources;
 mod security;
 
 fn fail<T>(field: impl Into<String>, msg: impl Into<String>) -> Result<T> {
@@ -100,6 +101,7 @@ fn check(pod: &Pod, api: bool) -> std::result::Result<(), Vec<FieldError>> {
         Some(p) => note(fail("spec.dnsPolicy", format!("{p:?} is not a DNS policy"))),
     }
     security::pod(spec).into_iter().for_each(|e| note(Err(e)));
+    resources::pod(spec).into_iter().for_each(|e| note(Err(e)));
     let mut volumes = BTreeSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         note(volume(v, &format!("spec.volumes[{i}]"), api));

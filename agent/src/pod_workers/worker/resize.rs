@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod, PodCondition, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::allocation::{
@@ -287,7 +287,7 @@ impl Worker {
                 continue;
             };
             let want = Values::of(c);
-            let have = self.have(c, l, want);
+            let have = self.have(spec, c, l, want);
             if have == want
                 || !allocation::needs_restart(c, &have, &want)
                 || a.kill.iter().any(|k| k.id == l.id)
@@ -341,7 +341,7 @@ impl Worker {
     /// this agent's record of it, else what the runtime reports (a
     /// container of a pod never resized, or of an agent before this one):
     /// in step when it is what `c` would be created with.
-    fn have(&self, c: &Container, l: &ObservedContainer, want: Values) -> Values {
+    fn have(&self, spec: &PodSpec, c: &Container, l: &ObservedContainer, want: Values) -> Values {
         if let Some(a) = self
             .alloc
             .as_ref()
@@ -354,6 +354,7 @@ impl Worker {
             return want; // the runtime does not say: take it as given
         };
         let expected = crate::runtime::resources_of(&linux_resources(
+            spec,
             c,
             self.qos,
             self.shared.node.memory_bytes,
@@ -391,7 +392,7 @@ impl Worker {
                 continue;
             };
             let want = Values::of(c);
-            let have = self.have(c, l, want);
+            let have = self.have(spec, c, l, want);
             if have != want && !allocation::needs_restart(c, &have, &want) {
                 updates.push(Update {
                     name: c.name.clone(),
@@ -416,7 +417,10 @@ impl Worker {
             .await
         {
             Err(e) => Err(e),
-            Ok(()) => self.resize_in_order(updates, cgroup_now, target).await,
+            Ok(()) => {
+                self.resize_in_order(spec, updates, cgroup_now, target)
+                    .await
+            }
         };
         match result {
             Ok(()) => self.resize_done(pod),
@@ -517,6 +521,7 @@ impl Worker {
     /// last. Each container's new values are recorded as it is done.
     async fn resize_in_order(
         &mut self,
+        spec: &PodSpec,
         mut updates: Vec<Update>,
         cgroup_now: Option<PodCgroup>,
         target: PodCgroup,
@@ -545,7 +550,7 @@ impl Worker {
                 memory_request: u.want.memory_request,
                 ..u.have
             };
-            self.update_container(u, step).await?;
+            self.update_container(spec, u, step).await?;
         }
         if now != with_memory {
             self.write_pod_cgroup(with_memory)?;
@@ -570,7 +575,7 @@ impl Worker {
             if u.have == u.want {
                 continue;
             }
-            self.update_container(u, u.want).await?;
+            self.update_container(spec, u, u.want).await?;
         }
         if now != with_cpu {
             self.write_pod_cgroup(with_cpu)?;
@@ -578,12 +583,17 @@ impl Worker {
         Ok(())
     }
 
-    async fn update_container(&mut self, u: &mut Update, step: Values) -> Result<(), ResizeError> {
+    async fn update_container(
+        &mut self,
+        spec: &PodSpec,
+        u: &mut Update,
+        step: Values,
+    ) -> Result<(), ResizeError> {
         let c = Container {
             resources: Some(requirements(&step)),
             ..u.c.clone()
         };
-        let r = linux_resources(&c, self.qos, self.shared.node.memory_bytes);
+        let r = linux_resources(spec, &c, self.qos, self.shared.node.memory_bytes);
         self.shared.cri.update_container_resources(&u.id, r).await?;
         u.have = step;
         if let Some(st) = self.alloc.as_mut() {
