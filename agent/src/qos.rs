@@ -373,6 +373,10 @@ mod tests {
     /// of containers that set none.
     #[test]
     fn pod_level_resources() {
+        let node = crate::cri_config::NodeInfo {
+            memory_bytes: 8 << 30,
+            ..Default::default()
+        };
         // Pod limits, no container resources: requests default to the
         // limits, Guaranteed.
         let g = pod(
@@ -386,7 +390,7 @@ mod tests {
             (1024, Some(100_000), Some(128 << 20))
         );
         let c =
-            crate::cri_config::linux_resources(spec, &spec.containers[0], Qos::Guaranteed, 8 << 30);
+            crate::cri_config::linux_resources(spec, &spec.containers[0], Qos::Guaranteed, &node);
         assert_eq!(
             (c.cpu_quota, c.memory_limit_in_bytes, c.cpu_shares),
             (100_000, 128 << 20, 1024),
@@ -409,7 +413,7 @@ mod tests {
             ("250m", "256Mi")
         );
         let c =
-            crate::cri_config::linux_resources(spec, &spec.containers[0], Qos::Burstable, 8 << 30);
+            crate::cri_config::linux_resources(spec, &spec.containers[0], Qos::Burstable, &node);
         assert_eq!(
             (c.memory_limit_in_bytes, c.cpu_quota, c.cpu_shares),
             (512 << 20, 100_000, 256)

@@ -72,6 +72,7 @@ async fn setup_config(
             host_ip: "10.0.0.5".into(),
             cpu_milli: 2000,
             memory_bytes: 1 << 30,
+            ..Default::default()
         }),
         runtime_name: "fake".into(),
         cgroups: None,

@@ -84,4 +84,11 @@ spec:
         "30000",
         "the pod's"
     );
+    // No swap, as kubelet's default (NoSwap): memory + swap = memory.
+    if std::path::Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists() {
+        assert_eq!(
+            read("memory", &capped, "memory.memsw.limit_in_bytes"),
+            (32u64 << 20).to_string()
+        );
+    }
 }

@@ -96,6 +96,7 @@ async fn a_resized_pod_gets_its_new_cgroup_limits_in_place() {
             host_ip: "127.0.0.1".into(),
             cpu_milli: 2000,
             memory_bytes: 1 << 30,
+            ..Default::default()
         }),
         runtime_name: "picolet".into(),
         cgroups: Some(cgroup::Hierarchy::detect().expect("cgroups")),

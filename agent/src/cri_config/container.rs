@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use super::{
     ANN_CONTAINER_HASH, ANN_GRACE, ANN_RESTART_COUNT, ANN_TERMINATION_MESSAGE_PATH,
     LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, NodeInfo,
-    container_hash, labels, namespace_options, seccomp, supplemental_groups,
+    SwapControl, container_hash, labels, namespace_options, seccomp, supplemental_groups,
     supplemental_groups_policy,
 };
 
@@ -221,7 +221,7 @@ pub fn linux_resources(
     spec: &PodSpec,
     c: &Container,
     qos: Qos,
-    node_memory: u128,
+    node: &NodeInfo,
 ) -> LinuxContainerResources {
     let cpu_limit = effective_limit(spec, c, "cpu");
     let shares = match quantity(c, "requests", "cpu") {
@@ -231,7 +231,7 @@ pub fn linux_resources(
     let mut resources = LinuxContainerResources {
         cpu_period: CPU_PERIOD_US,
         cpu_shares: i64::try_from(shares).unwrap_or(2),
-        oom_score_adj: oom_score_adj(spec, qos, c, node_memory),
+        oom_score_adj: oom_score_adj(spec, qos, c, node.memory_bytes),
         ..Default::default()
     };
     if let Some(l) = cpu_limit {
@@ -239,6 +239,16 @@ pub fn linux_resources(
     }
     if let Some(m) = effective_limit(spec, c, "memory") {
         resources.memory_limit_in_bytes = i64::try_from(m).unwrap_or(i64::MAX);
+    }
+    // No swap for containers (kubelet's NoSwap, its default).
+    match node.swap {
+        SwapControl::V1 => resources.memory_swap_limit_in_bytes = resources.memory_limit_in_bytes,
+        SwapControl::V2 => {
+            resources
+                .unified
+                .insert("memory.swap.max".into(), "0".into());
+        }
+        SwapControl::Unavailable => {}
     }
     resources
 }
@@ -422,7 +432,7 @@ pub fn container_config(
     let caps = csc.and_then(|s| s.capabilities.as_ref());
     let no_spec = PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&no_spec);
-    let resources = linux_resources(spec, c, env.qos, env.node.memory_bytes);
+    let resources = linux_resources(spec, c, env.qos, env.node);
     Ok(ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: c.name.clone(),

@@ -48,12 +48,28 @@ pub const FIELD_REFS: [&str; 9] = [
 ];
 
 /// Facts about the node that pod configs depend on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NodeInfo {
     pub name: String,
     pub host_ip: String,
     pub cpu_milli: u128,
     pub memory_bytes: u128,
+    /// How this node's cgroups limit swap, if they can: containers get
+    /// none (kubelet's default swap behavior, NoSwap).
+    pub swap: SwapControl,
+}
+
+/// How the node's cgroups limit a container's swap (kubelet's
+/// `swapControllerAvailable` and `ConfigureNoSwap`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SwapControl {
+    /// No swap controller (v1 without `memory.memsw.*`): nothing to set.
+    #[default]
+    Unavailable,
+    /// cgroup v1: memory + swap limited to the memory limit.
+    V1,
+    /// cgroup v2: `memory.swap.max` 0.
+    V2,
 }
 
 /// Node-level settings for sandbox configs.
@@ -340,6 +356,7 @@ pub(crate) mod tests {
             host_ip: "10.0.0.5".into(),
             cpu_milli: 4000,
             memory_bytes: 8 << 30,
+            swap: SwapControl::V1,
         }
     }
 

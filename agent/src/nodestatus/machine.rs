@@ -1,7 +1,7 @@
 //! This node as the agent reports it: name, an address, CPUs and memory
 //! (kubelet's `nodestatus` setters read the same sources).
 
-use crate::cri_config::NodeInfo;
+use crate::cri_config::{NodeInfo, SwapControl};
 
 /// Facts about this node: name, an address, CPUs and memory.
 pub fn info(name: &str, ip: Option<std::net::IpAddr>) -> NodeInfo {
@@ -26,7 +26,31 @@ pub fn info(name: &str, ip: Option<std::net::IpAddr>) -> NodeInfo {
             .unwrap_or_else(|| "127.0.0.1".into()),
         cpu_milli: cpus * 1000,
         memory_bytes: mem,
+        swap: swap_control(),
     }
+}
+
+/// Whether and how this node's cgroups limit swap (kubelet's
+/// `swapControllerAvailable`): v1's `memory.memsw.*` files (the kernel's
+/// swap accounting), or v2's `memory.swap.max` beside the agent's own
+/// cgroup.
+fn swap_control() -> SwapControl {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    if root.join("memory/memory.memsw.limit_in_bytes").exists() {
+        return SwapControl::V1;
+    }
+    if root.join("cgroup.controllers").exists() {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let path = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap_or("/")
+            .trim_start_matches('/');
+        if !path.is_empty() && root.join(path).join("memory.swap.max").exists() {
+            return SwapControl::V2;
+        }
+    }
+    SwapControl::Unavailable
 }
 
 /// The first non-loopback IPv4 address of an interface that is up

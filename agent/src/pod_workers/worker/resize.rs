@@ -353,12 +353,8 @@ impl Worker {
         let Some(rt) = l.resources else {
             return want; // the runtime does not say: take it as given
         };
-        let expected = crate::runtime::resources_of(&linux_resources(
-            spec,
-            c,
-            self.qos,
-            self.shared.node.memory_bytes,
-        ));
+        let expected =
+            crate::runtime::resources_of(&linux_resources(spec, c, self.qos, &self.shared.node));
         if rt == expected {
             return want;
         }
@@ -593,7 +589,7 @@ impl Worker {
             resources: Some(requirements(&step)),
             ..u.c.clone()
         };
-        let r = linux_resources(spec, &c, self.qos, self.shared.node.memory_bytes);
+        let r = linux_resources(spec, &c, self.qos, &self.shared.node);
         self.shared.cri.update_container_resources(&u.id, r).await?;
         u.have = step;
         if let Some(st) = self.alloc.as_mut() {
