@@ -237,18 +237,65 @@ impl RestartPolicy {
     }
 }
 
+impl RestartPolicy {
+    fn parse(p: &str) -> Option<Self> {
+        match p {
+            "Always" => Some(RestartPolicy::Always),
+            "OnFailure" => Some(RestartPolicy::OnFailure),
+            "Never" => Some(RestartPolicy::Never),
+            _ => None,
+        }
+    }
+
+    fn restarts(self, exit_code: i32) -> bool {
+        match self {
+            RestartPolicy::Never => false,
+            RestartPolicy::OnFailure => exit_code != 0,
+            RestartPolicy::Always => true,
+        }
+    }
+}
+
+/// A container's own `restartPolicy` (kubelet's ContainerRestartRules, on
+/// by default since 1.35), else the pod's.
+pub fn container_policy(c: &Container, pod: RestartPolicy) -> RestartPolicy {
+    c.restart_policy
+        .as_deref()
+        .and_then(RestartPolicy::parse)
+        .unwrap_or(pod)
+}
+
+/// kubelet's `ContainerShouldRestart`: whether a container that exited
+/// with `exit_code` runs again. Its `restartPolicyRules` first (the first
+/// whose exit codes match restarts it; they count only beside its own
+/// `restartPolicy`), then its own policy, then the pod's.
+pub fn should_restart_after(c: &Container, pod: RestartPolicy, exit_code: i32) -> bool {
+    if c.restart_policy.is_some() {
+        let matched = c.restart_policy_rules.iter().flatten().find(|r| {
+            r.exit_codes.as_ref().is_some_and(|e| {
+                let listed = e.values.iter().flatten().any(|v| *v == exit_code);
+                match e.operator.as_str() {
+                    "In" => listed,
+                    "NotIn" => !listed,
+                    _ => false,
+                }
+            })
+        });
+        if matched.is_some_and(|r| r.action == "Restart") {
+            return true;
+        }
+    }
+    container_policy(c, pod).restarts(exit_code)
+}
+
 /// kubelet's `ShouldContainerBeRestarted` for a container that is not
 /// running.
-fn should_restart(policy: RestartPolicy, last: Option<&ObservedContainer>) -> bool {
+fn should_restart(c: &Container, policy: RestartPolicy, last: Option<&ObservedContainer>) -> bool {
     let Some(last) = last else { return true };
     match last.state {
         State::Running => false,
         State::Created | State::Unknown => true,
-        State::Exited => match policy {
-            RestartPolicy::Never => false,
-            RestartPolicy::OnFailure => last.exit_code != 0,
-            RestartPolicy::Always => true,
-        },
+        State::Exited => should_restart_after(c, policy, last.exit_code),
     }
 }
 
@@ -326,7 +373,9 @@ pub fn plan(
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(policy == RestartPolicy::OnFailure && succeeded(observed.latest(&c.name)))
+                // kubelet's runOnce: the container's OnFailure, else the pod's.
+                !(container_policy(c, policy) == RestartPolicy::OnFailure
+                    && succeeded(observed.latest(&c.name)))
             })
             .map(|(i, _)| i)
             .collect();
@@ -401,7 +450,8 @@ pub fn plan(
                 }
                 Some(State::Exited) if succeeded(last) => continue,
                 Some(State::Exited) => {
-                    if policy == RestartPolicy::Never {
+                    let code = last.map_or(0, |l| l.exit_code);
+                    if !should_restart_after(c, policy, code) {
                         a.kill_pod = true;
                         return a;
                     }
@@ -425,7 +475,7 @@ pub fn plan(
                 // startup probe kills the container; it starts again unless
                 // restartPolicy is Never (a changed one always does).
                 let changed = l.hash != container_hash(c);
-                let restart = changed || policy != RestartPolicy::Never;
+                let restart = changed || container_policy(c, policy) != RestartPolicy::Never;
                 match replace(c, l, restart, unhealthy) {
                     Some(k) => {
                         a.kill.push(k);
@@ -443,7 +493,7 @@ pub fn plan(
                     a.kill
                         .push(Kill::new(&l.id, &c.name, "container not running".into()));
                 }
-                if should_restart(policy, last) {
+                if should_restart(c, policy, last) {
                     match start_or_wait(c, last, backoff) {
                         Some(w) => a.waits.push(w),
                         None => a.start.push(i),

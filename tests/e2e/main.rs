@@ -27,7 +27,7 @@ mod kubelet_api;
 mod kubelet_devices;
 mod kubelet_userns;
 mod observability;
-mod pod_level;
+mod pod_features;
 mod probes;
 mod registry;
 mod resize;

@@ -479,3 +479,49 @@ fn next_sync_is_the_earliest_retry() {
     let reasons = [crate::reason::CRASH_LOOP_BACK_OFF];
     assert_eq!(next_sync(freq, &[], reasons.into_iter()), freq);
 }
+
+/// kubelet's ContainerRestartRules: a container's own restartPolicy
+/// overrides the pod's, and its rules restart it on listed exit codes.
+#[test]
+fn a_containers_own_restart_policy_and_rules_decide() {
+    let with = |restart: &str, extra: &str| {
+        crate::config::manifest::test_pod(&format!(
+            "  restartPolicy: {restart}\n  containers:\n  - {{name: a, image: 'i:1'{extra}}}\n  - {{name: b, image: 'i:1', command: [sleep]}}\n"
+        ))
+    };
+    let run = |p: &Pod, exit: i32| {
+        let o = obs(
+            vec![sb(true, 0)],
+            vec![
+                ctr(p, "a", State::Exited, exit, 1),
+                ctr(p, "b", State::Running, 0, 1),
+            ],
+        );
+        plan(p, &o, NO_BACKOFF, HEALTHY, STARTED).start
+    };
+    // Pod Never, container Always: restarted.
+    assert_eq!(run(&with("Never", ", restartPolicy: Always"), 1), [0]);
+    // Pod Always, container Never: not.
+    assert!(run(&with("Always", ", restartPolicy: Never"), 1).is_empty());
+    // Rules: exit 42 restarts a Never container, exit 1 does not.
+    let rules = with(
+        "Always",
+        ", restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]",
+    );
+    assert_eq!(run(&rules, 42), [0]);
+    assert!(run(&rules, 1).is_empty());
+    let not_in = with(
+        "Never",
+        ", restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: NotIn, values: [0]}}]",
+    );
+    assert_eq!(run(&not_in, 3), [0]);
+    assert!(run(&not_in, 0).is_empty());
+    // A failed init container with its own OnFailure runs again in a
+    // Never pod instead of failing it.
+    let p = crate::config::manifest::test_pod(
+        "  restartPolicy: Never\n  initContainers:\n  - {name: i, image: 'i:1', restartPolicy: OnFailure}\n  containers:\n  - {name: a, image: 'i:1'}\n",
+    );
+    let o = obs(vec![sb(true, 0)], vec![ctr(&p, "i", State::Exited, 1, 1)]);
+    let a = plan(&p, &o, NO_BACKOFF, HEALTHY, STARTED);
+    assert_eq!((a.kill_pod, a.start_init), (false, Some(0)));
+}

@@ -242,14 +242,18 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
                     .is_some_and(|t| t.exit_code == 0)
             }
         });
+    // A failed init container that will not run again fails the pod
+    // (its own restartPolicy and rules, else the pod's).
     let init_failed = !app_started
-        && policy == RestartPolicy::Never
         && inits.iter().zip(&init_statuses).any(|(c, s)| {
             !crate::plan::is_sidecar(c)
                 && s.state
                     .as_ref()
                     .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code != 0)
+                    .is_some_and(|t| {
+                        t.exit_code != 0
+                            && !crate::plan::should_restart_after(c, policy, t.exit_code)
+                    })
         });
     let app_wait = if initialized {
         reason::CONTAINER_CREATING
@@ -262,10 +266,18 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
         .map(|c| container_status(c, observed, ctx, app_wait))
         .collect();
 
-    // kubelet's getPhase.
+    // kubelet's getPhase: a stopped container counts as done for good
+    // unless its restart policy (its own and its rules, else the pod's)
+    // runs it again.
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
-    for s in &statuses {
+    let mut not_restartable = 0;
+    for (c, s) in spec.containers.iter().zip(&statuses) {
         let st = s.state.clone().unwrap_or_default();
+        let last_exit = s
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| t.exit_code);
         if st.running.is_some() {
             running += 1;
         } else if let Some(t) = st.terminated {
@@ -273,12 +285,14 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
             if t.exit_code == 0 {
                 succeeded += 1;
             }
-        } else if s
-            .last_state
-            .as_ref()
-            .is_some_and(|l| l.terminated.is_some())
-        {
+            if !crate::plan::should_restart_after(c, policy, t.exit_code) {
+                not_restartable += 1;
+            }
+        } else if let Some(code) = last_exit {
             stopped += 1;
+            if !crate::plan::should_restart_after(c, policy, code) {
+                not_restartable += 1;
+            }
         } else {
             waiting += 1;
         }
@@ -290,14 +304,12 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
     } else if running > 0 {
         crate::phase::RUNNING
     } else if stopped > 0 {
-        if policy == RestartPolicy::Always {
+        if stopped != not_restartable {
             crate::phase::RUNNING
         } else if stopped == succeeded {
             crate::phase::SUCCEEDED
-        } else if policy == RestartPolicy::Never {
-            crate::phase::FAILED
         } else {
-            crate::phase::RUNNING
+            crate::phase::FAILED
         }
     } else {
         crate::phase::PENDING
@@ -451,6 +463,41 @@ mod tests {
         let no_sandbox = Observed::default();
         let s = status(&p, &no_sandbox, &none);
         assert_eq!(cond(&s, "PodReadyToStartContainers"), "False");
+    }
+
+    /// getPhase with containers' own restart policies: a stopped container
+    /// that will run again keeps the pod Running, whatever the pod's policy.
+    #[test]
+    fn phases_follow_each_containers_own_restart_policy() {
+        let with = |restart: &str, extra: &str| {
+            crate::config::manifest::test_pod(&format!(
+                "  restartPolicy: {restart}\n  containers:\n  - {{name: a, image: 'i:1'{extra}}}\n"
+            ))
+        };
+        let none = HashMap::new();
+        let phase = |p: &Pod, exit: i32| {
+            status(p, &observed(vec![c(State::Exited, exit, 1, 0)]), &none)
+                .phase
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            phase(&with("Never", ", restartPolicy: Always"), 1),
+            "Running"
+        );
+        assert_eq!(
+            phase(&with("Always", ", restartPolicy: Never"), 0),
+            "Succeeded"
+        );
+        assert_eq!(
+            phase(&with("Always", ", restartPolicy: Never"), 1),
+            "Failed"
+        );
+        let rules = with(
+            "Never",
+            ", restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]",
+        );
+        assert_eq!(phase(&rules, 42), "Running");
+        assert_eq!(phase(&rules, 1), "Failed");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub type FieldError = (String, String);
 type Result<T = ()> = std::result::Result<T, FieldError>;
 
 mod resources;
+mod restart;
 mod security;
 
 fn fail<T>(field: impl Into<String>, msg: impl Into<String>) -> Result<T> {
@@ -299,23 +300,7 @@ fn container(
     if c.image.as_deref().unwrap_or("").trim().is_empty() {
         return fail(format!("{at}.image"), "required");
     }
-    // Sidecars: only init containers, only Always (the API server's rule
-    // without the alpha ContainerRestartRules gate).
-    match (init, c.restart_policy.as_deref()) {
-        (_, None) | (true, Some("Always")) => {}
-        (true, Some(p)) => {
-            return fail(
-                format!("{at}.restartPolicy"),
-                format!("{p:?} (init containers may only set \"Always\")"),
-            );
-        }
-        (false, Some(_)) => {
-            return fail(
-                format!("{at}.restartPolicy"),
-                "may only be set for init containers",
-            );
-        }
-    }
+    restart::container(c, at)?;
     pull_policy(
         &format!("{at}.imagePullPolicy"),
         c.image_pull_policy.as_deref(),
@@ -651,12 +636,18 @@ mod tests {
     #[test]
     fn sidecar_restart_policy() {
         let e = err(&format!(
-            "  initContainers:\n  - {{name: i, image: 'i:1', restartPolicy: OnFailure}}\n{C}"
+            "  initContainers:\n  - {{name: i, image: 'i:1', restartPolicy: Sometimes}}\n{C}"
         ));
         assert!(
-            e.ends_with("spec.initContainers[0].restartPolicy: \"OnFailure\" (init containers may only set \"Always\")"),
+            e.ends_with("spec.initContainers[0].restartPolicy: \"Sometimes\" (want \"Always\", \"OnFailure\" or \"Never\")"),
             "{e}"
         );
+        // OnFailure or Never: a plain init container with its own policy.
+        let plain = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  initContainers:\n  - {{name: i, image: 'i:1', restartPolicy: OnFailure}}\n{C}"
+        );
+        crate::config::manifest::parse(Path::new("f.yaml"), &plain, "n", "t")
+            .expect("an init container may restart on failure");
         let ok = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  initContainers:\n  - name: s\n    image: i:1\n    restartPolicy: Always\n    readinessProbe: {{exec: {{command: ['true']}}}}\n{C}"
         );
@@ -684,8 +675,20 @@ mod tests {
                 "spec.containers[0].resources.requests.cpu: \"2\" is above the limit \"500m\"",
             ),
             (
-                "    restartPolicy: Always\n",
-                "spec.containers[0].restartPolicy: may only be set for init containers",
+                "    restartPolicy: Sometimes\n",
+                "spec.containers[0].restartPolicy: \"Sometimes\" (want \"Always\", \"OnFailure\" or \"Never\")",
+            ),
+            (
+                "    restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]\n",
+                "spec.containers[0].restartPolicy: required when restartPolicyRules are used",
+            ),
+            (
+                "    restartPolicy: Never\n    restartPolicyRules: [{action: Restart, exitCodes: {operator: Is, values: [42]}}]\n",
+                "spec.containers[0].restartPolicyRules[0].exitCodes.operator: \"Is\" (want \"In\" or \"NotIn\")",
+            ),
+            (
+                "    restartPolicy: Never\n    restartPolicyRules: [{action: RestartAllContainers, exitCodes: {operator: In, values: [1]}}]\n",
+                "spec.containers[0].restartPolicyRules[0].action: \"RestartAllContainers\" needs the node feature",
             ),
             (
                 "    livenessProbe:\n      exec: {command: ['true']}\n      successThreshold: 2\n",

@@ -1,7 +1,9 @@
-//! End-to-end: a static pod with resources of its own (`spec.resources`,
-//! kubelet's PodLevelResources) on `picolet agent` and the real shim: its
-//! class and pod cgroup come from them, and a container that sets no limit
-//! of its own gets the pod's. Root only.
+//! End-to-end: pod features kubelet 1.36 has on by default, on `picolet
+//! agent` and the real shim. A static pod with resources of its own
+//! (`spec.resources`, PodLevelResources): its class and pod cgroup come
+//! from them, and a container that sets no limit of its own gets the
+//! pod's. A container's own restart rules (ContainerRestartRules). Root
+//! only.
 
 use crate::common;
 
@@ -91,4 +93,31 @@ spec:
             (32u64 << 20).to_string()
         );
     }
+}
+
+/// kubelet's ContainerRestartRules: in a pod that never restarts, a
+/// container whose rule restarts it on exit code 42 runs again after
+/// exiting 42, and the pod ends Succeeded once it exits 0.
+#[test]
+fn a_restart_rule_reruns_a_container_on_its_exit_code() {
+    require_root!();
+    let agent = Agent::start("");
+    let script = "n=$(cat /out/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /out/n; [ $n -lt 2 ] && exit 42; exit 0";
+    let text = common::agent::pod(&agent, "rules", script, "  restartPolicy: Never\n").replace(
+        "    imagePullPolicy: IfNotPresent\n",
+        "    imagePullPolicy: IfNotPresent\n    restartPolicy: Never\n    restartPolicyRules:\n    - {action: Restart, exitCodes: {operator: In, values: [42]}}\n",
+    );
+    agent.write_manifest("rules.yaml", &text);
+    let p = agent.wait_pod("rules", "Succeeded", T, |p| {
+        p["status"]["phase"] == "Succeeded"
+    });
+    let main = container(&p, "main");
+    assert_eq!(main["restartCount"], 1, "{main}");
+    assert_eq!(main["state"]["terminated"]["exitCode"], 0, "{main}");
+    assert_eq!(
+        std::fs::read_to_string(agent.host_dir().join("n"))
+            .expect("n")
+            .trim(),
+        "2"
+    );
 }
