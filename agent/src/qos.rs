@@ -39,18 +39,7 @@ pub(crate) fn all_containers(spec: &PodSpec) -> impl Iterator<Item = &Container>
 /// A container's request or limit (`kind`) of `res`: millicores for cpu,
 /// bytes otherwise.
 pub(crate) fn quantity(c: &Container, kind: &str, res: &str) -> Option<u128> {
-    let r = c.resources.as_ref()?;
-    let map = if kind == "limits" {
-        r.limits.as_ref()?
-    } else {
-        r.requests.as_ref()?
-    };
-    let q = map.get(res)?;
-    if res == "cpu" {
-        parse_quantity_milli(&q.0)
-    } else {
-        parse_quantity(&q.0)
-    }
+    requirement(c.resources.as_ref()?, kind, res)
 }
 
 /// A request or limit (`kind`) of `res` in `r`: millicores for cpu, bytes

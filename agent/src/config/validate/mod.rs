@@ -624,7 +624,8 @@ fn probe(p: &Probe, at: &str, success_must_be_one: bool) -> Result {
 mod tests {
     use std::path::Path;
 
-    fn err(spec_yaml: &str) -> String {
+    /// The error of a pod whose spec is `spec_yaml`.
+    pub(super) fn err(spec_yaml: &str) -> String {
         let text = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n{spec_yaml}");
         crate::config::manifest::parse(Path::new("f.yaml"), &text, "n", "t")
             .expect_err(spec_yaml)

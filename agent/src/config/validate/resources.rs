@@ -96,14 +96,7 @@ pub(super) fn pod(spec: &PodSpec) -> Vec<FieldError> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    fn err(spec_yaml: &str) -> String {
-        let text = format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n{spec_yaml}");
-        crate::config::manifest::parse(Path::new("f.yaml"), &text, "n", "t")
-            .expect_err(spec_yaml)
-            .to_string()
-    }
+    use super::super::tests::err;
 
     const C: &str = "  containers:\n  - name: c\n    image: i:1\n";
 

@@ -607,23 +607,12 @@ impl Worker {
     }
 
     fn write_pod_cgroup(&mut self, r: PodCgroup) -> Result<(), ResizeError> {
-        let cfg = &self.shared.config;
-        let Some(h) = self.shared.cgroups.as_ref() else {
-            return Ok(());
-        };
-        if !cfg.cgroups_per_qos {
-            return Ok(());
-        }
-        let limits = cgroup::Limits {
+        self.ensure_pod_cgroup(qos::PodResources {
             cpu_shares: r.cpu_shares,
             cpu_quota: r.cpu_quota,
-            cpu_period: qos::CPU_PERIOD_US as u64,
-            memory: r.memory_limit,
-            pids: cfg.pod_pids_limit,
-        };
-        let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
-        h.ensure_pod(&path, &limits)
-            .map_err(|source| ResizeError::PodCgroup { path, source })?;
+            memory_limit: r.memory_limit,
+        })
+        .map_err(|(path, source)| ResizeError::PodCgroup { path, source })?;
         if let Some(st) = self.alloc.as_mut() {
             st.pod_cgroup = Some(r);
         }

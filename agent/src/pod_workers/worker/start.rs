@@ -38,6 +38,20 @@ pub enum MountError {
 
 impl Worker {
     pub(super) fn prepare_pod_cgroup(&mut self, pod: &Pod) -> Result<(), SyncError> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let r = qos::pod_resources(&spec);
+        self.ensure_pod_cgroup(r)
+            .map_err(|(path, source)| SyncError::PodCgroup { path, source })?;
+        self.pod_cgroup_made(r);
+        Ok(())
+    }
+
+    /// Makes the pod's cgroup, or sets its values (kubelet's pod container
+    /// manager), where the agent keeps pod cgroups.
+    pub(super) fn ensure_pod_cgroup(
+        &self,
+        r: qos::PodResources,
+    ) -> Result<(), (String, std::io::Error)> {
         let cfg = &self.shared.config;
         let Some(h) = self.shared.cgroups.as_ref() else {
             return Ok(());
@@ -45,8 +59,6 @@ impl Worker {
         if !cfg.cgroups_per_qos {
             return Ok(());
         }
-        let spec = pod.spec.clone().unwrap_or_default();
-        let r = qos::pod_resources(&spec);
         let limits = cgroup::Limits {
             cpu_shares: r.cpu_shares,
             cpu_quota: r.cpu_quota,
@@ -55,10 +67,7 @@ impl Worker {
             pids: cfg.pod_pids_limit,
         };
         let path = qos::pod_cgroup_parent(&cfg.cgroup_root, self.qos, &self.uid);
-        h.ensure_pod(&path, &limits)
-            .map_err(|source| SyncError::PodCgroup { path, source })?;
-        self.pod_cgroup_made(r);
-        Ok(())
+        h.ensure_pod(&path, &limits).map_err(|e| (path, e))
     }
 
     /// The credentials the pod's `imagePullSecrets` hold for `image`
