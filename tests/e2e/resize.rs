@@ -96,7 +96,15 @@ async fn a_resized_pod_gets_its_new_cgroup_limits_in_place() {
             host_ip: "127.0.0.1".into(),
             cpu_milli: 2000,
             memory_bytes: 1 << 30,
-            ..Default::default()
+            // Swap limited with memory, as the agent does where it can:
+            // a resize moves both, in the order the kernel accepts.
+            swap: if std::path::Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+                .exists()
+            {
+                agent::cri_config::SwapControl::V1
+            } else {
+                agent::cri_config::SwapControl::Unavailable
+            },
         }),
         runtime_name: "picolet".into(),
         cgroups: Some(cgroup::Hierarchy::detect().expect("cgroups")),
@@ -150,6 +158,12 @@ async fn a_resized_pod_gets_its_new_cgroup_limits_in_place() {
     );
     assert_eq!(limits(&ctr_cg), ("30000".into(), (96u64 << 20).to_string()));
     assert_eq!(limits(&pod_cg), ("30000".into(), (96u64 << 20).to_string()));
+    if std::path::Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists() {
+        assert_eq!(
+            cgroup_file("memory", &ctr_cg, "memory.memsw.limit_in_bytes"),
+            (96u64 << 20).to_string()
+        );
+    }
     // The same process, still in that cgroup.
     assert!(!cgroup_file("memory", &ctr_cg, "cgroup.procs").is_empty());
 
