@@ -235,10 +235,12 @@ pub(crate) struct AgentArgs {
     /// `/healthz` port (`healthzPort`).
     #[arg(long)]
     healthz_port: Option<u16>,
-    /// API port for `/pods` and `/events` (`port`).
+    /// The kubelet API's port (`port`): HTTPS, each request authenticated
+    /// and authorized (pods, stats, metrics, logs, exec, port-forward).
     #[arg(long)]
     port: Option<u16>,
-    /// API address (`address`; loopback only until authentication exists).
+    /// The address the kubelet API and, when on, the unauthenticated
+    /// read-only port (`readOnlyPort`) listen on (`address`).
     #[arg(long)]
     address: Option<std::net::IpAddr>,
 }
