@@ -258,7 +258,8 @@ struct CheckArgs {
     /// lock: run it while no shim runs on this root.
     #[arg(long)]
     store: bool,
-    /// Static pod manifests (files) to validate.
+    /// Static pod manifests (files) to validate; none: every manifest in
+    /// the static pod folder (`staticPodPath`), as the agent reads it.
     manifests: Vec<PathBuf>,
 }
 
@@ -510,13 +511,37 @@ fn check(args: CheckArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let config_name = args.common.config.as_ref().map_or_else(
-        || format!("{DEFAULT_CONFIG} (defaults)"),
-        |p| p.display().to_string(),
-    );
+    // "(defaults)" only when there is no file: an existing default file
+    // was read and checked like any other.
+    let config_name = match args.common.config.as_ref() {
+        Some(p) => p.display().to_string(),
+        None if std::path::Path::new(DEFAULT_CONFIG).exists() => DEFAULT_CONFIG.to_string(),
+        None => format!("{DEFAULT_CONFIG} (not there: defaults)"),
+    };
     println!("{config_name}: ok");
     let node = args.node_name.unwrap_or(config.node_name);
     let mut failed = false;
+    if args.manifests.is_empty() && !args.store {
+        // No files named: the static pod folder, read as the agent reads
+        // it (what it would report as InvalidManifest fails the check).
+        let scan = agent::config::file::FileSource::new(&config.static_pod_path, &node).scan();
+        for (path, pod) in scan.pods.values() {
+            println!(
+                "{}: ok: pod {}/{} uid {}",
+                path.display(),
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.uid.as_deref().unwrap_or("")
+            );
+        }
+        for e in &scan.errors {
+            eprintln!("picolet: {e}");
+            failed = true;
+        }
+        if scan.pods.is_empty() && scan.errors.is_empty() {
+            println!("{}: no static pods", config.static_pod_path.display());
+        }
+    }
     for m in &args.manifests {
         let text = match std::fs::read_to_string(m) {
             Ok(t) => t,

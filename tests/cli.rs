@@ -133,6 +133,31 @@ fn check_validates_config_and_manifests() {
         err.contains("bad.yaml: spec.restartPolicy: \"Sometimes\""),
         "{err}"
     );
+    // No files named: the static pod folder, as the agent reads it.
+    let folder = dir.path().join("manifests");
+    std::fs::create_dir(&folder).expect("mkdir");
+    std::fs::copy(&bad, folder.join("bad.yaml")).expect("copy");
+    std::fs::copy(
+        format!("{root}/examples/manifests/hello.yaml"),
+        folder.join("hello.yaml"),
+    )
+    .expect("copy");
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, format!("staticPodPath: {}\n", folder.display())).expect("write");
+    let out = picolet(&["check", "--config", config.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(2), "the folder's bad.yaml fails it");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("hello.yaml: ok: pod default/hello-"),
+        "{stdout}"
+    );
+    std::fs::remove_file(folder.join("bad.yaml")).expect("rm");
+    let out = picolet(&["check", "--config", config.to_str().expect("utf8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Issue 21: `sudo scripts/demo.sh` said "cargo is missing": sudo's
