@@ -10,7 +10,7 @@
 //! written before the runtime is told, given back when the pod is gone.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
@@ -95,9 +95,6 @@ pub struct Actuated {
 pub struct PodState {
     /// Admitted resources, by container name.
     pub allocated: BTreeMap<String, ResourceRequirements>,
-    /// The spec generation the allocation was admitted at.
-    #[serde(default)]
-    pub generation: Option<i64>,
     /// Last given to the runtime, by container name.
     #[serde(default)]
     pub actuated: BTreeMap<String, Actuated>,
@@ -294,10 +291,6 @@ impl Store {
             }
         }
     }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
 }
 
 #[cfg(test)]
@@ -363,7 +356,6 @@ mod tests {
         let store = Store::new(dir.path().join("allocation"));
         assert!(store.load("u1").expect("load").is_none());
         let mut st = PodState {
-            generation: Some(2),
             ..Default::default()
         };
         st.actuated.insert(

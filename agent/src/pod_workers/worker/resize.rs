@@ -158,7 +158,6 @@ impl Worker {
             // extra write to the disk).
             let mut st = loaded.unwrap_or_else(|| PodState {
                 allocated: allocation::allocation_of(spec),
-                generation,
                 ..Default::default()
             });
             if st.pod_cgroup.is_none() {
@@ -186,7 +185,6 @@ impl Worker {
                 None => {
                     let st = self.alloc.as_mut().expect("set above");
                     st.allocated = allocation::allocation_of(spec);
-                    st.generation = generation;
                     self.save_allocation();
                     self.resize.pending = None;
                     self.resize.in_progress = Some(Cond {
