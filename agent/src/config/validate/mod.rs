@@ -161,6 +161,20 @@ fn metadata(pod: &Pod) -> Result {
             ),
         );
     }
+    // The UID names the pod's files (volumes, logs, user namespace range,
+    // allocation): one path component of a UUID's or a hash's characters.
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    if uid.len() > 128
+        || uid.starts_with('.')
+        || !uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return fail(
+            "metadata.uid",
+            format!("{uid:?} is not a UID (letters, digits, '-', '_', '.'; at most 128)"),
+        );
+    }
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     if !is_dns_label(ns) {
         return fail(
@@ -623,6 +637,22 @@ fn probe(p: &Probe, at: &str, success_must_be_one: bool) -> Result {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+
+    #[test]
+    fn an_api_pods_uid_is_one_path_component() {
+        let pod = |uid: &str| {
+            crate::config::manifest::api_pod(serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default", "uid": uid},
+                "spec": {"containers": [{"name": "c", "image": "i:1"}]},
+            }))
+        };
+        assert!(pod("5e7a11ce-0000-4000-8000-000000000001").is_ok());
+        for bad in ["../../etc/x", "a/b", ".."] {
+            let e = pod(bad).expect_err(bad).to_string();
+            assert!(e.contains("metadata.uid"), "{bad}: {e}");
+        }
+    }
 
     /// The error of a pod whose spec is `spec_yaml`.
     pub(super) fn err(spec_yaml: &str) -> String {
