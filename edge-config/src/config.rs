@@ -20,6 +20,21 @@ pub use crate::labels::parse_node_labels;
 use crate::quantity::{parse_duration, parse_quantity, parse_quantity_milli};
 pub use api_port::{Authentication, Authorization, AuthorizationMode};
 
+/// kubelet's `configMapAndSecretChangeDetectionStrategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChangeDetection {
+    /// One watch per object in use (one request an hour or less when it
+    /// does not change); reads are local.
+    #[default]
+    Watch,
+    /// Each object read again when a pod needs it and the last read is
+    /// over a minute old.
+    Cache,
+    /// Each object read every time a pod needs it (every `syncFrequency`
+    /// for volumes).
+    Get,
+}
+
 pub use crate::error::{ConfigError, FieldError};
 
 pub use crate::eviction::EVICTION_SIGNALS;
@@ -81,6 +96,9 @@ pub struct Config {
     pub node_status_report_frequency: Duration,
     /// The node lease's duration; it is renewed every quarter of it.
     pub node_lease_duration_seconds: u32,
+    /// `configMapAndSecretChangeDetectionStrategy` (kubelet's default
+    /// `Watch`): how the configMaps and secrets pods use are kept current.
+    pub change_detection: ChangeDetection,
     pub serialize_image_pulls: bool,
     /// `maxParallelImagePulls`: pulls at once when `serializeImagePulls` is
     /// false (none: no limit).
@@ -593,6 +611,20 @@ impl Config {
                 "5m",
             )?,
             node_lease_duration_seconds,
+            change_detection: match raw
+                .config_map_and_secret_change_detection_strategy
+                .as_deref()
+            {
+                None | Some("Watch") => ChangeDetection::Watch,
+                Some("Cache") => ChangeDetection::Cache,
+                Some("Get") => ChangeDetection::Get,
+                Some(s) => {
+                    return Err(err(
+                        "configMapAndSecretChangeDetectionStrategy",
+                        format!("{s:?} (want \"Watch\", \"Cache\" or \"Get\")"),
+                    ));
+                }
+            },
             serialize_image_pulls,
             max_parallel_image_pulls: raw.max_parallel_image_pulls,
             seccomp_default: raw.seccomp_default.unwrap_or(true),
@@ -700,6 +732,10 @@ mod tests {
                 "containerRuntimeEndpoint",
             ),
             (
+                "configMapAndSecretChangeDetectionStrategy: Poll\n",
+                "configMapAndSecretChangeDetectionStrategy",
+            ),
+            (
                 "containerRuntimeEndpoint: unix:///a.sock\nimageServiceEndpoint: unix:///b.sock\n",
                 "imageServiceEndpoint",
             ),
@@ -739,6 +775,13 @@ mod tests {
             (85, 80)
         );
         assert_eq!(c.restart_backoff_initial, Duration::from_secs(10));
+        assert_eq!(c.change_detection, ChangeDetection::Watch);
+        assert_eq!(
+            parse("configMapAndSecretChangeDetectionStrategy: Get\n")
+                .expect("valid")
+                .change_detection,
+            ChangeDetection::Get
+        );
         assert_eq!(c, Config::default());
     }
 

@@ -6,26 +6,20 @@
 //! that the sync loop merges with the static pods.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch as chan;
 
 use crate::config::{PodUpdate, Source};
 use crate::kube::client::Client;
-use crate::kube::watch::{self, Cache, Next};
+use crate::kube::reflector::{self, Seen};
+use crate::kube::watch::Query;
 
 /// The node's pods by UID, as the API server last said; None until the
 /// first LIST answered.
 pub type ApiPods = Option<Arc<BTreeMap<String, Value>>>;
-
-const BACKOFF_MIN: Duration = Duration::from_millis(500);
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// Watches last 5 to 10 minutes (client-go's reflector), spread by node.
-fn watch_timeout(node: &str) -> u32 {
-    300 + node.bytes().map(u32::from).sum::<u32>() % 300
-}
 
 /// The pods the API server assigned, on disk: a device that reboots
 /// without its uplink runs them again (beyond kubelet, as KubeEdge). Only
@@ -112,58 +106,15 @@ pub fn source(
 ) -> chan::Receiver<ApiPods> {
     let (tx, rx) = chan::channel(None);
     tokio::spawn(async move {
-        let mut delay = BACKOFF_MIN;
-        let mut outage = crate::kube::Outage::default();
-        loop {
-            let mut cache = Cache::default();
-            let listed = match client.get(&watch::list_path(&node)).await {
-                Ok(list) => cache.listed(list).map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = listed {
-                outage.failed("list the node's pods", &e);
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(BACKOFF_MAX);
-                continue;
+        let query = Query::pods_of(&node);
+        reflector::run(&client, &query, "the node's pods", |seen| {
+            if let Seen::Listed(pods) | Seen::Changed(pods) = seen {
+                checkpoint.save(pods);
+                let _ = tx.send(Some(Arc::new(pods.clone())));
             }
-            outage.ok("list the node's pods");
-            checkpoint.save(&cache.pods);
-            let _ = tx.send(Some(Arc::new(cache.pods.clone())));
-            'watch: loop {
-                let path = watch::watch_path(&node, &cache.resource_version, watch_timeout(&node));
-                let mut lines = match client.watch(&path).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        outage.failed("watch the node's pods", &e);
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(BACKOFF_MAX);
-                        break 'watch;
-                    }
-                };
-                delay = BACKOFF_MIN;
-                while let Some(line) = lines.next().await {
-                    let ev = match line {
-                        Ok(ev) => ev,
-                        Err(e) => {
-                            tracing::warn!(node = %node, "{e}");
-                            continue 'watch;
-                        }
-                    };
-                    match cache.event(&ev) {
-                        Next::Continue(true) => {
-                            checkpoint.save(&cache.pods);
-                            let _ = tx.send(Some(Arc::new(cache.pods.clone())));
-                        }
-                        Next::Continue(false) => {}
-                        Next::Relist(why) => {
-                            tracing::info!(node = %node, "relisting the node's pods: {why}");
-                            break 'watch;
-                        }
-                    }
-                }
-                // The server ended the watch: go on from where it got.
-            }
-        }
+            ControlFlow::Continue(())
+        })
+        .await;
     });
     rx
 }
@@ -273,10 +224,10 @@ mod tests {
     ));
 
     fn listed() -> BTreeMap<String, Value> {
-        let mut c = Cache::default();
+        let mut c = crate::kube::watch::Cache::default();
         c.listed(serde_json::from_str(LIST).expect("list"))
             .expect("listed");
-        c.pods
+        c.objects
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! A thin Kubernetes API client: JSON requests over one kept-alive
-//! HTTP/1.1 connection (TLS with the kubeconfig's CA, client certificate or
-//! bearer token), reconnected when it breaks. hyper and rustls are already
-//! in the binary; kube-rs would add its own stack of both and more (see
+//! connection (TLS with the kubeconfig's CA, client certificate or bearer
+//! token), reconnected when it breaks. HTTP/2 when the server offers it
+//! (ALPN, as client-go): every request and every watch are streams of the
+//! one connection, its headers compressed, checked by a PING after 30 s
+//! without a frame (client-go's `ReadIdleTimeout`); over HTTP/1.1 each
+//! watch needs a connection of its own. hyper and rustls are already in the
+//! binary; kube-rs would add its own stack of both and more (see
 //! docs/architecture.md). Every request has a deadline and every body a
 //! size cap.
 
@@ -10,9 +14,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::sync::Mutex;
@@ -20,9 +24,50 @@ use tokio::sync::Mutex;
 use crate::kube::config::KubeConfig;
 
 /// Deadline of one request, connection included.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response body read.
 const MAX_BODY: usize = 16 << 20;
+/// An HTTP/2 connection with no frame for this long is PINGed
+/// (client-go's `ReadIdleTimeout`)...
+const PING_AFTER: Duration = Duration::from_secs(30);
+/// ...and closed when the PONG is not back in this (`PingTimeout`).
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One connection's request side.
+#[derive(Clone)]
+enum Sender {
+    /// One request at a time.
+    H1(Arc<Mutex<http1::SendRequest<Full<Bytes>>>>),
+    /// Any number at once (streams); cloned for each.
+    H2(http2::SendRequest<Full<Bytes>>),
+}
+
+impl Sender {
+    fn is_open(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.try_lock().map_or(true, |s| !s.is_closed()),
+            Sender::H2(s) => !s.is_closed(),
+        }
+    }
+
+    async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<Response<hyper::body::Incoming>, hyper::Error> {
+        match self {
+            Sender::H1(s) => {
+                let mut s = s.lock().await;
+                s.ready().await?;
+                s.send_request(req).await
+            }
+            Sender::H2(s) => {
+                let mut s = s.clone();
+                s.ready().await?;
+                s.send_request(req).await
+            }
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -227,7 +272,8 @@ pub struct Client {
     cert: Option<Arc<CurrentCert>>,
     token: Option<String>,
     user_agent: String,
-    conn: Mutex<Option<SendRequest<Full<Bytes>>>>,
+    /// The connection requests share.
+    conn: Mutex<Option<Sender>>,
 }
 
 impl Client {
@@ -264,7 +310,7 @@ impl Client {
             Some(c) => builder.with_client_cert_resolver(c.clone()),
             None => builder.with_no_client_auth(),
         };
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         // No TLS session resumption (client-go has none either): a resumed
         // session keeps the identity it was made with, so after a
         // certificate rotation new connections went on presenting the old
@@ -342,19 +388,15 @@ impl Client {
             source,
         };
         let attempt = async {
-            let mut conn = self.conn.lock().await;
-            let sender = match conn.as_mut() {
-                Some(s) if s.is_ready() => s,
-                _ => conn.insert(self.connect().await.map_err(transport)?),
-            };
+            let sender = self.shared().await.map_err(transport)?;
             let req = self
                 .request(method.clone(), path, Some(content_type), body)
                 .map_err(transport)?;
-            let resp = match sender.send_request(req).await {
+            let resp = match sender.send(req).await {
                 Ok(r) => r,
                 Err(e) => {
                     // The connection is gone: the next request makes a new one.
-                    *conn = None;
+                    self.forget(&sender).await;
                     return Err(transport(Transport::Send(e)));
                 }
             };
@@ -384,8 +426,9 @@ impl Client {
         Ok(bytes)
     }
 
-    /// A watch: a GET on a connection of its own, its body read as it
-    /// comes, one JSON event a line. The deadline covers the answer's head
+    /// A watch: a GET whose body is read as it comes, one JSON event a
+    /// line; a stream of the shared connection over HTTP/2, a connection
+    /// of its own over HTTP/1.1. The deadline covers the answer's head
     /// only; the server ends the body (`timeoutSeconds`).
     pub async fn watch(&self, path: &str) -> Result<Lines, Error> {
         let transport = |source: Transport| Error::Transport {
@@ -394,14 +437,20 @@ impl Client {
             source,
         };
         let head = async {
-            let mut sender = self.connect().await.map_err(transport)?;
+            let sender = match self.shared().await.map_err(transport)? {
+                h2 @ Sender::H2(_) => h2,
+                Sender::H1(_) => self.connect().await.map_err(transport)?,
+            };
             let req = self
                 .request(Method::GET, path, None, Vec::new())
                 .map_err(transport)?;
-            sender
-                .send_request(req)
-                .await
-                .map_err(|e| transport(Transport::Send(e)))
+            match sender.send(req).await {
+                Ok(r) => Ok(r),
+                Err(e) => {
+                    self.forget(&sender).await;
+                    Err(transport(Transport::Send(e)))
+                }
+            }
         };
         let resp = tokio::time::timeout(REQUEST_TIMEOUT, head)
             .await
@@ -452,7 +501,33 @@ impl Client {
         Ok(req.body(Full::new(Bytes::from(body)))?)
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, Transport> {
+    /// The shared connection, made when there is none (or it closed).
+    async fn shared(&self) -> Result<Sender, Transport> {
+        let mut conn = self.conn.lock().await;
+        if let Some(s) = conn.as_ref().filter(|s| s.is_open()) {
+            return Ok(s.clone());
+        }
+        let s = self.connect().await?;
+        *conn = Some(s.clone());
+        Ok(s)
+    }
+
+    /// Drops the shared connection after a request on `broken` failed:
+    /// an HTTP/1.1 one is not reused, an HTTP/2 one when it closed (a
+    /// stream can fail alone), so the next request dials again.
+    async fn forget(&self, broken: &Sender) {
+        let mut conn = self.conn.lock().await;
+        let same = match (conn.as_ref(), broken) {
+            (Some(Sender::H1(a)), Sender::H1(b)) => Arc::ptr_eq(a, b),
+            (Some(Sender::H2(a)), Sender::H2(_)) => a.is_closed(),
+            _ => false,
+        };
+        if same {
+            *conn = None;
+        }
+    }
+
+    async fn connect(&self) -> Result<Sender, Transport> {
         let addr = crate::httpc::join_host_port(&self.host, self.port);
         let tcp = tokio::net::TcpStream::connect(&addr)
             .await
@@ -461,6 +536,7 @@ impl Client {
                 source,
             })?;
         let _ = tcp.set_nodelay(true);
+        keepalive(&tcp);
         let tls = self
             .tls
             .connect(self.server_name.clone(), tcp)
@@ -469,8 +545,25 @@ impl Client {
                 addr: addr.clone(),
                 source,
             })?;
+        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
         let io: Box<dyn crate::httpc::Io> = Box::new(tls);
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        if h2 {
+            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .keep_alive_interval(PING_AFTER)
+                .keep_alive_timeout(PING_TIMEOUT)
+                .keep_alive_while_idle(true)
+                .handshake(TokioIo::new(io))
+                .await
+                .map_err(|source| Transport::Handshake { addr, source })?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "API server connection closed");
+                }
+            });
+            return Ok(Sender::H2(sender));
+        }
+        let (sender, conn) = http1::handshake(TokioIo::new(io))
             .await
             .map_err(|source| Transport::Handshake { addr, source })?;
         tokio::spawn(async move {
@@ -478,8 +571,18 @@ impl Client {
                 tracing::debug!(error = %e, "API server connection closed");
             }
         });
-        Ok(sender)
+        Ok(Sender::H1(Arc::new(Mutex::new(sender))))
     }
+}
+
+/// TCP keepalives after 30 s idle, every 30 s (Go's dialer, as client-go
+/// dials): a connection whose peer vanished (a NAT forgot it, the link
+/// dropped) errors in minutes instead of hanging a watch over HTTP/1.1.
+fn keepalive(tcp: &tokio::net::TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let _ = setsockopt(tcp, sockopt::KeepAlive, &true);
+    let _ = setsockopt(tcp, sockopt::TcpKeepIdle, &30);
+    let _ = setsockopt(tcp, sockopt::TcpKeepInterval, &30);
 }
 
 /// The `message` of a Kubernetes Status answer, else the body's start.

@@ -1,11 +1,12 @@
 //! The Kubernetes API client: kubeconfig files ([`config`]), the thin
 //! HTTP client ([`client`]) and client-go's list+watch reflector
-//! ([`watch`]). What the node does with the API server lives in the rooms
+//! ([`reflector`], its store in [`watch`]). What the node does with the API server lives in the rooms
 //! kubelet keeps it in: `nodestatus`, `config`, `status`, `events`,
 //! `certificate`, `volumes`.
 
 pub mod client;
 pub mod config;
+pub mod reflector;
 pub mod watch;
 
 use client::Client;

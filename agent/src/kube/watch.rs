@@ -1,8 +1,8 @@
-//! The API server's pods for this node as a list+watch keeps them
-//! (client-go's reflector): a LIST replaces the set and gives the
-//! resourceVersion to watch from; ADDED/MODIFIED/DELETED events change it,
-//! BOOKMARKs only move the resourceVersion, an ERROR (410 Gone: the version
-//! is too old) asks for a new LIST. Pure: the caller does the HTTP.
+//! A collection as a list+watch keeps it (client-go's reflector store):
+//! a LIST replaces the set and gives the resourceVersion to watch from;
+//! ADDED/MODIFIED/DELETED events change it, BOOKMARKs only move the
+//! resourceVersion, an ERROR (410 Gone: the version is too old) asks for a
+//! new LIST. Pure: [`crate::kube::reflector`] does the HTTP.
 
 use std::collections::BTreeMap;
 
@@ -17,29 +17,29 @@ pub enum Next {
     Relist(String),
 }
 
-/// The pods of the node by UID, as the API server sent them.
+/// The objects by UID, as the API server sent them.
 #[derive(Debug, Default, Clone)]
 pub struct Cache {
-    pub pods: BTreeMap<String, Value>,
+    pub objects: BTreeMap<String, Value>,
     /// Where the next watch starts.
     pub resource_version: String,
 }
 
-fn uid(pod: &Value) -> Option<&str> {
-    pod["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+fn uid(obj: &Value) -> Option<&str> {
+    obj["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
 }
 
-/// A LIST's answer that is not a pod list.
+/// A LIST's answer that is not a list.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    #[error("a pod list without metadata.resourceVersion")]
+    #[error("a list without metadata.resourceVersion")]
     NoResourceVersion,
-    #[error("a pod list without items")]
+    #[error("a list without items")]
     NoItems,
 }
 
 impl Cache {
-    /// A LIST's answer (a PodList) replaces everything.
+    /// A LIST's answer (a PodList, a ConfigMapList...) replaces everything.
     pub fn listed(&mut self, list: Value) -> Result<(), ListError> {
         let rv = list["metadata"]["resourceVersion"]
             .as_str()
@@ -48,7 +48,7 @@ impl Cache {
         let Value::Array(items) = list["items"].clone() else {
             return Err(ListError::NoItems);
         };
-        self.pods = items
+        self.objects = items
             .into_iter()
             .filter_map(|p| Some((uid(&p)?.to_string(), p)))
             .collect();
@@ -68,15 +68,15 @@ impl Cache {
                 if let Some(rv) = rv {
                     self.resource_version = rv.into();
                 }
-                let changed = self.pods.get(u) != Some(obj);
-                self.pods.insert(u.into(), obj.clone());
+                let changed = self.objects.get(u) != Some(obj);
+                self.objects.insert(u.into(), obj.clone());
                 Next::Continue(changed)
             }
             Some("DELETED") => {
                 if let Some(rv) = rv {
                     self.resource_version = rv.into();
                 }
-                let removed = uid(obj).and_then(|u| self.pods.remove(u)).is_some();
+                let removed = uid(obj).and_then(|u| self.objects.remove(u)).is_some();
                 Next::Continue(removed)
             }
             Some("BOOKMARK") => {
@@ -95,19 +95,69 @@ impl Cache {
     }
 }
 
-/// The watch request for `node`'s pods from `rv` (bookmarks on; the server
-/// ends it after `timeout_s` and the caller watches again from where it
-/// got).
-pub fn watch_path(node: &str, rv: &str, timeout_s: u32) -> String {
-    format!(
-        "/api/v1/pods?fieldSelector=spec.nodeName%3D{node}&watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={timeout_s}"
-    )
+/// What a reflector lists and watches: a collection's path and a field
+/// selector (`spec.nodeName=n`, `metadata.name=x`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    pub collection: String,
+    pub field_selector: String,
+    /// BOOKMARK events (about one a minute) keep the watch's version
+    /// current, so a watch resumed later is not 410 Gone and relisted:
+    /// worth it for a list that is costly to send again (the node's pods),
+    /// not for one object.
+    pub bookmarks: bool,
 }
 
-/// The LIST request for `node`'s pods.
-pub fn list_path(node: &str) -> String {
-    format!("/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
+impl Query {
+    /// The pods bound to `node`.
+    pub fn pods_of(node: &str) -> Self {
+        Self {
+            collection: "/api/v1/pods".into(),
+            field_selector: format!("spec.nodeName={node}"),
+            bookmarks: true,
+        }
+    }
+
+    /// The object `name` of `collection` (all the Node authorizer lets a
+    /// node list and watch of configMaps and secrets, and its own Node).
+    pub fn named(collection: String, name: &str) -> Self {
+        Self {
+            collection,
+            field_selector: format!("metadata.name={name}"),
+            bookmarks: false,
+        }
+    }
+
+    fn selector(&self) -> String {
+        percent_encoding::utf8_percent_encode(&self.field_selector, SELECTOR).to_string()
+    }
+
+    /// The LIST request.
+    pub fn list_path(&self) -> String {
+        format!("{}?fieldSelector={}", self.collection, self.selector())
+    }
+
+    /// The watch request from `rv`; the server ends it after `timeout_s`
+    /// and the reflector watches again from where it got.
+    pub fn watch_path(&self, rv: &str, timeout_s: u32) -> String {
+        let bookmarks = if self.bookmarks {
+            "&allowWatchBookmarks=true"
+        } else {
+            ""
+        };
+        format!(
+            "{}?fieldSelector={}&watch=1{bookmarks}&resourceVersion={rv}&timeoutSeconds={timeout_s}",
+            self.collection,
+            self.selector()
+        )
+    }
 }
+
+/// What a field selector's value escapes in a query.
+const SELECTOR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_');
 
 #[cfg(test)]
 mod tests {
@@ -136,7 +186,7 @@ mod tests {
         let mut c = Cache::default();
         c.listed(serde_json::from_str(LIST).expect("list"))
             .expect("listed");
-        let listed = c.pods.len();
+        let listed = c.objects.len();
         let list_rv = c.resource_version.clone();
         assert!(!list_rv.is_empty());
         let mut seen = Vec::new();
@@ -145,20 +195,20 @@ mod tests {
             let ev: Value = serde_json::from_str(line).expect("event");
             seen.push(ev["type"].as_str().unwrap_or("").to_string());
             assert!(matches!(c.event(&ev), Next::Continue(_)), "{line}");
-            max_pods = max_pods.max(c.pods.len());
+            max_pods = max_pods.max(c.objects.len());
         }
         assert!(seen.contains(&"ADDED".to_string()), "{seen:?}");
         assert!(seen.contains(&"MODIFIED".to_string()), "{seen:?}");
         assert!(seen.contains(&"DELETED".to_string()), "{seen:?}");
         assert_eq!(max_pods, listed + 1, "the new pod was there");
-        assert_eq!(c.pods.len(), listed, "and is gone");
+        assert_eq!(c.objects.len(), listed, "and is gone");
         assert_ne!(c.resource_version, list_rv);
         // A bookmark moves the version only.
-        let before = c.pods.clone();
+        let before = c.objects.clone();
         let bm = serde_json::json!({"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "999999"}}});
         assert_eq!(c.event(&bm), Next::Continue(false));
         assert_eq!(
-            (c.pods == before, c.resource_version.as_str()),
+            (c.objects == before, c.resource_version.as_str()),
             (true, "999999")
         );
     }
@@ -175,11 +225,24 @@ mod tests {
     }
 
     #[test]
-    fn paths_select_the_node() {
+    fn paths_select_the_node_or_one_object() {
         assert_eq!(
-            watch_path("pk-edge", "42", 300),
+            Query::pods_of("pk-edge").watch_path("42", 300),
             "/api/v1/pods?fieldSelector=spec.nodeName%3Dpk-edge&watch=1&allowWatchBookmarks=true&resourceVersion=42&timeoutSeconds=300"
         );
-        assert!(list_path("n").ends_with("spec.nodeName%3Dn"));
+        assert!(
+            Query::pods_of("n")
+                .list_path()
+                .ends_with("spec.nodeName%3Dn")
+        );
+        let cm = Query::named("/api/v1/namespaces/web/configmaps".into(), "app.conf");
+        assert_eq!(
+            cm.list_path(),
+            "/api/v1/namespaces/web/configmaps?fieldSelector=metadata.name%3Dapp.conf"
+        );
+        assert_eq!(
+            cm.watch_path("7", 60),
+            "/api/v1/namespaces/web/configmaps?fieldSelector=metadata.name%3Dapp.conf&watch=1&resourceVersion=7&timeoutSeconds=60"
+        );
     }
 }

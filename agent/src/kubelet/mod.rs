@@ -323,8 +323,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             }
         },
         objects: api_client.as_ref().map(|c| {
-            Arc::new(volumes::api_objects::Objects::new(c.clone()))
-                as Arc<dyn crate::volumes::objects::ApiObjects>
+            Arc::new(volumes::api_objects::Objects::new(
+                c.clone(),
+                config.change_detection,
+                config.sync_frequency,
+            )) as Arc<dyn crate::volumes::objects::ApiObjects>
         }),
         allocatable: crate::lifecycle::predicate::Resources {
             cpu_milli: u128::from(allocatable.cpu_milli),

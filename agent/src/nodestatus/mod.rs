@@ -3,10 +3,12 @@
 //! the node status every `nodeStatusUpdateFrequency` (posted when it
 //! changed or the server's conditions differ, else every
 //! `nodeStatusReportFrequency`) and renews its Lease
-//! every quarter of `nodeLeaseDurationSeconds`. Only what a node may do
-//! under `Node,RBAC` and NodeRestriction: create its Node, PATCH (never
-//! GET) nodes/status, its own Lease, the status and final delete of the
-//! pods bound to it.
+//! every quarter of `nodeLeaseDurationSeconds`. Its own Node (labels,
+//! taints, the conditions the server holds) comes from a watch, as
+//! kubelet's node informer, not from a GET at every check. Only what a
+//! node may do under `Node,RBAC` and NodeRestriction: create, read and
+//! watch its Node, PATCH (never GET) nodes/status, its own Lease, the
+//! status and final delete of the pods bound to it.
 //!
 //! [`setters`] and [`lease`] build the objects (pure); [`machine`] reads
 //! what the node has.
@@ -16,6 +18,7 @@ pub mod machine;
 pub mod setters;
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +26,8 @@ use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::kube::client::Client;
+use crate::kube::reflector::{self, Seen};
+use crate::kube::watch::Query;
 use crate::runtime::Cri;
 
 /// The Node's labels and taints as the API server last showed them (an
@@ -109,7 +114,9 @@ pub fn spawn(ns: NodeSync) {
             let _ = ns.node_uid.set(u.clone());
         }
         tokio::spawn(renew_lease(ns.clone(), uid));
-        report_status(ns).await;
+        let (node_tx, node_rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(watch_node(ns.clone(), node_tx));
+        report_status(ns, node_rx).await;
     });
 }
 
@@ -263,9 +270,29 @@ pub async fn node_status(
     setters::status(&facts, conditions, images)
 }
 
-/// Checks the status every `update_every`; PATCHes it when it changed or
-/// when `report_every` passed since the last post.
-async fn report_status(ns: Arc<NodeSync>) {
+/// The Node as the API server last said (a watch of it alone).
+type WatchedNode = tokio::sync::watch::Receiver<Option<Arc<Value>>>;
+
+/// Keeps the Node's labels and taints and the server's copy current.
+async fn watch_node(ns: Arc<NodeSync>, tx: tokio::sync::watch::Sender<Option<Arc<Value>>>) {
+    let query = Query::named("/api/v1/nodes".into(), &ns.facts.name);
+    reflector::run(&ns.client, &query, "the node", |seen| {
+        if let Seen::Listed(nodes) | Seen::Changed(nodes) = seen
+            && let Some(n) = nodes.values().next()
+        {
+            set_meta(&ns.meta, n);
+            tx.send_replace(Some(Arc::new(n.clone())));
+        }
+        ControlFlow::Continue(())
+    })
+    .await;
+}
+
+/// Checks the status every `update_every`; PATCHes it when it changed,
+/// when the server's conditions differ (the controller may have set Ready
+/// to Unknown while the lease lapsed), or when `report_every` passed since
+/// the last post.
+async fn report_status(ns: Arc<NodeSync>, node: WatchedNode) {
     let name = ns.facts.name.clone();
     let path = format!("/api/v1/nodes/{name}/status");
     let mut posted: Option<(Value, tokio::time::Instant)> = None;
@@ -287,15 +314,9 @@ async fn report_status(ns: Arc<NodeSync>) {
             Some((old, at)) => {
                 setters::changed(old, &status)
                     || at.elapsed() >= ns.report_every
-                    // The controller may have set Ready to Unknown while
-                    // the lease lapsed; a node may read its own Node.
-                    || match ns.client.get(&format!("/api/v1/nodes/{name}")).await {
-                        Ok(n) => {
-                            set_meta(&ns.meta, &n);
-                            setters::server_differs(&n["status"]["conditions"], &status["conditions"])
-                        }
-                        Err(_) => true,
-                    }
+                    || node.borrow().as_ref().is_some_and(|n| {
+                        setters::server_differs(&n["status"]["conditions"], &status["conditions"])
+                    })
             }
         };
         if !due {

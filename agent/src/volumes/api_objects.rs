@@ -1,17 +1,31 @@
 //! [`crate::volumes::objects::ApiObjects`] on the API server: configMaps and
-//! secrets read when a pod needs them (what the Node authorizer allows: the
-//! objects of pods bound to this node), service account tokens from
-//! TokenRequest bound to the pod, kept until 80 % of their life (kubelet's
-//! token manager).
+//! secrets as kubelet's `configMapAndSecretChangeDetectionStrategy` says
+//! (what the Node authorizer allows: the objects of pods bound to this
+//! node), service account tokens from TokenRequest bound to the pod, kept
+//! until 80 % of their life or 24 h (kubelet's token manager).
+//!
+//! - `Watch` (kubelet's `watch_based_manager.go`): the first read of an
+//!   object starts a reflector on it alone (`metadata.name` field
+//!   selector) and waits for its LIST; later reads are local. An object
+//!   marked `immutable` is not watched once read. A watch nobody read for
+//!   five `syncFrequency` periods (the pod is gone) ends.
+//! - `Cache`: read again when the last read is over a minute old.
+//! - `Get`: read every time.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use edge_config::config::ChangeDetection;
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
+use tokio::sync::watch as chan;
+use tokio::time::Instant;
 
-use crate::kube::client::Client;
+use crate::kube::client::{Client, Error};
+use crate::kube::reflector::{self, Seen};
+use crate::kube::watch::Query;
 use crate::volumes::objects::{ApiObjects, BoxFut, Data, FetchError, TokenRequest};
 
 /// A TokenRequest answered without a token.
@@ -19,11 +33,72 @@ use crate::volumes::objects::{ApiObjects, BoxFut, Data, FetchError, TokenRequest
 #[error("{0}: no token in the answer")]
 struct NoToken(String);
 
+/// How long `Cache` keeps an object (kubelet's default TTL).
+const CACHE_TTL: Duration = Duration::from_secs(60);
+/// The longest a token is used before it is renewed (kubelet's token
+/// manager: the API server may extend a token's life to a year).
+const TOKEN_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// The configMaps or secrets of a namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    ConfigMap,
+    Secret,
+}
+
+impl Kind {
+    fn collection(self, ns: &str) -> String {
+        match self {
+            Kind::ConfigMap => format!("/api/v1/namespaces/{ns}/configmaps"),
+            Kind::Secret => format!("/api/v1/namespaces/{ns}/secrets"),
+        }
+    }
+
+    fn data(self, obj: &Value) -> BTreeMap<String, Vec<u8>> {
+        match self {
+            Kind::ConfigMap => config_map_data(obj),
+            Kind::Secret => secret_data(obj),
+        }
+    }
+}
+
+type Key = (Kind, String, String);
+
+/// A LIST or watch of an object failed before it was ever read.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct WatchFailed(Arc<Error>);
+
+/// What a watched object's reflector has seen: None until its first LIST
+/// answered; then the object (None: there is none), or why the LIST
+/// failed while there was nothing better to say.
+type State = Option<Result<Option<Arc<Value>>, Arc<Error>>>;
+
+/// One object's reflector.
+struct Watched {
+    state: chan::Receiver<State>,
+    /// When a pod last read it.
+    used: Instant,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 pub struct Objects {
     client: Arc<Client>,
+    strategy: ChangeDetection,
+    /// `Watch`: a watch unread this long ends.
+    idle: Duration,
+    watched: Mutex<HashMap<Key, Watched>>,
+    /// `Cache`: objects and when they were read.
+    cached: Mutex<HashMap<Key, (Data, Instant)>>,
     /// (ns, service account, pod uid, audience, seconds) → token, when it
     /// is due for renewal.
-    tokens: Mutex<HashMap<String, (String, tokio::time::Instant)>>,
+    tokens: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 impl std::fmt::Debug for Objects {
@@ -33,9 +108,14 @@ impl std::fmt::Debug for Objects {
 }
 
 impl Objects {
-    pub fn new(client: Arc<Client>) -> Self {
+    /// `sync_frequency`: how often pods read their objects again.
+    pub fn new(client: Arc<Client>, strategy: ChangeDetection, sync_frequency: Duration) -> Self {
         Self {
             client,
+            strategy,
+            idle: sync_frequency * 5,
+            watched: Mutex::new(HashMap::new()),
+            cached: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
         }
     }
@@ -47,7 +127,130 @@ impl Objects {
             Err(e) => Err(FetchError(Box::new(e))),
         }
     }
+
+    /// The object as the strategy reads it.
+    async fn object(&self, kind: Kind, ns: &str, name: &str) -> Result<Data, FetchError> {
+        let key = (kind, ns.to_string(), name.to_string());
+        match self.strategy {
+            ChangeDetection::Get => Ok(self
+                .get(format!("{}/{name}", kind.collection(ns)))
+                .await?
+                .map(|o| kind.data(&o))),
+            ChangeDetection::Cache => {
+                let now = Instant::now();
+                if let Some((data, at)) = crate::mutex::lock(&self.cached).get(&key)
+                    && now.duration_since(*at) < CACHE_TTL
+                {
+                    return Ok(data.clone());
+                }
+                let data = self
+                    .get(format!("{}/{name}", kind.collection(ns)))
+                    .await?
+                    .map(|o| kind.data(&o));
+                let mut cached = crate::mutex::lock(&self.cached);
+                cached.retain(|_, (_, at)| now.duration_since(*at) < CACHE_TTL);
+                cached.insert(key, (data.clone(), now));
+                Ok(data)
+            }
+            ChangeDetection::Watch => self.watched(key).await,
+        }
+    }
+
+    /// `Watch`: the object from its reflector, started if there is none,
+    /// once its first LIST answered.
+    async fn watched(&self, key: Key) -> Result<Data, FetchError> {
+        let mut state = {
+            let now = Instant::now();
+            let mut all = crate::mutex::lock(&self.watched);
+            all.retain(|_, w| now.duration_since(w.used) < self.idle);
+            let w = match all.get_mut(&key) {
+                // A reflector that ended (its object is immutable) keeps
+                // its last state.
+                Some(w) if !w.task.is_finished() || final_state(&w.state.borrow()) => w,
+                _ => all
+                    .entry(key.clone())
+                    .insert_entry(self.reflect(&key))
+                    .into_mut(),
+            };
+            w.used = now;
+            w.state.clone()
+        };
+        let synced = tokio::time::timeout(
+            crate::kube::client::REQUEST_TIMEOUT,
+            state.wait_for(Option::is_some),
+        )
+        .await;
+        let (kind, ns, name) = &key;
+        let state = match synced {
+            Ok(Ok(s)) => s.clone(),
+            _ => {
+                return Err(FetchError(Box::new(NotSynced(format!(
+                    "{}/{name}",
+                    kind.collection(ns)
+                )))));
+            }
+        };
+        match state {
+            Some(Ok(obj)) => Ok(obj.map(|o| kind.data(&o))),
+            Some(Err(e)) => Err(FetchError(Box::new(WatchFailed(e)))),
+            None => Ok(None),
+        }
+    }
+
+    /// Starts the reflector of one object.
+    fn reflect(&self, key: &Key) -> Watched {
+        let (kind, ns, name) = key;
+        let (tx, rx) = chan::channel::<State>(None);
+        let client = self.client.clone();
+        let query = Query::named(kind.collection(ns), name);
+        let what = format!("{}/{name}", kind.collection(ns));
+        let task = tokio::spawn(async move {
+            reflector::run(&client, &query, &what, |seen| {
+                match seen {
+                    Seen::Listed(objs) | Seen::Changed(objs) => {
+                        let obj = objs.values().next().cloned().map(Arc::new);
+                        let immutable = obj
+                            .as_ref()
+                            .is_some_and(|o| o["immutable"].as_bool() == Some(true));
+                        tx.send_replace(Some(Ok(obj)));
+                        if immutable {
+                            return ControlFlow::Break(());
+                        }
+                    }
+                    Seen::Failed(e) => {
+                        // A LIST failed: said only while nothing was read;
+                        // what was read stays until the server answers.
+                        tx.send_if_modified(|s| match s {
+                            Some(Ok(_)) => false,
+                            _ => {
+                                *s = Some(Err(e));
+                                true
+                            }
+                        });
+                    }
+                }
+                ControlFlow::Continue(())
+            })
+            .await;
+        })
+        .abort_handle();
+        Watched {
+            state: rx,
+            used: Instant::now(),
+            task,
+        }
+    }
 }
+
+/// A reflector ended after it read an immutable object: its state stays.
+fn final_state(s: &State) -> bool {
+    matches!(s, Some(Ok(Some(_))))
+}
+
+/// An object's first LIST did not answer in time.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: not read from the API server yet")]
+struct NotSynced(String);
 
 /// A base64 string's bytes.
 fn base64(v: &Value) -> Option<Vec<u8>> {
@@ -102,21 +305,11 @@ impl ApiObjects for Objects {
         ns: &'a str,
         name: &'a str,
     ) -> BoxFut<'a, Result<Data, FetchError>> {
-        Box::pin(async move {
-            let v = self
-                .get(format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
-                .await?;
-            Ok(v.as_ref().map(config_map_data))
-        })
+        Box::pin(self.object(Kind::ConfigMap, ns, name))
     }
 
     fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> BoxFut<'a, Result<Data, FetchError>> {
-        Box::pin(async move {
-            let v = self
-                .get(format!("/api/v1/namespaces/{ns}/secrets/{name}"))
-                .await?;
-            Ok(v.as_ref().map(secret_data))
-        })
+        Box::pin(self.object(Kind::Secret, ns, name))
     }
 
     fn token<'a>(&'a self, r: TokenRequest<'a>) -> BoxFut<'a, Result<String, FetchError>> {
@@ -149,7 +342,8 @@ impl ApiObjects for Objects {
                 .ok_or_else(|| FetchError(Box::new(NoToken(path))))?
                 .to_string();
             let life = Duration::from_secs(u64::try_from(r.seconds).unwrap_or(3600));
-            crate::mutex::lock(&self.tokens).insert(key, (token.clone(), now + life * 4 / 5));
+            let renew = (life * 4 / 5).min(TOKEN_MAX_AGE);
+            crate::mutex::lock(&self.tokens).insert(key, (token.clone(), now + renew));
             Ok(token)
         })
     }

@@ -48,6 +48,7 @@ pub(super) struct Raw {
     pub(super) node_status_update_frequency: Option<String>,
     pub(super) node_status_report_frequency: Option<String>,
     pub(super) node_lease_duration_seconds: Option<u32>,
+    pub(super) config_map_and_secret_change_detection_strategy: Option<String>,
     pub(super) serialize_image_pulls: Option<bool>,
     pub(super) max_parallel_image_pulls: Option<u32>,
     pub(super) seccomp_default: Option<bool>,
