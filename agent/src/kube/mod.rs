@@ -101,5 +101,15 @@ mod tests {
                 .contains("cannot get resource \"nodes/status\""),
         );
         assert_eq!(super::client::status_message(b"not json"), "not json");
+        // The real API server's 404 to a lease PATCH that asked for
+        // protobuf (kube-apiserver 1.36.3, recorded by hand).
+        let protobuf = include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/lease-patch-notfound.pb"
+        ));
+        assert_eq!(
+            super::client::status_message(protobuf),
+            "leases.coordination.k8s.io \"nope\" not found"
+        );
     }
 }

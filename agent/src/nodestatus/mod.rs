@@ -176,49 +176,55 @@ async fn register(ns: &NodeSync) -> Option<String> {
     }
 }
 
-/// Every quarter of the lease's duration (kubelet: 10 s for 40 s).
+/// Every quarter of the lease's duration (kubelet: 10 s for 40 s): the
+/// first time it is created or taken over (GET and PUT), then patched.
 async fn renew_lease(ns: Arc<NodeSync>, uid: Option<String>) {
     let name = ns.facts.name.clone();
+    let path = lease::path(Some(&name));
     let every = Duration::from_secs(u64::from(ns.lease_seconds)) / 4;
-    let mut last: Option<Value> = None;
+    let mut held = false;
     let mut outage = crate::kube::Outage::default();
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
         let at = lease::micro_time(now());
-        let result = match &last {
-            Some(l) => {
-                let body = lease::renewed(l, &name, uid.as_deref(), ns.lease_seconds, &at);
-                ns.client
-                    .json(Method::PUT, &lease::path(Some(&name)), Some(&body), None)
-                    .await
-            }
-            None => match ns.client.get(&lease::path(Some(&name))).await {
+        let result = if held {
+            let patch = lease::renewal(&name, ns.lease_seconds, &at);
+            ns.client
+                .patch(&path, "application/merge-patch+json", &patch)
+                .await
+        } else {
+            match ns.client.get(&path).await {
                 Ok(l) => {
                     let body = lease::renewed(&l, &name, uid.as_deref(), ns.lease_seconds, &at);
                     ns.client
-                        .json(Method::PUT, &lease::path(Some(&name)), Some(&body), None)
+                        .json(Method::PUT, &path, Some(&body), None)
                         .await
+                        .map(drop)
                 }
                 Err(e) if e.status() == Some(StatusCode::NOT_FOUND) => {
                     let body = lease::new(&name, uid.as_deref(), ns.lease_seconds, &at);
                     ns.client
                         .json(Method::POST, &lease::path(None), Some(&body), None)
                         .await
+                        .map(drop)
                 }
                 Err(e) => Err(e),
-            },
+            }
         };
         match result {
-            Ok(l) => {
+            Ok(()) => {
                 outage.ok("renew the node lease");
-                last = Some(l);
+                held = true;
             }
             Err(e) => {
-                // A conflict (changed meanwhile) or no answer: read it again
-                // at the next tick.
+                // Gone (deleted), a conflict while taking it over: made or
+                // taken over again at the next tick; no answer: patched
+                // again.
                 outage.failed("renew the node lease", &e);
-                last = None;
+                if e.status().is_some() {
+                    held = false;
+                }
             }
         }
     }
@@ -322,19 +328,14 @@ async fn report_status(ns: Arc<NodeSync>, node: WatchedNode) {
         if !due {
             continue;
         }
+        // The answer (the whole Node) is not read: the watch brings it.
         let patch = json!({ "status": status });
         match ns
             .client
-            .json(
-                Method::PATCH,
-                &path,
-                Some(&patch),
-                Some("application/strategic-merge-patch+json"),
-            )
+            .patch(&path, "application/strategic-merge-patch+json", &patch)
             .await
         {
-            Ok(n) => {
-                set_meta(&ns.meta, &n);
+            Ok(()) => {
                 outage.ok("update the node status");
                 posted = Some((status, tokio::time::Instant::now()));
             }
