@@ -42,6 +42,8 @@ struct Server {
     asked: Mutex<Vec<String>>,
     versions: Mutex<Vec<Version>>,
     connections: AtomicUsize,
+    /// Watches whose body is still being sent.
+    watching: AtomicUsize,
     events: Mutex<Option<broadcast::Sender<(String, String)>>>,
 }
 
@@ -73,7 +75,13 @@ fn agent_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A watch's body: the events sent to it, as they come.
-struct Events(mpsc::UnboundedReceiver<String>);
+struct Events(mpsc::UnboundedReceiver<String>, Arc<Server>);
+
+impl Drop for Events {
+    fn drop(&mut self) {
+        self.1.watching.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 impl hyper::body::Body for Events {
     type Data = Bytes;
@@ -91,7 +99,7 @@ impl hyper::body::Body for Events {
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
-fn answer(server: &Server, req: &Request<hyper::body::Incoming>) -> Response<Body> {
+fn answer(server: &Arc<Server>, req: &Request<hyper::body::Incoming>) -> Response<Body> {
     agent_lock(&server.versions).push(req.version());
     let path = req.uri().path();
     let query = req.uri().query().unwrap_or("");
@@ -134,7 +142,8 @@ fn answer(server: &Server, req: &Request<hyper::body::Incoming>) -> Response<Bod
                 }
             }
         });
-        return Response::new(Events(rx).boxed());
+        server.watching.fetch_add(1, Ordering::SeqCst);
+        return Response::new(Events(rx, server.clone()).boxed());
     }
     agent_lock(&server.asked).push(format!("LIST {name}"));
     let mut list: Value = serde_json::from_str(LIST).expect("recorded list");
@@ -198,6 +207,13 @@ async fn fake_api_server(server: Arc<Server>) -> u16 {
 }
 
 async fn setup(strategy: ChangeDetection) -> (Arc<Server>, Objects) {
+    setup_synced_every(strategy, Duration::from_secs(60)).await
+}
+
+async fn setup_synced_every(
+    strategy: ChangeDetection,
+    sync_frequency: Duration,
+) -> (Arc<Server>, Objects) {
     let server = Arc::new(Server::default());
     let recorded: Value = serde_json::from_str(LIST).expect("recorded list");
     let app = recorded["items"][0].clone();
@@ -218,7 +234,7 @@ async fn setup(strategy: ChangeDetection) -> (Arc<Server>, Objects) {
         "test",
     )
     .expect("client");
-    let objects = Objects::new(Arc::new(client), strategy, Duration::from_secs(60));
+    let objects = Objects::new(Arc::new(client), strategy, sync_frequency);
     (server, objects)
 }
 
@@ -290,6 +306,25 @@ async fn watched_objects_are_read_once_and_changed_by_their_watch() {
         "{:?}",
         agent_lock(&server.versions)
     );
+}
+
+/// A watch nobody reads for five sync periods (its pods are gone) ends by
+/// itself; the next read lists again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_watch_ends() {
+    let (server, objects) =
+        setup_synced_every(ChangeDetection::Watch, Duration::from_millis(40)).await;
+    assert_eq!(read(&objects, "app").await, "v1");
+    eventually("the watch is open", async || {
+        server.watching.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    eventually("the watch ended, nothing read meanwhile", async || {
+        server.watching.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    assert_eq!(read(&objects, "app").await, "v1");
+    assert_eq!(server.asked("LIST app"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

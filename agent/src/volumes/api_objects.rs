@@ -77,8 +77,8 @@ type State = Option<Result<Option<Arc<Value>>, Arc<Error>>>;
 /// One object's reflector.
 struct Watched {
     state: chan::Receiver<State>,
-    /// When a pod last read it.
-    used: Instant,
+    /// When a pod last read it (the reflector ends once it is `idle`).
+    used: Arc<Mutex<Instant>>,
     task: tokio::task::AbortHandle,
 }
 
@@ -162,7 +162,7 @@ impl Objects {
         let mut state = {
             let now = Instant::now();
             let mut all = crate::mutex::lock(&self.watched);
-            all.retain(|_, w| now.duration_since(w.used) < self.idle);
+            all.retain(|_, w| now.duration_since(*crate::mutex::lock(&w.used)) < self.idle);
             let w = match all.get_mut(&key) {
                 // A reflector that ended (its object is immutable) keeps
                 // its last state.
@@ -172,7 +172,7 @@ impl Objects {
                     .insert_entry(self.reflect(&key))
                     .into_mut(),
             };
-            w.used = now;
+            *crate::mutex::lock(&w.used) = now;
             w.state.clone()
         };
         let synced = tokio::time::timeout(
@@ -204,7 +204,9 @@ impl Objects {
         let client = self.client.clone();
         let query = Query::named(kind.collection(ns), name);
         let what = format!("{}/{name}", kind.collection(ns));
-        let task = tokio::spawn(async move {
+        let used = Arc::new(Mutex::new(Instant::now()));
+        let (last_read, idle) = (used.clone(), self.idle);
+        let reflect = async move {
             reflector::run(&client, &query, &what, |seen| {
                 match seen {
                     Seen::Listed(objs) | Seen::Changed(objs) => {
@@ -232,13 +234,31 @@ impl Objects {
                 ControlFlow::Continue(())
             })
             .await;
+        };
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                () = reflect => {}
+                () = until_idle(&last_read, idle) => {}
+            }
         })
         .abort_handle();
         Watched {
             state: rx,
-            used: Instant::now(),
+            used,
             task,
         }
+    }
+}
+
+/// Returns once nobody has read the object for `idle` (its pods are gone;
+/// kubelet ends such a watch when the last pod is unregistered).
+async fn until_idle(used: &Mutex<Instant>, idle: Duration) {
+    loop {
+        let due = *crate::mutex::lock(used) + idle;
+        if Instant::now() >= due {
+            return;
+        }
+        tokio::time::sleep_until(due).await;
     }
 }
 
