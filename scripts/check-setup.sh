@@ -9,7 +9,7 @@
 # and fails unless each package is one scripts/setup.sh installs, one they
 # depend on (Depends/Pre-Depends, recursively: apt runs --no-install-recommends)
 # or one every Debian system has (Essential or Priority required). Also checks
-# that the rustup targets built are the ones setup.sh adds. Issue 25: the cross
+# that the rustup targets built are the ones setup.sh adds. The cross
 # gcc's libc headers came from a manual install on the CI machine, so CI stayed
 # green while a new machine could not build.
 set -euo pipefail

@@ -160,7 +160,7 @@ fn check_validates_config_and_manifests() {
     );
 }
 
-/// Issue 21: `sudo scripts/demo.sh` said "cargo is missing": sudo's
+/// `sudo scripts/demo.sh` once said "cargo is missing": sudo's
 /// secure_path hides ~/.cargo/bin. The scripts find rustup's cargo there.
 #[test]
 fn the_scripts_find_rustups_cargo_when_path_hides_it() {

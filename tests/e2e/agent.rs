@@ -213,7 +213,7 @@ fn bad_manifests_are_reported_and_a_good_pod_keeps_running() {
             "dup.yaml: spec.containers[1].name: duplicate container name \"c\"",
         ),
         (
-            // Issue 21: a name from outside must not forge a log line.
+            // A name from outside must not forge a log line.
             "x.yaml\n2026-01-01T00:00:00.000000Z  INFO agent: forged.yaml",
             "apiVersion: v1\nkind: Pod\nmetadata: {name: f}\nspec:\n  containers: [{name: c, image: busybox, imagee: x}]\n",
             "spec.containers[0].imagee: unknown field",

@@ -217,7 +217,7 @@ fn api_pod(name: &str, requests: serde_json::Value) -> (String, serde_json::Valu
     (uid, pod)
 }
 
-/// Issue 18: memory pressure on a device that lost its API server (its
+/// Memory pressure on a device that lost its API server (its
 /// cluster pods run from the checkpoint) evicts the BestEffort pod first,
 /// then the Burstable one, never the static pod; the node reports
 /// MemoryPressure on `/node`. The threshold sits between what is available

@@ -619,7 +619,7 @@ async fn an_image_pulled_with_credentials_is_given_only_to_those_the_registry_ac
     );
 }
 
-/// Issue 20: `kill -9` of the shim in the middle of a pull leaves a store the
+/// `kill -9` of the shim in the middle of a pull leaves a store the
 /// verifier passes, no image, and a partial download the next pull resumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn kill9_during_a_pull_leaves_a_whole_store_and_the_next_pull_resumes() {
