@@ -25,9 +25,10 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 use hyper::{Request, Response, StatusCode, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
+
+mod fake_api;
 
 /// The real API server's LIST of one configMap by `metadata.name`, and
 /// its watch from that list's version while the configMap was patched.
@@ -157,30 +158,8 @@ fn answer(server: &Arc<Server>, req: &Request<hyper::body::Incoming>) -> Respons
 }
 
 async fn fake_api_server(server: Arc<Server>) -> u16 {
-    let rng = ring::rand::SystemRandom::new();
-    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("key");
-    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-        .expect("key");
-    let now = 1_700_000_000;
-    let der = agent::certificate::x509::self_signed(
-        "fake-apiserver",
-        &[],
-        &["127.0.0.1".parse().expect("ip")],
-        &key,
-        now,
-        now + 100 * 365 * 86_400,
-    )
-    .expect("cert");
-    let cert = agent::certificate::x509::pem("CERTIFICATE", &der).into_bytes();
-    let key_pem = agent::certificate::x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
-    let current = agent::server::tls::current(&cert, &key_pem).expect("current");
-    let mut tls = (*agent::server::tls::server_config(current, None).expect("tls")).clone();
     // As kube-apiserver: HTTP/2 offered first.
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let (listener, acceptor, _) = fake_api::listener(&[b"h2", b"http/1.1"]).await;
     let port = listener.local_addr().expect("addr").port();
     tokio::spawn(async move {
         loop {

@@ -15,8 +15,9 @@ use agent::server::auth::{Auth, Identity, Refusal, attributes};
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
-use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair};
 use serde_json::Value;
+
+mod fake_api;
 
 const TOKEN_OK: &str = include_str!("../testdata/tokenreview-ok.json");
 const TOKEN_BAD: &str = include_str!("../testdata/tokenreview-bad.json");
@@ -78,28 +79,7 @@ async fn answer(
 }
 
 async fn fake_api_server(seen: Arc<Seen>) -> (u16, Vec<u8>) {
-    let rng = ring::rand::SystemRandom::new();
-    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).expect("key");
-    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-        .expect("key");
-    let now = 1_700_000_000;
-    let der = agent::certificate::x509::self_signed(
-        "fake-apiserver",
-        &[],
-        &["127.0.0.1".parse().expect("ip")],
-        &key,
-        now,
-        now + 100 * 365 * 86_400,
-    )
-    .expect("cert");
-    let cert = agent::certificate::x509::pem("CERTIFICATE", &der).into_bytes();
-    let key_pem = agent::certificate::x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
-    let current = agent::server::tls::current(&cert, &key_pem).expect("current");
-    let tls = agent::server::tls::server_config(current, None).expect("tls");
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let (listener, acceptor, cert) = fake_api::listener(&[b"http/1.1"]).await;
     let port = listener.local_addr().expect("addr").port();
     tokio::spawn(async move {
         loop {
