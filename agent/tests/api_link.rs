@@ -46,6 +46,12 @@ struct Server {
     /// Watches whose body is still being sent.
     watching: AtomicUsize,
     events: Mutex<Option<broadcast::Sender<(String, String)>>>,
+    /// The resourceVersion each watch started from.
+    watched_from: Mutex<Vec<String>>,
+    /// The next watch is answered 410 Gone (its version too old).
+    gone: std::sync::atomic::AtomicBool,
+    /// The last resourceVersion given out.
+    version: AtomicUsize,
 }
 
 impl Server {
@@ -61,12 +67,21 @@ impl Server {
     fn modify(&self, name: &str, data: Value) {
         let mut obj = agent_lock(&self.objects)[name].clone();
         obj["data"] = data;
+        let rv = 300 + self.version.fetch_add(1, Ordering::SeqCst);
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         let mut ev: Value =
             serde_json::from_str(WATCH.lines().next().expect("an event")).expect("event");
         ev["object"] = obj.clone();
         agent_lock(&self.objects).insert(name.into(), obj);
         if let Some(tx) = agent_lock(&self.events).as_ref() {
             let _ = tx.send((name.into(), format!("{ev}\n")));
+        }
+    }
+
+    /// Ends every watch (as the server does at its timeoutSeconds).
+    fn end_watches(&self) {
+        if let Some(tx) = agent_lock(&self.events).as_ref() {
+            let _ = tx.send((String::new(), String::new()));
         }
     }
 }
@@ -132,12 +147,26 @@ fn answer(server: &Arc<Server>, req: &Request<hyper::body::Incoming>) -> Respons
             "one object is relisted, not kept current by bookmarks: {query}"
         );
         agent_lock(&server.asked).push(format!("WATCH {name}"));
+        let from = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("resourceVersion="))
+            .unwrap_or_default();
+        agent_lock(&server.watched_from).push(from.to_string());
+        if server.gone.swap(false, Ordering::SeqCst) {
+            return full(
+                StatusCode::GONE,
+                json!({"kind": "Status", "code": 410, "reason": "Expired", "message": format!("too old resource version: {from}")}),
+            );
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let mut events = agent_lock(&server.events)
             .get_or_insert_with(|| broadcast::channel(16).0)
             .subscribe();
         tokio::spawn(async move {
             while let Ok((n, line)) = events.recv().await {
+                if line.is_empty() {
+                    return;
+                }
                 if n == name && tx.send(line).is_err() {
                     return;
                 }
@@ -285,6 +314,41 @@ async fn watched_objects_are_read_once_and_changed_by_their_watch() {
         "{:?}",
         agent_lock(&server.versions)
     );
+}
+
+/// A watch the server ends is resumed from the last version seen, with no
+/// LIST; one whose version is too old (410) lists again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_watch_resumes_from_its_version_and_410_relists() {
+    let (server, objects) = setup(ChangeDetection::Watch).await;
+    assert_eq!(read(&objects, "app").await, "v1");
+    eventually("the watch is open", async || server.asked("WATCH app") == 1).await;
+    server.modify("app", json!({"k": "v2"}));
+    eventually("the change arrives", async || {
+        read(&objects, "app").await == "v2"
+    })
+    .await;
+
+    server.end_watches();
+    eventually("watched again", async || server.asked("WATCH app") == 2).await;
+    assert_eq!(
+        agent_lock(&server.watched_from).last().map(String::as_str),
+        Some("300"),
+        "from the version of the last event"
+    );
+    assert_eq!(server.asked("LIST app"), 1, "no relist");
+
+    server.gone.store(true, Ordering::SeqCst);
+    server.end_watches();
+    eventually("listed again after 410", async || {
+        server.asked("LIST app") == 2
+    })
+    .await;
+    eventually("and watched", async || {
+        server.watching.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(read(&objects, "app").await, "v2");
 }
 
 /// A watch nobody reads for five sync periods (its pods are gone) ends by
