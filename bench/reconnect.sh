@@ -101,10 +101,12 @@ else
   iptables -D "${DROP[@]}"; DROP=()
 fi
 BACK=$(date +%s.%N)
-sleep 65
+# A dial that hung through the outage times out in 30 s, then waits out a
+# back-off of at most 60 s (30 s and its jitter).
+sleep 120
 
 python3 - "$W/audit.log" "$DOWN" "$BACK" "$N" "$OUTAGE" "$MODE" <<'PY'
-import collections, datetime, json, os, platform, sys
+import collections, datetime, json, os, platform, sys, urllib.parse
 log, down, back, n, outage, mode = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 def ts(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
@@ -116,13 +118,19 @@ for line in open(log):
     seen.add(e["auditID"])
     t = ts(e["requestReceivedTimestamp"])
     if t >= down:
-        reqs.append((t, e["verb"], e.get("responseStatus", {}).get("code", 0)))
+        uri = urllib.parse.urlsplit(e["requestURI"])
+        key = (uri.path, urllib.parse.parse_qs(uri.query).get("fieldSelector", [""])[0])
+        reqs.append((t, e["verb"], e.get("responseStatus", {}).get("code", 0), key))
 reqs.sort()
 first = [r for r in reqs if r[0] < back + 60]
-per_s = collections.Counter(int(t - reqs[0][0]) for t, _, _ in first) if first else collections.Counter()
-verbs = collections.Counter(v for _, v, c in first if c and c < 400)
-watched = [t for t, v, c in first if v == "watch" and c and c < 400]
-last_watch = (sorted(watched)[2 * n - 1] - back) if len(watched) >= 2 * n else float("nan")
+per_s = collections.Counter(int(r[0] - reqs[0][0]) for r in first) if first else collections.Counter()
+verbs = collections.Counter(r[1] for r in first if r[2] and r[2] < 400)
+# Each reflector's last watch: the one it still holds.
+held = {}
+for t, v, c, key in reqs:
+    if v == "watch" and c and c < 400:
+        held[key] = t
+last_watch = (max(held.values()) - back) if len(held) == 2 * n else float("nan")
 span = (first[-1][0] - first[0][0]) if len(first) > 1 else 0
 how = "unreachable (packets dropped)" if mode == "link" else "killed and restarted"
 print(f"\n{n} simulated nodes (the agent's API client and reflectors), API server {how} for {outage} s, "
@@ -132,5 +140,5 @@ print("|---|---:|")
 print(f"| requests in the first minute (answered / refused) | {len(first)} ({sum(1 for r in first if r[2] and r[2] < 400)} / {sum(1 for r in first if not r[2] or r[2] >= 400)}) |")
 print(f"| LISTs (full relists) / WATCHes resumed | {verbs.get('list', 0)} / {verbs.get('watch', 0)} |")
 print(f"| busiest second / mean per second over the spread | {max(per_s.values(), default=0)} / {len(first) / max(1, span):.1f} |")
-print(f"| all {2 * n} watches back after | {last_watch:.1f} s |")
+print(f"| all {2 * n} watches back after | {last_watch:.1f} s ({len(held)} watching) |")
 PY
