@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -80,6 +81,8 @@ struct Watched {
     /// When a pod last read it (the reflector ends once it is `idle`).
     used: Arc<Mutex<Instant>>,
     task: tokio::task::AbortHandle,
+    /// Its object is immutable: the reflector ended, the state stays.
+    frozen: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for Watched {
@@ -166,7 +169,7 @@ impl Objects {
             let w = match all.get_mut(&key) {
                 // A reflector that ended (its object is immutable) keeps
                 // its last state.
-                Some(w) if !w.task.is_finished() || final_state(&w.state.borrow()) => w,
+                Some(w) if !w.task.is_finished() || w.frozen.load(Ordering::Relaxed) => w,
                 _ => all
                     .entry(key.clone())
                     .insert_entry(self.reflect(&key))
@@ -205,7 +208,8 @@ impl Objects {
         let query = Query::named(kind.collection(ns), name);
         let what = format!("{}/{name}", kind.collection(ns));
         let used = Arc::new(Mutex::new(Instant::now()));
-        let (last_read, idle) = (used.clone(), self.idle);
+        let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (last_read, idle, freeze) = (used.clone(), self.idle, frozen.clone());
         let reflect = async move {
             reflector::run(&client, &query, &what, |seen| {
                 match seen {
@@ -216,6 +220,7 @@ impl Objects {
                             .is_some_and(|o| o["immutable"].as_bool() == Some(true));
                         tx.send_replace(Some(Ok(obj)));
                         if immutable {
+                            freeze.store(true, Ordering::Relaxed);
                             return ControlFlow::Break(());
                         }
                     }
@@ -246,6 +251,7 @@ impl Objects {
             state: rx,
             used,
             task,
+            frozen,
         }
     }
 }
@@ -260,11 +266,6 @@ async fn until_idle(used: &Mutex<Instant>, idle: Duration) {
         }
         tokio::time::sleep_until(due).await;
     }
-}
-
-/// A reflector ended after it read an immutable object: its state stays.
-fn final_state(s: &State) -> bool {
-    matches!(s, Some(Ok(Some(_))))
 }
 
 /// An object's first LIST did not answer in time.
