@@ -64,16 +64,7 @@ PIDS=()
 NS_MADE=no; NSM_MADE=no
 
 # Processes started from this run: every one names the work folder.
-pids_of_run() {
-  W="$W" python3 -c '
-import os
-w, me = os.environ["W"] + "/", os.getpid()
-for p in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        if int(p) != me and w in open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"):
-            print(p)
-    except OSError: pass'
-}
+pids_of_run() { python3 bench/run-pids.py "$W"; }
 cleanup() {
   local rc=$?
   set +e
@@ -237,34 +228,8 @@ YAML
 # API ready (asked inside the namespace); what the pods need that a
 # controller-manager would make (the default service account,
 # kube-root-ca.crt) and the pods' configMap and secret.
-ip netns exec "$NS" python3 - "$NS_IP:$API_PORT" "$ADMIN" "$W/api/apiserver.crt" <<'PY'
-import base64, json, ssl, sys, time, urllib.error, urllib.request
-addr, token, ca = sys.argv[1], sys.argv[2], sys.argv[3]
-ctx = ssl._create_unverified_context()
-for _ in range(1200):
-    try:
-        req = urllib.request.Request(f"https://{addr}/readyz", headers={"Authorization": f"Bearer {token}"})
-        if urllib.request.urlopen(req, context=ctx, timeout=2).status == 200: break
-    except Exception: pass
-    time.sleep(0.1)
-else:
-    sys.exit("bench: kube-apiserver did not become ready (see apiserver.log)")
-def post(path, body):
-    req = urllib.request.Request(f"https://{addr}{path}", method="POST", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(req, context=ctx, timeout=30)
-    except urllib.error.HTTPError as e:
-        if e.code != 409: raise
-ns = "/api/v1/namespaces/default"
-post(f"{ns}/serviceaccounts", {"metadata": {"name": "default"}})
-post(f"{ns}/configmaps", {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": open(ca).read()}})
-# A MicroShift-built kube-apiserver adds this one to the projected token volume.
-post(f"{ns}/configmaps", {"metadata": {"name": "openshift-service-ca.crt"}, "data": {"service-ca.crt": open(ca).read()}})
-post(f"{ns}/configmaps", {"metadata": {"name": "app"}, "data": {"app.conf": "generation=0\n"}})
-post(f"{ns}/secrets", {"metadata": {"name": "app"}, "type": "Opaque",
-                       "data": {"password": base64.b64encode(b"not-a-secret").decode()}})
-PY
+ip netns exec "$NS" python3 bench/apiserver.py ready "$NS_IP:$API_PORT" "$ADMIN"
+ip netns exec "$NS" python3 bench/apiserver.py objects "$NS_IP:$API_PORT" "$ADMIN" "$W/api/apiserver.crt" "generation=0"$'\n'
 
 RUST_LOG="${RUST_LOG:-info}" "$PICOLET" up --config "$W/config.yaml" 2>"$W/up.log" & PIDS+=($!)
 

@@ -32,7 +32,15 @@ cleanup() {
   if [ "$rc" != 0 ]; then
     for f in up apiserver; do [ -f "$W/$f.log" ] && { echo "--- $f.log (last lines)"; tail -n 25 "$W/$f.log"; } >&2; done
   fi
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  # The agent first, then the API server, then etcd: an API server whose
+  # etcd went first hangs in its shutdown.
+  for ((i=${#PIDS[@]}-1; i>=0; i--)); do kill "${PIDS[$i]}" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break; sleep 0.2
+  done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   find /sys/fs/cgroup/*/picolet-bench-cluster -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -9 2>/dev/null || true
   sleep 0.5
@@ -91,19 +99,7 @@ picolet:
   cniConfDir: $W/net.d
 YAML
 
-python3 - "$API_PORT" "$ADMIN" <<'PY'
-import json, ssl, sys, time, urllib.request
-port, token = sys.argv[1], sys.argv[2]
-ctx = ssl._create_unverified_context()
-for _ in range(600):
-    try:
-        req = urllib.request.Request(f"https://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {token}"})
-        if urllib.request.urlopen(req, context=ctx, timeout=2).status == 200: break
-    except Exception: pass
-    time.sleep(0.1)
-else:
-    sys.exit("bench: kube-apiserver did not become ready (see apiserver.log)")
-PY
+python3 bench/apiserver.py ready "127.0.0.1:$API_PORT" "$ADMIN" 60
 
 START=$(date +%s.%N)
 "$T/picolet" up --config "$W/config.yaml" 2>"$W/up.log" & UP=$!; PIDS+=("$UP")

@@ -67,16 +67,7 @@ for k in $SYSCTLS; do echo "$k=$(sysctl -n "$k")"; done > "$W/saved/sysctl"
 iptables-save > "$W/saved/iptables"; ip6tables-save > "$W/saved/ip6tables"
 
 # Processes started from this run: every one names the work folder.
-pids_of_run() {
-  W="$W" python3 -c '
-import os
-w, me = os.environ["W"] + "/", os.getpid()
-for p in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        if int(p) != me and w in open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace"):
-            print(p)
-    except OSError: pass'
-}
+pids_of_run() { python3 bench/run-pids.py "$W"; }
 # Undo what was added to iptables/ip6tables since $1 (an iptables-save dump):
 # added rules deleted, added chains flushed and removed. Nothing else touched.
 iptables_undo() {
@@ -207,34 +198,8 @@ done
 
 # API ready; what the pods need that a controller-manager would make (the
 # default service account, kube-root-ca.crt) and the pods' configMap and secret.
-python3 - "$API_PORT" "$ADMIN" "$W/api/apiserver.crt" <<'PY'
-import base64, json, ssl, sys, time, urllib.error, urllib.request
-port, token, ca = sys.argv[1], sys.argv[2], sys.argv[3]
-ctx = ssl._create_unverified_context()
-for _ in range(900):
-    try:
-        req = urllib.request.Request(f"https://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {token}"})
-        if urllib.request.urlopen(req, context=ctx, timeout=2).status == 200: break
-    except Exception: pass
-    time.sleep(0.1)
-else:
-    sys.exit("bench: kube-apiserver did not become ready (see apiserver.log)")
-def post(path, body):
-    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", method="POST", data=json.dumps(body).encode(),
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(req, context=ctx, timeout=30)
-    except urllib.error.HTTPError as e:
-        if e.code != 409: raise
-ns = "/api/v1/namespaces/default"
-post(f"{ns}/serviceaccounts", {"metadata": {"name": "default"}})
-post(f"{ns}/configmaps", {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": open(ca).read()}})
-# A MicroShift-built kube-apiserver adds this one to the projected token volume.
-post(f"{ns}/configmaps", {"metadata": {"name": "openshift-service-ca.crt"}, "data": {"service-ca.crt": open(ca).read()}})
-post(f"{ns}/configmaps", {"metadata": {"name": "app"}, "data": {"app.conf": "mode=idle\n" * 20}})
-post(f"{ns}/secrets", {"metadata": {"name": "app"}, "type": "Opaque",
-                       "data": {"password": base64.b64encode(b"not-a-secret").decode()}})
-PY
+python3 bench/apiserver.py ready "127.0.0.1:$API_PORT" "$ADMIN" 90
+python3 bench/apiserver.py objects "127.0.0.1:$API_PORT" "$ADMIN" "$W/api/apiserver.crt" "$(printf 'mode=idle\n%.0s' $(seq 20))"
 
 # picolet. Both nodes get the same eviction thresholds and image GC (the
 # defaults evict on a big disk a few tens of GB short of 15 % free).

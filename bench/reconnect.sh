@@ -19,6 +19,7 @@
 # api-nodes binary (default: built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BENCH=$PWD/bench
 [ "$(id -u)" = 0 ] || { echo "bench: run as root" >&2; exit 1; }
 [ -n "${KUBE_APISERVER:-}" ] || { echo "bench: set KUBE_APISERVER to a kube-apiserver command (not packaged; build it)" >&2; exit 1; }
 command -v etcd >/dev/null || apt-get install -y -qq etcd-server >/dev/null
@@ -69,18 +70,7 @@ start_apiserver() {
     --audit-policy-file "$W/audit-policy.yaml" --audit-log-path "$W/audit.log" \
     --audit-log-maxsize 1000 >> "$W/apiserver.log" 2>&1 &
   APISERVER=$!
-  python3 - "$API_PORT" "$ADMIN" <<'PY'
-import ssl, sys, time, urllib.request
-port, token = sys.argv[1], sys.argv[2]
-ctx = ssl._create_unverified_context()
-for _ in range(1200):
-    try:
-        req = urllib.request.Request(f"https://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {token}"})
-        if urllib.request.urlopen(req, context=ctx, timeout=2).status == 200: sys.exit(0)
-    except Exception: pass
-    time.sleep(0.1)
-sys.exit("bench: kube-apiserver did not become ready (see apiserver.log)")
-PY
+  python3 "$BENCH/apiserver.py" ready "127.0.0.1:$API_PORT" "$ADMIN"
 }
 start_apiserver
 
