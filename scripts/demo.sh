@@ -28,7 +28,7 @@ else
   scripts/setup.sh --demo
   . scripts/cargo-env.sh
   cargo build --release --locked -p picolet
-  bin="${CARGO_TARGET_DIR:-target}/release/picolet"
+  bin=$(realpath "${CARGO_TARGET_DIR:-target}/release/picolet")
 fi
 
 mkdir -p /var/lib/picolet/images /etc/picolet/manifests
@@ -43,6 +43,19 @@ leftovers() {
   grep -E ' /run/picolet/| /var/lib/picolet/(shim|agent)/' /proc/self/mountinfo | grep -E 'hello|sandboxes|containers|pods' || true
   find /sys/fs/cgroup -maxdepth 4 -type d -path '*kubepods*' -name 'pod*' 2>/dev/null || true
   ls -d /var/log/pods/*_hello-* 2>/dev/null || true
+}
+
+# picolet's processes: the binary (up, shim, agent) and what the shim runs
+# from its sealed in-memory copy (the monitor spawner, monitors), whatever
+# path they were started by.
+picolet_procs() {
+  local p exe
+  for p in /proc/[0-9]*; do
+    exe=$(readlink "$p/exe" 2>/dev/null) || continue
+    case "$exe" in
+      "$bin" | "/memfd:picolet"*) echo "${p#/proc/} $(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" ;;
+    esac
+  done
 }
 
 # The node network picolet makes on first use, as on a device: the picolet0
@@ -75,6 +88,10 @@ setsid "$bin" up &   # own process group: Ctrl-C reaches only this script, which
 up=$!
 stop() {
   trap - EXIT INT TERM
+  # Under a pipe (`demo.sh | tee log`) Ctrl-C ends the reader too: a message
+  # to the closed pipe must not end the clean-up.
+  trap '' PIPE
+  set +e
   if [ -n "$ours" ]; then
     echo; echo "demo: removing the demo pod (the agent stops it with its grace period)"
     rm -f "$demo_pod"
@@ -120,8 +137,10 @@ if [ -n "$check" ]; then
     echo "$left" >&2
     exit 1
   fi
-  if pgrep -f "^$bin (up|shim|agent|monitor)" >/dev/null; then
-    echo "demo --check: picolet processes left: $(pgrep -af "^$bin ")" >&2
+  left=$(picolet_procs)
+  if [ -n "$left" ]; then
+    echo "demo --check: picolet processes left:" >&2
+    echo "$left" >&2
     exit 1
   fi
   net_cleanup
