@@ -9,7 +9,8 @@ pub mod x509;
 
 use std::path::PathBuf;
 
-use crate::kube::client::{self, KeyError};
+use crate::kube::cert::KeyError;
+use crate::kube::client;
 
 /// Why a certificate could not be made, asked for or put in use.
 #[derive(Debug, thiserror::Error)]

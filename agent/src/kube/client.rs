@@ -1,10 +1,8 @@
 //! A thin Kubernetes API client: JSON requests over one kept-alive
 //! connection (TLS with the kubeconfig's CA, client certificate or bearer
-//! token), reconnected when it breaks. HTTP/2 when the server offers it
-//! (ALPN, as client-go): every request and every watch are streams of the
-//! one connection, its headers compressed, checked by a PING after 30 s
-//! without a frame (client-go's `ReadIdleTimeout`); over HTTP/1.1 each
-//! watch needs a connection of its own. hyper and rustls are already in the
+//! token), reconnected when it breaks ([`crate::kube::conn`]: HTTP/2 when
+//! the server offers it, every request and watch a stream of the one
+//! connection; over HTTP/1.1 each watch needs a connection of its own). hyper and rustls are already in the
 //! binary; kube-rs would add its own stack of both and more (see
 //! docs/architecture.md). Every request has a deadline and every body a
 //! size cap.
@@ -14,14 +12,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::client::conn::{http1, http2};
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::{Method, Request, StatusCode};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::sync::Mutex;
 
+use crate::kube::cert::{CurrentCert, KeyError, certified_key};
 use crate::kube::config::KubeConfig;
+use crate::kube::conn::{self, Sender};
 
 const JSON: &str = "application/json";
 /// Protobuf where the API server has it (core and built-in types), else
@@ -32,48 +30,6 @@ const PROTOBUF_FIRST: &str = "application/vnd.kubernetes.protobuf, application/j
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response body read.
 const MAX_BODY: usize = 16 << 20;
-/// An HTTP/2 connection with no frame for this long is PINGed
-/// (client-go's `ReadIdleTimeout`)...
-const PING_AFTER: Duration = Duration::from_secs(30);
-/// ...and closed when the PONG is not back in this (`PingTimeout`).
-const PING_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// One connection's request side.
-#[derive(Clone)]
-enum Sender {
-    /// One request at a time.
-    H1(Arc<Mutex<http1::SendRequest<Full<Bytes>>>>),
-    /// Any number at once (streams); cloned for each.
-    H2(http2::SendRequest<Full<Bytes>>),
-}
-
-impl Sender {
-    fn is_open(&self) -> bool {
-        match self {
-            Sender::H1(s) => s.try_lock().map_or(true, |s| !s.is_closed()),
-            Sender::H2(s) => !s.is_closed(),
-        }
-    }
-
-    async fn send(
-        &self,
-        req: Request<Full<Bytes>>,
-    ) -> Result<Response<hyper::body::Incoming>, hyper::Error> {
-        match self {
-            Sender::H1(s) => {
-                let mut s = s.lock().await;
-                s.ready().await?;
-                s.send_request(req).await
-            }
-            Sender::H2(s) => {
-                let mut s = s.clone();
-                s.ready().await?;
-                s.send_request(req).await
-            }
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
@@ -115,29 +71,6 @@ pub enum ConfigError {
     },
     #[error("this client has no client certificate")]
     NoClientCert,
-}
-
-/// A certificate and key (PEM) rustls cannot sign with; `what` is
-/// "client" or "serving".
-#[derive(Debug, thiserror::Error)]
-pub enum KeyError {
-    #[error("the {what} certificate: {source}")]
-    CertPem {
-        what: &'static str,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("the {what} certificate file holds no certificate")]
-    NoCert { what: &'static str },
-    #[error("the {what} key: {source}")]
-    KeyPem {
-        what: &'static str,
-        source: rustls::pki_types::pem::Error,
-    },
-    #[error("the {what} key: {source}")]
-    Key {
-        what: &'static str,
-        source: rustls::Error,
-    },
 }
 
 /// Why a request got no answer.
@@ -185,78 +118,6 @@ impl Error {
             _ => None,
         }
     }
-}
-
-/// A certificate and key replaceable while in use (rotation): new
-/// connections present the current one. The API client's client
-/// certificate, and the API port's serving certificate.
-#[derive(Debug)]
-pub struct CurrentCert(std::sync::RwLock<Arc<rustls::sign::CertifiedKey>>);
-
-impl CurrentCert {
-    pub fn new(key: rustls::sign::CertifiedKey) -> Self {
-        Self(std::sync::RwLock::new(Arc::new(key)))
-    }
-
-    pub fn set(&self, key: rustls::sign::CertifiedKey) {
-        *self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
-    }
-
-    fn get(&self) -> Arc<rustls::sign::CertifiedKey> {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl rustls::server::ResolvesServerCert for CurrentCert {
-    fn resolve(
-        &self,
-        _: rustls::server::ClientHello<'_>,
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.get())
-    }
-}
-
-impl rustls::client::ResolvesClientCert for CurrentCert {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[rustls::SignatureScheme],
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.get())
-    }
-
-    fn has_certs(&self) -> bool {
-        true
-    }
-}
-
-/// A certificate chain and key (PEM) as rustls signs with them; `what`
-/// ("client", "serving") names them in errors.
-pub fn certified_key(
-    provider: &rustls::crypto::CryptoProvider,
-    cert: &[u8],
-    key: &[u8],
-    what: &'static str,
-) -> Result<rustls::sign::CertifiedKey, KeyError> {
-    let chain = CertificateDer::pem_slice_iter(cert)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| KeyError::CertPem { what, source })?;
-    if chain.is_empty() {
-        return Err(KeyError::NoCert { what });
-    }
-    let key =
-        PrivateKeyDer::from_pem_slice(key).map_err(|source| KeyError::KeyPem { what, source })?;
-    let signer = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(|source| KeyError::Key { what, source })?;
-    Ok(rustls::sign::CertifiedKey::new(chain, signer))
 }
 
 impl std::fmt::Debug for Client {
@@ -556,60 +417,8 @@ impl Client {
 
     async fn connect(&self) -> Result<Sender, Transport> {
         let addr = crate::httpc::join_host_port(&self.host, self.port);
-        let tcp = tokio::net::TcpStream::connect(&addr)
-            .await
-            .map_err(|source| Transport::Dial {
-                addr: addr.clone(),
-                source,
-            })?;
-        let _ = tcp.set_nodelay(true);
-        keepalive(&tcp);
-        let tls = self
-            .tls
-            .connect(self.server_name.clone(), tcp)
-            .await
-            .map_err(|source| Transport::Tls {
-                addr: addr.clone(),
-                source,
-            })?;
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io: Box<dyn crate::httpc::Io> = Box::new(tls);
-        if h2 {
-            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .keep_alive_interval(PING_AFTER)
-                .keep_alive_timeout(PING_TIMEOUT)
-                .keep_alive_while_idle(true)
-                .handshake(TokioIo::new(io))
-                .await
-                .map_err(|source| Transport::Handshake { addr, source })?;
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "API server connection closed");
-                }
-            });
-            return Ok(Sender::H2(sender));
-        }
-        let (sender, conn) = http1::handshake(TokioIo::new(io))
-            .await
-            .map_err(|source| Transport::Handshake { addr, source })?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "API server connection closed");
-            }
-        });
-        Ok(Sender::H1(Arc::new(Mutex::new(sender))))
+        conn::dial(addr, &self.tls, self.server_name.clone()).await
     }
-}
-
-/// TCP keepalives after 30 s idle, every 30 s (Go's dialer, as client-go
-/// dials): a connection whose peer vanished (a NAT forgot it, the link
-/// dropped) errors in minutes instead of hanging a watch over HTTP/1.1.
-fn keepalive(tcp: &tokio::net::TcpStream) {
-    use nix::sys::socket::{setsockopt, sockopt};
-    let _ = setsockopt(tcp, sockopt::KeepAlive, &true);
-    let _ = setsockopt(tcp, sockopt::TcpKeepIdle, &30);
-    let _ = setsockopt(tcp, sockopt::TcpKeepInterval, &30);
 }
 
 /// The `message` of a Kubernetes Status answer (JSON or protobuf), else

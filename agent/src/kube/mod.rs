@@ -4,8 +4,10 @@
 //! kubelet keeps it in: `nodestatus`, `config`, `status`, `events`,
 //! `certificate`, `volumes`.
 
+pub mod cert;
 pub mod client;
 pub mod config;
+mod conn;
 pub mod reflector;
 pub mod watch;
 

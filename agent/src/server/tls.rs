@@ -13,7 +13,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
 use crate::certificate::{self, x509};
-use crate::kube::client::{CurrentCert, KeyError, certified_key};
+use crate::kube::cert::{CurrentCert, KeyError, certified_key};
 
 /// Why the API port cannot serve TLS.
 #[derive(Debug, thiserror::Error)]
