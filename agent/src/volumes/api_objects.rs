@@ -184,19 +184,15 @@ impl Objects {
         )
         .await;
         let (kind, ns, name) = &key;
-        let state = match synced {
-            Ok(Ok(s)) => s.clone(),
-            _ => {
-                return Err(FetchError(Box::new(NotSynced(format!(
-                    "{}/{name}",
-                    kind.collection(ns)
-                )))));
-            }
-        };
+        let state = synced.ok().and_then(Result::ok).and_then(|s| s.clone());
         match state {
             Some(Ok(obj)) => Ok(obj.map(|o| kind.data(&o))),
             Some(Err(e)) => Err(FetchError(Box::new(WatchFailed(e)))),
-            None => Ok(None),
+            // Not listed in time (or the reflector is gone).
+            None => Err(FetchError(Box::new(NotSynced(format!(
+                "{}/{name}",
+                kind.collection(ns)
+            ))))),
         }
     }
 
