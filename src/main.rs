@@ -20,7 +20,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use edge_config::{Config, ShimPaths};
 
+mod install;
+mod notify;
+mod service;
 mod up;
+mod upgrade;
 
 /// Static builds: dlmalloc in the shim and the agent (`alloc.rs` says why).
 #[cfg(target_env = "musl")]
@@ -57,6 +61,20 @@ enum Command {
     /// Validate the config file and static pod manifests without running
     /// anything; errors name the file and field (exit 2).
     Check(CheckArgs),
+    /// Install picolet as a service: the binary, /etc/picolet skeletons
+    /// (existing files kept), the systemd unit, OpenRC or init script;
+    /// enabled and started.
+    Install(install::InstallArgs),
+    /// Replace the installed binary with a new one and restart the service;
+    /// the previous binary comes back when the new one is not healthy in
+    /// time (same containers running, shim and agent serving).
+    Upgrade(upgrade::UpgradeArgs),
+    /// Stop and remove the service, picolet's pods, state, network and
+    /// binary, and /etc/picolet (unless --keep-config).
+    Uninstall(install::UninstallArgs),
+    /// With picolet stopped: remove its pods, their logs, its data and
+    /// runtime folders, CNI config, bridge, iptables chains and pod cgroups.
+    Reset(install::ResetArgs),
     /// Print the version.
     Version,
     /// The built-in CNI plugin (type `picolet`), run by the shim with the
@@ -379,6 +397,10 @@ fn main() -> ExitCode {
         Command::Agent(args) => run_agent(args),
         Command::Up(args) => up::run(args),
         Command::Check(args) => check(args),
+        Command::Install(args) => install::run_install(args),
+        Command::Upgrade(args) => upgrade::run(args),
+        Command::Uninstall(args) => install::run_uninstall(args),
+        Command::Reset(args) => install::run_reset(args),
         Command::Monitor(m) => run_monitor(m),
         Command::Cni => shim::cni_plugin::main(),
     }

@@ -4,6 +4,10 @@
 //! minute of running); containers live in their own monitors, so neither
 //! restart touches them. SIGTERM/SIGINT stop both children (SIGTERM, then
 //! SIGKILL after 10 s) and leave the containers running.
+//!
+//! Under a service manager it tells its state (`notify`): READY=1 once the
+//! shim's socket and the agent's `/healthz` answer, a STATUS= line on each
+//! change, WATCHDOG=1 at half the manager's timeout while its own loop runs.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -94,6 +98,9 @@ impl Supervised {
     fn start(&mut self) -> std::io::Result<()> {
         let mut cmd = Command::new(&self.exe);
         cmd.args(&self.argv);
+        for var in crate::notify::MANAGER_VARS {
+            cmd.env_remove(var);
+        }
         // SIGTERM when `up` dies, however it dies, so a restarted `up` never
         // meets a shim or agent of the old one (they also lock their state
         // roots: edge_config::owner). `up` runs on one thread.
@@ -111,19 +118,22 @@ impl Supervised {
     }
 
     /// Called when the child exited: schedule a restart with back-off.
-    fn exited(&mut self, status: std::io::Result<std::process::ExitStatus>) {
+    /// Returns what happened, for the service manager's STATUS=.
+    fn exited(&mut self, status: std::io::Result<std::process::ExitStatus>) -> String {
         self.child = None;
         if self.started.elapsed() > Duration::from_secs(60) {
             self.delay = Duration::from_secs(1);
         }
-        tracing::warn!(
+        let what = format!(
             "picolet {} exited ({}); restarting in {:?}",
             self.name,
             status.map_or_else(|e| e.to_string(), |s| s.to_string()),
             self.delay
         );
+        tracing::warn!("{what}");
         self.restart_at = Some(Instant::now() + self.delay);
         self.delay = (self.delay * 2).min(Duration::from_secs(30));
+        what
     }
 
     async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
@@ -149,9 +159,20 @@ impl Supervised {
     }
 }
 
-async fn wait_for_socket(path: &std::path::Path, shim: &mut Supervised) -> bool {
+/// Waits for the shim's socket (a minute at most: a preload folder of
+/// large images is imported first), keeping the service watchdog fed.
+async fn wait_for_socket(
+    path: &std::path::Path,
+    shim: &mut Supervised,
+    notifier: &crate::notify::Notifier,
+) -> bool {
     let deadline = Instant::now() + Duration::from_secs(60);
+    let mut fed = Instant::now();
     while Instant::now() < deadline {
+        if notifier.watchdog.is_some() && fed.elapsed() > Duration::from_secs(1) {
+            notifier.notify("WATCHDOG=1");
+            fed = Instant::now();
+        }
         if tokio::net::UnixStream::connect(path).await.is_ok() {
             return true;
         }
@@ -166,6 +187,7 @@ async fn wait_for_socket(path: &std::path::Path, shim: &mut Supervised) -> bool 
 }
 
 pub(crate) fn run(args: UpArgs) -> ExitCode {
+    let notifier = crate::notify::Notifier::from_env();
     // Validate the config here once, so a bad file fails fast with exit 2.
     let mut config = match load_config(&args.agent.common) {
         Ok(c) => c,
@@ -175,6 +197,12 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
     if let Some(dir) = &args.cni.cni_conf_dir {
         config.cni_conf_dir = dir.clone();
     }
+    if let Some(dir) = &args.run_dir {
+        config.run_dir = dir.clone();
+    }
+    // An upgrade that was rolled back while no `up` ran says so here, in
+    // the service's log.
+    crate::upgrade::report_rollback(&config.data_dir);
     if config.default_network {
         match shim::cni_plugin::write_default_network(&config.cni_conf_dir, &config.data_dir) {
             Ok(Some(path)) => tracing::info!(
@@ -206,14 +234,16 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    rt.block_on(async move {
+    let state_path = crate::notify::up_state_path(&config.run_dir);
+    let code = rt.block_on(async move {
         let mut shim = Supervised::new("shim", exe.clone(), shim_argv(&args));
         let mut agent = Supervised::new("agent", exe, agent_argv(&args.agent));
+        notifier.notify("STATUS=starting the shim");
         if let Err(e) = shim.start() {
             eprintln!("picolet up: cannot start the shim: {e}");
             return ExitCode::FAILURE;
         }
-        if !wait_for_socket(&config.cri_socket, &mut shim).await {
+        if !wait_for_socket(&config.cri_socket, &mut shim, &notifier).await {
             eprintln!(
                 "picolet up: the shim did not serve {}",
                 config.cri_socket.display()
@@ -221,11 +251,17 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
             shim.stop().await;
             return ExitCode::FAILURE;
         }
+        notifier.notify("STATUS=starting the agent");
         if let Err(e) = agent.start() {
             eprintln!("picolet up: cannot start the agent: {e}");
             shim.stop().await;
             return ExitCode::FAILURE;
         }
+        let healthz = (config.healthz_port != 0)
+            .then(|| std::net::SocketAddr::new(config.healthz_bind_address, config.healthz_port));
+        let mut ready = false;
+        let mut ready_check = tokio::time::interval(Duration::from_millis(200));
+        let mut watchdog = notifier.watchdog.map(tokio::time::interval);
         let shutdown = crate::shutdown_signal();
         tokio::pin!(shutdown);
         loop {
@@ -239,10 +275,27 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
                     None => std::future::pending().await,
                 }
             };
+            let ping = async {
+                match watchdog.as_mut() {
+                    Some(w) => w.tick().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = &mut shutdown => break,
-                s = shim.wait() => shim.exited(s),
-                s = agent.wait() => agent.exited(s),
+                s = shim.wait() => notifier.notify(&format!("STATUS={}", shim.exited(s))),
+                s = agent.wait() => notifier.notify(&format!("STATUS={}", agent.exited(s))),
+                _ = ping => notifier.notify("WATCHDOG=1"),
+                _ = ready_check.tick(), if !ready => {
+                    let agent_up = agent.child.is_some() && match healthz {
+                        Some(addr) => crate::notify::agent_healthy(addr).await,
+                        None => true,
+                    };
+                    if agent_up && shim.child.is_some() {
+                        ready = true;
+                        became_ready(&notifier, &config);
+                    }
+                }
                 _ = sleep => {
                     for p in [&mut shim, &mut agent] {
                         if p.restart_at.is_some_and(|t| t <= Instant::now())
@@ -252,13 +305,42 @@ pub(crate) fn run(args: UpArgs) -> ExitCode {
                             p.restart_at = Some(Instant::now() + p.delay);
                         }
                     }
+                    if shim.child.is_some() && agent.child.is_some() {
+                        notifier.notify("STATUS=shim and agent serving");
+                    }
                 }
             }
         }
+        notifier
+            .notify("STOPPING=1\nSTATUS=stopping the agent and the shim; containers keep running");
         agent.stop().await;
         shim.stop().await;
         ExitCode::SUCCESS
-    })
+    });
+    let _ = std::fs::remove_file(&state_path);
+    code
+}
+
+/// The shim serves its socket and the agent its `/healthz`: tell the
+/// service manager, write `<runDir>/up.json` for the others and for
+/// `picolet upgrade`, and commit an upgrade no one is watching over.
+fn became_ready(notifier: &crate::notify::Notifier, config: &edge_config::Config) {
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    tracing::info!("picolet {version}: shim and agent serving");
+    let state = crate::notify::UpState {
+        pid: std::process::id(),
+        ready: true,
+        version,
+    };
+    let path = crate::notify::up_state_path(&config.run_dir);
+    let written = serde_json::to_vec(&state)
+        .map_err(std::io::Error::other)
+        .and_then(|b| edge_config::write_atomic(&path, &b));
+    if let Err(e) = written {
+        tracing::warn!("write {}: {e}", path.display());
+    }
+    crate::upgrade::commit_if_unwatched(&config.data_dir);
+    notifier.notify("READY=1\nSTATUS=shim and agent serving");
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod eviction;
 pub mod labels;
 pub mod owner;
 pub mod quantity;
+pub mod upgrade;
 
 use std::path::PathBuf;
 

@@ -33,3 +33,5 @@ pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
 pub const INVALID_MANIFEST: &str = "InvalidManifest";
 pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
 pub const SYSTEM_OOM: &str = "OOMKilling";
+/// picolet's own: `picolet upgrade` put the previous binary back.
+pub const UPGRADE_ROLLED_BACK: &str = "UpgradeRolledBack";

@@ -197,6 +197,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         recorder.forward(tx);
         crate::events::sink::spawn(client.clone(), rx);
     }
+    report_upgrade_rollback(&recorder, &config);
     let statuses = status::Manager::default();
     let health = Health::default();
     let probe_metrics = prober::Metrics::default();
@@ -554,4 +555,25 @@ fn api_tls(
 /// The node's address, as a list.
 fn ips(host_ip: &str) -> Vec<std::net::IpAddr> {
     host_ip.parse().ok().into_iter().collect()
+}
+
+/// An upgrade `picolet upgrade` rolled back before this agent started: a
+/// Warning event on the node, once (the record is removed).
+fn report_upgrade_rollback(recorder: &Recorder, config: &Config) {
+    let Some(read) = edge_config::upgrade::read_rollback(&config.data_dir) else {
+        return;
+    };
+    match read {
+        Ok(r) => recorder.event(
+            &crate::events::Object::node(&config.node_name),
+            crate::events::EventType::Warning,
+            crate::events::reason::UPGRADE_ROLLED_BACK,
+            &r.message(),
+        ),
+        Err(e) => tracing::warn!("unreadable upgrade record: {e}"),
+    }
+    let path = edge_config::upgrade::rollback_path(&config.data_dir);
+    if let Err(e) = std::fs::remove_file(&path) {
+        tracing::warn!("remove {}: {e}", path.display());
+    }
 }
