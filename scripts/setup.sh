@@ -25,11 +25,13 @@ set -euo pipefail
 # (htpasswd): the registry the pull tests push to and pull from. g++:
 # libFuzzer's C++ for scripts/fuzz.sh (libfuzzer-sys builds it). curl: the
 # TLS client of the kubelet API tests (the API port's certificate, client
-# certificates).
+# certificates). lintian, systemd (systemd-analyze): the checks of the
+# .deb and the unit in scripts/dist.sh --smoke; mmdebstrap: the Debian
+# rootfs with systemd of tests/vm/systemd.sh.
 PACKAGES=(gcc g++ libc6-dev protobuf-compiler busybox-static skopeo containerd qemu-user-static binutils
   musl-tools gcc-aarch64-linux-gnu libc6-dev-arm64-cross openssl prometheus qemu-system-x86
   qemu-system-arm cpio ca-certificates containernetworking-plugins iptables iproute2 util-linux
-  docker-registry apache2-utils curl)
+  docker-registry apache2-utils curl lintian systemd mmdebstrap)
 # What scripts/demo.sh needs, no more: the build (cc for build scripts,
 # protoc) and the demo image (busybox-static), CA certificates for cargo's
 # downloads.

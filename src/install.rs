@@ -23,18 +23,9 @@ use crate::{CommonArgs, load_config};
 
 /// The config file skeleton: every field with its default.
 const CONFIG_SKELETON: &str = include_str!("../examples/config.yaml");
-const REGISTRIES_SKELETON: &str = "\
-# Registry mirrors, credentials and TLS for `picolet ctl pull` and image
-# pulls, in k3s's registries.yaml format. For example:
-#
-# mirrors:
-#   docker.io:
-#     endpoint: [\"https://mirror.example.net\"]
-# configs:
-#   mirror.example.net:
-#     auth: {username: edge, password: secret}
-#     tls: {ca_file: /etc/picolet/mirror-ca.crt}
-";
+const REGISTRIES_SKELETON: &str = include_str!("../packaging/registries.yaml");
+/// The log file of the OpenRC and init.d scripts (`packaging/`).
+const SCRIPT_LOG: &str = "/var/log/picolet.log";
 /// The largest file taken from a bundle (an image archive).
 const BUNDLE_FILE_MAX: u64 = 2 << 30;
 
@@ -186,11 +177,12 @@ fn install(args: &InstallArgs, config: &edge_config::Config) -> Result<(), Insta
         }
     }
     let etc = Path::new("/etc/picolet");
-    for (path, text) in [
-        (etc.join("config.yaml"), CONFIG_SKELETON),
-        (etc.join("registries.yaml"), REGISTRIES_SKELETON),
+    // registries.yaml holds credentials: root's alone.
+    for (path, text, mode) in [
+        (etc.join("config.yaml"), CONFIG_SKELETON, 0o644),
+        (etc.join("registries.yaml"), REGISTRIES_SKELETON, 0o600),
     ] {
-        if write_new(&path, text.as_bytes(), 0o600)? {
+        if write_new(&path, text.as_bytes(), mode)? {
             println!("wrote {}", path.display());
         } else {
             println!("kept {}", path.display());
@@ -357,6 +349,8 @@ fn uninstall(args: &UninstallArgs, config: &edge_config::Config) -> Result<(), I
         prev.push(".prev");
         remove(Path::new(&prev))?;
         remove_tree(&args.prefix.join("share/picolet"))?;
+        // Where the OpenRC and init.d scripts send `up`'s log.
+        remove(Path::new(SCRIPT_LOG))?;
     }
     if !args.keep_config {
         remove_tree(Path::new("/etc/picolet"))?;
@@ -488,7 +482,9 @@ fn remove_pods(config: &edge_config::Config, common: &CommonArgs) -> Result<(), 
     if let Some(r) = &common.root {
         cmd.arg("--root").arg(r);
     }
-    cmd.stdin(std::process::Stdio::null())
+    // Its warnings only: what it removes is said here.
+    cmd.env("PICOLET_LOG", "warn")
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
     let child = cmd.spawn().map_err(|e| InstallError::Shim(e.to_string()))?;
     let mut shim = ResetShim(child);

@@ -399,6 +399,14 @@ fn credential(a: AuthYaml) -> Result<Credential, AuthFieldError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_installed_skeleton_is_an_empty_configuration() {
+        let text = include_str!("../../packaging/registries.yaml");
+        let r = Registries::parse(text).expect("parses");
+        assert!(r.mirrors.is_empty() && r.configs.is_empty());
+    }
+
     use super::*;
 
     const K3S: &str = r#"
