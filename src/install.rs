@@ -50,6 +50,8 @@ pub(crate) enum InstallError {
     ShimRunning { socket: PathBuf },
     #[error("the shim for the reset: {0}")]
     Shim(String),
+    #[error("remove the pods: {0}")]
+    Cri(#[from] crate::upgrade::CriCallError),
     #[error("{} is still mounted after the pods were removed; not removing {}", mount.display(), dir.display())]
     StillMounted { mount: PathBuf, dir: PathBuf },
 }
@@ -498,7 +500,7 @@ fn remove_pods(config: &edge_config::Config, common: &CommonArgs) -> Result<(), 
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let removed = remove_sandboxes(&config.cri_socket).map_err(InstallError::Shim)?;
+    let removed = remove_sandboxes(&config.cri_socket)?;
     for (ns, name, uid) in &removed {
         println!("removed pod {ns}/{name}");
         // kubelet's pod log folder name; only the pods removed here.
@@ -509,25 +511,29 @@ fn remove_pods(config: &edge_config::Config, common: &CommonArgs) -> Result<(), 
     Ok(())
 }
 
-fn remove_sandboxes(socket: &Path) -> Result<Vec<(String, String, String)>, String> {
+fn remove_sandboxes(
+    socket: &Path,
+) -> Result<Vec<(String, String, String)>, crate::upgrade::CriCallError> {
+    use crate::upgrade::CriCallError;
+    let call = |what: String| {
+        move |s: tonic::Status| CriCallError::Call {
+            what,
+            message: s.message().to_string(),
+        }
+    };
     use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
     use cri_proto::v1::{
         ListContainersRequest, ListPodSandboxRequest, RemoveContainerRequest,
         RemovePodSandboxRequest, StopPodSandboxRequest,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::upgrade::cri_runtime()?;
     rt.block_on(async {
-        let channel = cri_proto::connect(socket)
-            .await
-            .map_err(|e| e.to_string())?;
+        let channel = cri_proto::connect(socket).await?;
         let mut rs = RuntimeServiceClient::new(channel);
         let pods = rs
             .list_pod_sandbox(ListPodSandboxRequest::default())
             .await
-            .map_err(|s| s.message().to_string())?
+            .map_err(call("ListPodSandbox".into()))?
             .into_inner()
             .items;
         let mut removed = Vec::new();
@@ -537,12 +543,12 @@ fn remove_sandboxes(socket: &Path) -> Result<Vec<(String, String, String)>, Stri
                 pod_sandbox_id: id.clone(),
             })
             .await
-            .map_err(|s| format!("stop pod {id}: {}", s.message()))?;
+            .map_err(call(format!("stop pod {id}")))?;
             rs.remove_pod_sandbox(RemovePodSandboxRequest {
                 pod_sandbox_id: id.clone(),
             })
             .await
-            .map_err(|s| format!("remove pod {id}: {}", s.message()))?;
+            .map_err(call(format!("remove pod {id}")))?;
             let m = p.metadata.unwrap_or_default();
             removed.push((m.namespace, m.name, m.uid));
         }
@@ -550,7 +556,7 @@ fn remove_sandboxes(socket: &Path) -> Result<Vec<(String, String, String)>, Stri
         let left = rs
             .list_containers(ListContainersRequest::default())
             .await
-            .map_err(|s| s.message().to_string())?
+            .map_err(call("ListContainers".into()))?
             .into_inner()
             .containers;
         for c in left {
@@ -558,7 +564,7 @@ fn remove_sandboxes(socket: &Path) -> Result<Vec<(String, String, String)>, Stri
                 container_id: c.id.clone(),
             })
             .await
-            .map_err(|s| format!("remove container {}: {}", c.id, s.message()))?;
+            .map_err(call(format!("remove container {}", c.id)))?;
         }
         Ok(removed)
     })

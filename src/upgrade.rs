@@ -74,12 +74,52 @@ pub(crate) enum UpgradeError {
     Same { path: PathBuf },
     #[error("the installed binary {} was replaced while running; give it with --bin", path.display())]
     Deleted { path: PathBuf },
-    #[error("list the running containers on {}: {why}", socket.display())]
-    Cri { socket: PathBuf, why: String },
+    #[error("list the running containers on {}: {source}", socket.display())]
+    Cri {
+        socket: PathBuf,
+        source: CriCallError,
+    },
     #[error(transparent)]
     Service(#[from] ServiceError),
     #[error("record {}: {why}", path.display())]
     Record { path: PathBuf, why: String },
+}
+
+/// A CRI call of `upgrade` or `reset` that did not work.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CriCallError {
+    #[error("start an async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Connect(#[from] cri_proto::SocketError),
+    #[error("{what}: {message}")]
+    Call { what: String, message: String },
+    #[error("no answer in {0} s")]
+    Timeout(u64),
+}
+
+/// A command `upgrade` runs that did not finish.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RunError {
+    #[error("run: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("wait: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("no answer in {0} s")]
+    Timeout(u64),
+}
+
+/// Why the new binary is not healthy yet: what a check saw.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Unhealthy(String);
+
+/// A single-threaded runtime for a few CRI calls from a command.
+pub(crate) fn cri_runtime() -> Result<tokio::runtime::Runtime, CriCallError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(CriCallError::Runtime)
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UpgradeError + '_ {
@@ -191,14 +231,14 @@ fn prev_of(bin: &Path) -> PathBuf {
 }
 
 /// Runs `bin args…` with a deadline; (success, stdout + stderr).
-fn run_captured(bin: &Path, args: &[String], limit: Duration) -> Result<(bool, String), String> {
+fn run_captured(bin: &Path, args: &[String], limit: Duration) -> Result<(bool, String), RunError> {
     let mut child = std::process::Command::new(bin)
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| e.to_string())?;
+        .map_err(RunError::Spawn)?;
     let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
     let reader = std::thread::spawn(move || {
         let mut text = String::new();
@@ -218,9 +258,9 @@ fn run_captured(bin: &Path, args: &[String], limit: Duration) -> Result<(bool, S
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("no answer in {} s", limit.as_secs()));
+                return Err(RunError::Timeout(limit.as_secs()));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(RunError::Wait(e)),
         }
     };
     let text = reader.join().unwrap_or_default();
@@ -230,10 +270,10 @@ fn run_captured(bin: &Path, args: &[String], limit: Duration) -> Result<(bool, S
 /// Step 1: the new binary runs here and accepts what the old one runs.
 fn check_new(new: &Path, common: &CommonArgs) -> Result<(), UpgradeError> {
     let (ok, out) =
-        run_captured(new, &["version".into()], Duration::from_secs(20)).map_err(|why| {
+        run_captured(new, &["version".into()], Duration::from_secs(20)).map_err(|e| {
             UpgradeError::NotPicolet {
                 path: new.into(),
-                why,
+                why: e.to_string(),
             }
         })?;
     if !ok || !out.starts_with("picolet ") {
@@ -249,10 +289,10 @@ fn check_new(new: &Path, common: &CommonArgs) -> Result<(), UpgradeError> {
     if let Some(r) = &common.root {
         args.extend(["--root".into(), r.display().to_string()]);
     }
-    let (ok, output) = run_captured(new, &args, Duration::from_secs(60)).map_err(|why| {
+    let (ok, output) = run_captured(new, &args, Duration::from_secs(60)).map_err(|e| {
         UpgradeError::CheckFailed {
             path: new.into(),
-            output: why,
+            output: e.to_string(),
         }
     })?;
     if !ok {
@@ -265,18 +305,13 @@ fn check_new(new: &Path, common: &CommonArgs) -> Result<(), UpgradeError> {
 }
 
 /// The IDs of the running containers.
-fn running_containers(socket: &Path) -> Result<BTreeSet<String>, String> {
+fn running_containers(socket: &Path) -> Result<BTreeSet<String>, CriCallError> {
     use cri_proto::v1::runtime_service_client::RuntimeServiceClient;
     use cri_proto::v1::{ContainerFilter, ContainerState, ContainerStateValue};
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = cri_runtime()?;
     rt.block_on(async {
         let list = async {
-            let channel = cri_proto::connect(socket)
-                .await
-                .map_err(|e| e.to_string())?;
+            let channel = cri_proto::connect(socket).await?;
             let filter = ContainerFilter {
                 state: Some(ContainerStateValue {
                     state: ContainerState::ContainerRunning.into(),
@@ -288,7 +323,10 @@ fn running_containers(socket: &Path) -> Result<BTreeSet<String>, String> {
                     filter: Some(filter),
                 })
                 .await
-                .map_err(|s| s.message().to_string())?;
+                .map_err(|s| CriCallError::Call {
+                    what: "ListContainers".into(),
+                    message: s.message().to_string(),
+                })?;
             Ok(reply
                 .into_inner()
                 .containers
@@ -298,7 +336,7 @@ fn running_containers(socket: &Path) -> Result<BTreeSet<String>, String> {
         };
         tokio::time::timeout(Duration::from_secs(10), list)
             .await
-            .unwrap_or_else(|_| Err("no answer in 10 s".into()))
+            .unwrap_or(Err(CriCallError::Timeout(10)))
     })
 }
 
@@ -347,12 +385,12 @@ fn wait_healthy(
     config: &edge_config::Config,
     before: &Before,
     limit: Duration,
-) -> Result<(), String> {
+) -> Result<(), Unhealthy> {
     let deadline = Instant::now() + limit;
     loop {
         match unhealthy(bin, config, before) {
             None => return Ok(()),
-            Some(why) if Instant::now() >= deadline => return Err(why),
+            Some(why) if Instant::now() >= deadline => return Err(Unhealthy(why)),
             Some(_) => std::thread::sleep(Duration::from_millis(250)),
         }
     }
@@ -440,9 +478,9 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
     let service_file = manager.file(Path::new("/"));
     let before = Before {
         up_pid: crate::notify::read_up_state(&config.run_dir).map(|s| s.pid),
-        containers: running_containers(&config.cri_socket).map_err(|why| UpgradeError::Cri {
+        containers: running_containers(&config.cri_socket).map_err(|source| UpgradeError::Cri {
             socket: config.cri_socket.clone(),
-            why,
+            source,
         })?,
     };
     let pending = Pending {
@@ -472,7 +510,7 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
     let limit = Duration::from_secs(args.timeout);
     let health = manager
         .restart(&service_file)
-        .map_err(|e| e.to_string())
+        .map_err(|e| Unhealthy(e.to_string()))
         .and_then(|()| wait_healthy(&bin, config, &before, limit));
     match health {
         Ok(()) => {

@@ -39,12 +39,20 @@ pub fn rollback_path(data_dir: &Path) -> PathBuf {
     data_dir.join(ROLLBACK_FILE)
 }
 
+/// A rollback record that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct BadRecord {
+    pub path: PathBuf,
+    pub source: serde_yaml::Error,
+}
+
 /// Reads the record; none when there is none. A record that does not
-/// parse is reported as its parse error (a reader logs it and removes it).
-pub fn read_rollback(data_dir: &Path) -> Option<Result<Rollback, String>> {
+/// parse is its error (a reader logs it and removes it).
+pub fn read_rollback(data_dir: &Path) -> Option<Result<Rollback, BadRecord>> {
     let path = rollback_path(data_dir);
     let bytes = std::fs::read(&path).ok()?;
-    Some(serde_yaml::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display())))
+    Some(serde_yaml::from_slice(&bytes).map_err(|source| BadRecord { path, source }))
 }
 
 #[cfg(test)]
@@ -62,7 +70,7 @@ mod tests {
         };
         let json = serde_yaml::to_string(&r).expect("yaml");
         std::fs::write(rollback_path(d.path()), json).expect("write");
-        assert_eq!(read_rollback(d.path()), Some(Ok(r.clone())));
+        assert_eq!(read_rollback(d.path()).expect("there").expect("parses"), r);
         assert_eq!(
             r.message(),
             "upgrade to picolet sha256:aaaaaaaaaaaa rolled back to sha256:bbbbbbbbbbbb: not healthy in 120s"

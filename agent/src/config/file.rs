@@ -264,6 +264,14 @@ pub struct Scanner {
     pub manifest_errors: ManifestErrors,
     pub node_name: String,
     pub max_pods: usize,
+    /// Static pods that roll back (`picolet.io/rollback-after`).
+    pub guard: super::rollback::Guard,
+    /// Whether a pod (by UID) is Ready now: what the guard decides on.
+    pub is_ready: Box<dyn Fn(&str) -> bool + Send>,
+    /// Called for each rollback (the metric).
+    pub on_rollback: Box<dyn Fn(&super::rollback::RolledBack) + Send>,
+    /// When the guard next needs a scan (a version on trial runs out).
+    pub next_deadline: Option<tokio::time::Instant>,
 }
 
 impl Scanner {
@@ -280,9 +288,9 @@ impl Scanner {
             );
         }
         self.manifest_errors.set(scan.errors.clone());
-        let mut desired = PodSet::new();
+        let mut admitted = BTreeMap::new();
         for (uid, (path, pod)) in scan.pods {
-            if desired.len() >= self.max_pods {
+            if admitted.len() >= self.max_pods {
                 self.recorder.event(
                     &node,
                     EventType::Warning,
@@ -295,9 +303,29 @@ impl Scanner {
                 );
                 continue;
             }
-            desired.insert(uid, pod);
+            admitted.insert(uid, (path, pod));
         }
-        desired
+        let guarded = self
+            .guard
+            .apply(admitted, &self.is_ready, tokio::time::Instant::now());
+        for r in &guarded.rolled_back {
+            tracing::warn!(pod = %format!("{}/{}", r.namespace, r.name), "{}", r.message);
+            let obj = Object {
+                kind: "Pod",
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                ..Default::default()
+            };
+            self.recorder.event(
+                &obj,
+                EventType::Warning,
+                crate::events::reason::STATIC_POD_ROLLED_BACK,
+                &r.message,
+            );
+            (self.on_rollback)(r);
+        }
+        self.next_deadline = guarded.next_deadline;
+        guarded.pods
     }
 
     /// A rescan as the sync loop takes it.
@@ -323,9 +351,18 @@ pub fn spawn(
         let start = tokio::time::Instant::now();
         let mut tick = tokio::time::interval_at(start + every, every);
         loop {
+            // A static pod's version on trial runs out: scan then too.
+            let deadline = scanner.next_deadline;
+            let trial_ends = async {
+                match deadline {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tick.tick() => {}
                 Some(()) = wake.recv() => while wake.try_recv().is_ok() {},
+                _ = trial_ends => {}
             }
             if updates.send(scanner.update()).await.is_err() {
                 return;

@@ -26,6 +26,40 @@ pub fn is_mirror(pod: &serde_json::Value) -> bool {
 /// Annotation: when the source first saw this version of the pod.
 pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 
+/// Annotation of a static pod that rolls back ([`crate::config::rollback`]):
+/// a new version not Ready within this duration is replaced by the last
+/// Ready one.
+pub const ROLLBACK_AFTER: &str = "picolet.io/rollback-after";
+/// Annotation on the pod run in place of a failed version: why (the status
+/// condition [`ROLLED_BACK_CONDITION`] carries it to `/pods`).
+pub const ROLLED_BACK: &str = "picolet.io/rolled-back";
+/// The pod condition of a rolled-back static pod.
+pub const ROLLED_BACK_CONDITION: &str = "picolet.io/RolledBack";
+
+/// `picolet.io/rollback-after` is not a duration above zero.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a duration above zero (e.g. 2m, 90s)")]
+pub struct BadRollbackAfter {
+    pub value: String,
+}
+
+impl BadRollbackAfter {
+    /// The field, as validation errors name it.
+    pub fn field(&self) -> String {
+        format!("metadata.annotations['{ROLLBACK_AFTER}']")
+    }
+}
+
+/// `picolet.io/rollback-after`, when set.
+pub fn rollback_after(pod: &Pod) -> Option<Result<std::time::Duration, BadRollbackAfter>> {
+    let v = pod.metadata.annotations.as_ref()?.get(ROLLBACK_AFTER)?;
+    Some(
+        edge_config::quantity::parse_duration(v)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| BadRollbackAfter { value: v.clone() }),
+    )
+}
+
 /// Every error of one manifest file: the file, and each field path in it
 /// with what is wrong. Printed `<file>: <field>: <message>`, more errors
 /// after `; ` (one log line).
@@ -148,6 +182,10 @@ pub fn parse(
         apply_defaults(&mut pod);
         if let Err(found) = crate::config::validate::pod(&pod) {
             errors.extend(found.into_iter().map(|(field, m)| (at(&field), m)));
+        }
+        // picolet's own annotation, a static pod's only.
+        if let Some(Err(e)) = rollback_after(&pod) {
+            errors.push((at(&e.field()), e.to_string()));
         }
         pods.push(pod);
     }
@@ -519,6 +557,14 @@ mod tests {
         assert_eq!(
             parse_err(list),
             "/m/p.yaml: items[0].spec.containers: at least one container is required"
+        );
+        let e = parse_err(&POD.replace(
+            "  name: web\n",
+            "  name: web\n  annotations: {picolet.io/rollback-after: soon}\n",
+        ));
+        assert_eq!(
+            e,
+            "/m/p.yaml: metadata.annotations['picolet.io/rollback-after']: \"soon\" is not a duration above zero (e.g. 2m, 90s)"
         );
     }
 

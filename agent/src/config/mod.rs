@@ -9,6 +9,7 @@
 pub mod apiserver;
 pub mod file;
 pub mod manifest;
+pub mod rollback;
 pub mod validate;
 
 use std::collections::BTreeMap;

@@ -33,5 +33,7 @@ pub const RESIZE_COMPLETED: &str = "ResizeCompleted";
 pub const INVALID_MANIFEST: &str = "InvalidManifest";
 pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
 pub const SYSTEM_OOM: &str = "OOMKilling";
+/// picolet's own: a static pod's new version was not Ready in time.
+pub const STATIC_POD_ROLLED_BACK: &str = "RolledBack";
 /// picolet's own: `picolet upgrade` put the previous binary back.
 pub const UPGRADE_ROLLED_BACK: &str = "UpgradeRolledBack";

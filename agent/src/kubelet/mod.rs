@@ -310,7 +310,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         recorder: recorder.clone(),
         statuses: statuses.clone(),
         probe_metrics,
-        metrics,
+        metrics: metrics.clone(),
         started: Instant::now(),
         devices,
         userns: match crate::userns::Manager::open(
@@ -419,6 +419,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         manifest_errors,
         node_name: cfg.node_name.clone(),
         max_pods: usize::try_from(cfg.max_pods).unwrap_or(usize::MAX),
+        guard: config::rollback::Guard::load(&pods_root.join("static-ready")),
+        is_ready: {
+            let statuses = statuses.clone();
+            Box::new(move |uid| is_ready(&statuses, uid))
+        },
+        on_rollback: {
+            let metrics = metrics.clone();
+            Box::new(move |r| metrics.static_pod_rolled_back(&r.namespace, &r.name))
+        },
+        next_deadline: None,
     };
     pods.apply(scanner.update());
     file::spawn(scanner, cfg.file_check_frequency, woken, updates_tx);
@@ -555,6 +565,15 @@ fn api_tls(
 /// The node's address, as a list.
 fn ips(host_ip: &str) -> Vec<std::net::IpAddr> {
     host_ip.parse().ok().into_iter().collect()
+}
+
+/// The pod's Ready condition is True.
+fn is_ready(statuses: &status::Manager, uid: &str) -> bool {
+    statuses.get(uid).is_some_and(|p| {
+        p.status
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    })
 }
 
 /// An upgrade `picolet upgrade` rolled back before this agent started: a

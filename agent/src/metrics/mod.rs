@@ -164,6 +164,8 @@ pub struct AgentMetrics {
     ops: Mutex<BTreeMap<String, Op>>,
     pleg_relist: Mutex<Histogram>,
     pod_start: Mutex<Histogram>,
+    /// Static pods put back to their last Ready version, by namespace/name.
+    rollbacks: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Default for AgentMetrics {
@@ -172,6 +174,7 @@ impl Default for AgentMetrics {
             ops: Mutex::new(BTreeMap::new()),
             pleg_relist: Mutex::new(Histogram::new(DEFAULT_BUCKETS)),
             pod_start: Mutex::new(Histogram::new(POD_START_BUCKETS)),
+            rollbacks: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -216,6 +219,12 @@ impl AgentMetrics {
 
     pub fn pod_started(&self, took: Duration) {
         lock(&self.pod_start).observe(took.as_secs_f64());
+    }
+
+    pub fn static_pod_rolled_back(&self, namespace: &str, name: &str) {
+        *lock(&self.rollbacks)
+            .entry((namespace.to_string(), name.to_string()))
+            .or_default() += 1;
     }
 
     /// `/metrics`; `running_pods` and `containers` (state → count) are
@@ -270,6 +279,15 @@ impl AgentMetrics {
             errors.push(by_op(op), o.errors as f64, None);
             totals.push(by_op(op), o.total as f64, None);
         }
+        let mut rollbacks = Family::new(
+            "picolet_static_pod_rollbacks_total",
+            Kind::Counter,
+            "Static pods put back to their last Ready version (picolet.io/rollback-after).",
+        );
+        for ((ns, name), n) in lock(&self.rollbacks).iter() {
+            let labels = Labels::new(vec![("namespace", ns.clone()), ("pod", name.clone())]);
+            rollbacks.push(labels, *n as f64, None);
+        }
         vec![
             histogram(
                 "kubelet_pleg_relist_duration_seconds",
@@ -286,6 +304,7 @@ impl AgentMetrics {
             durations,
             errors,
             totals,
+            rollbacks,
         ]
     }
 }

@@ -360,6 +360,22 @@ pub fn pod_status(pod: &Pod, observed: &Observed, ctx: &Context<'_>) -> PodStatu
             }),
         ),
     ];
+    // A static pod run in place of a newer version that was not Ready in
+    // time (crate::config::rollback).
+    if let Some(why) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::config::manifest::ROLLED_BACK))
+    {
+        conditions.push(PodCondition {
+            type_: crate::config::manifest::ROLLED_BACK_CONDITION.into(),
+            status: "True".into(),
+            reason: Some("RolledBack".into()),
+            message: Some(why.clone()),
+            ..Default::default()
+        });
+    }
     for c in &mut conditions {
         c.observed_generation = generation;
     }
@@ -463,6 +479,42 @@ mod tests {
         let no_sandbox = Observed::default();
         let s = status(&p, &no_sandbox, &none);
         assert_eq!(cond(&s, "PodReadyToStartContainers"), "False");
+    }
+
+    #[test]
+    fn a_rolled_back_static_pod_says_so_in_a_condition() {
+        let mut p = pod("Always");
+        p.metadata.generation = Some(2);
+        let none = HashMap::new();
+        let s = status(&p, &observed(vec![c(State::Running, 0, 1, 0)]), &none);
+        assert!(
+            s.conditions
+                .iter()
+                .flatten()
+                .all(|c| c.type_ != "picolet.io/RolledBack")
+        );
+        p.metadata.annotations = Some(
+            [(
+                crate::config::manifest::ROLLED_BACK.to_string(),
+                "web.yaml: this version was not Ready within 2m0s".to_string(),
+            )]
+            .into(),
+        );
+        let s = status(&p, &observed(vec![c(State::Running, 0, 1, 0)]), &none);
+        let rb = s
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "picolet.io/RolledBack")
+            .expect("condition");
+        assert_eq!(rb.status, "True");
+        assert_eq!(rb.observed_generation, Some(2));
+        assert!(
+            rb.message
+                .as_deref()
+                .unwrap_or("")
+                .contains("not Ready within 2m0s")
+        );
     }
 
     /// getPhase with containers' own restart policies: a stopped container
