@@ -153,7 +153,7 @@ if [ -n "$check" ]; then
   exit 0
 fi
 echo "Try: $bin ctl logs <container id> / ctl exec -it <id> sh / ctl inspectp <pod id>"
-echo "     the kubelet API is HTTPS on 127.0.0.1:10250 (client certificates; README: Ports)"
+echo "     $bin ctl api /pods: the kubelet API (HTTPS, 127.0.0.1:10250) as root on this host"
 echo "     edit $demo_pod (the pod is replaced) or drop more v1/Pod files beside it."
 echo "Ctrl-C to stop."
 wait "$up"

@@ -139,6 +139,17 @@ enum CtlCommand {
         /// Only this container.
         container: Option<String>,
     },
+    /// GET a path of the agent's kubelet API and print the answer (root).
+    ///
+    /// `/pods`, `/node`, `/events`, `/stats/summary`, `/metrics/cadvisor`,
+    /// `/containerLogs/NS/POD/CONTAINER`... on its API port, with a client
+    /// certificate of the local CA the agent keeps in <dataDir>/agent/pki.
+    Api {
+        /// The path, with its query (`/containerLogs/default/hello-node/httpd?tailLines=5`).
+        path: String,
+        #[command(flatten)]
+        common: crate::CommonArgs,
+    },
     /// Devices the node has and which pod's container holds each (the
     /// agent's pod-resources API).
     Devices {
@@ -211,6 +222,7 @@ async fn dispatch(args: CtlArgs) -> Result<()> {
     match args.command {
         // The agent's API, not the shim's.
         CtlCommand::Devices { pod_resources } => crate::ctl_devices::devices(&pod_resources).await,
+        CtlCommand::Api { path, common } => api(&path, &common).await,
         command => dispatch_cri(&args.socket, command).await,
     }
 }
@@ -221,7 +233,9 @@ async fn dispatch_cri(socket: &std::path::Path, command: CtlCommand) -> Result<(
         .await
         .with_context(|| format!("is `picolet shim` running on {}?", socket.display()))?;
     match command {
-        CtlCommand::Devices { .. } => unreachable!("dispatch answers it"),
+        CtlCommand::Devices { .. } | CtlCommand::Api { .. } => {
+            unreachable!("dispatch answers it")
+        }
         CtlCommand::Images { quiet } => crate::ctl_images::images(channel, quiet).await,
         CtlCommand::Import { files } => crate::ctl_images::import(channel, files).await,
         CtlCommand::Pull { image, creds } => crate::ctl_images::pull(channel, image, creds).await,
@@ -329,6 +343,36 @@ async fn dispatch_cri(socket: &std::path::Path, command: CtlCommand) -> Result<(
             Ok(())
         }
     }
+}
+
+/// `ctl api PATH`: the body on stdout; a refusal's status and body on
+/// stderr, exit 1.
+async fn api(path: &str, common: &crate::CommonArgs) -> Result<()> {
+    // load_config has said what is wrong with the file.
+    let config = crate::load_config(common).map_err(|_| Status(2))?;
+    // One line: the error's text already carries its cause.
+    let answer = agent::server::local::get(&config, path)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if !(200..300).contains(&answer.status) {
+        anyhow::bail!(
+            "GET {path}: HTTP {}: {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body).trim_end()
+        );
+    }
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    // JSON answers end without a newline: the shell's prompt goes on a
+    // line of its own. Other bodies (logs) are printed byte for byte.
+    let json = answer.body.starts_with(b"{") && !answer.body.ends_with(b"\n");
+    let newline: &[u8] = if json { b"\n" } else { b"" };
+    stdout
+        .write_all(&answer.body)
+        .and_then(|()| stdout.write_all(newline))
+        .and_then(|()| stdout.flush())
+        .map_err(stdout_error)?;
+    Ok(())
 }
 
 async fn exec(

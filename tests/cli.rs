@@ -96,6 +96,28 @@ fn ctl_without_a_shim_names_the_socket() {
 }
 
 #[test]
+fn ctl_api_without_the_local_ca_says_where_it_looked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_str().expect("utf8");
+    let out = picolet(&[
+        "ctl",
+        "api",
+        "/pods",
+        "--config",
+        "/dev/null",
+        "--root",
+        root,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{root}/agent/pki/picolet-local-ca.key"))
+            && err.contains("picolet up"),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_validates_config_and_manifests() {
     let root = env!("CARGO_MANIFEST_DIR");
     let out = picolet(&[

@@ -3,7 +3,8 @@
 //! against a local HTTPS server that answers TokenReviews and
 //! SubjectAccessReviews with what the real kube-apiserver 1.26 answered
 //! (`agent/testdata`), checking what is asked, the answers and
-//! the caches.
+//! the caches; and the local CA of `picolet ctl api` through the API
+//! port's TLS.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -195,4 +196,150 @@ async fn tokens_and_access_are_reviewed_by_the_api_server_and_cached() {
     assert_eq!(anon.user, "system:anonymous");
     open.authorize(&anon, &what).await.expect("always allowed");
     assert_eq!(seen.access_reviews.load(Ordering::SeqCst), 4);
+}
+
+/// A TLS server with the API port's TLS and `Auth::admit` in front: the
+/// answer is the user admitted, or the refusal's status.
+async fn api_port(auth: Arc<Auth>, tls: Arc<rustls::ServerConfig>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, auth) = (acceptor.clone(), auth.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let cert: Option<Vec<u8>> = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| c.as_ref().to_vec());
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (auth, cert) = (auth.clone(), cert.clone());
+                    async move {
+                        let admitted = auth
+                            .admit(cert.as_deref(), None, req.method(), req.uri().path())
+                            .await;
+                        let mut resp = Response::new(Full::new(bytes::Bytes::from(
+                            admitted
+                                .as_ref()
+                                .map(|w| w.user.clone())
+                                .unwrap_or_default(),
+                        )));
+                        *resp.status_mut() = match admitted {
+                            Ok(_) => hyper::StatusCode::OK,
+                            Err(Refusal::Unauthorized) => hyper::StatusCode::UNAUTHORIZED,
+                            Err(_) => hyper::StatusCode::FORBIDDEN,
+                        };
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// `picolet ctl api`'s way in: a certificate of the node's local CA is
+/// admitted with webhook authorization on and no review asked (the API
+/// server would refuse this user); a certificate of `clientCAFile` with
+/// the same name is reviewed and refused; a server whose certificate is
+/// none of the agent's files is not talked to.
+#[tokio::test]
+async fn the_local_ca_lets_root_on_the_node_in_and_no_one_else() {
+    use agent::certificate::x509;
+    use agent::server::local::{self, LocalCa};
+
+    let seen = Arc::new(Seen::default());
+    let (port, ca) = fake_api_server(seen.clone()).await;
+    let kc = KubeConfig {
+        host: "127.0.0.1".into(),
+        port,
+        ca: Some(ca),
+        client_cert: None,
+        token: Some("node-token".into()),
+    };
+    let client = Arc::new(Client::new(&kc, "picolet-test").expect("client"));
+
+    let data = tempfile::tempdir().expect("tmp");
+    let pki = data.path().join("agent/pki");
+    let local_ca = LocalCa::ensure(&pki).expect("local CA");
+    let (cert, key) = agent::server::tls::self_signed(&pki, "pk-node", &[]).expect("serving");
+    // The cluster's client CA, which signs a certificate of the same name.
+    let (_, cluster_key) = agent::certificate::bootstrap::new_key().expect("cluster key");
+    let cluster_ca = x509::pem(
+        "CERTIFICATE",
+        &x509::ca("cluster-ca", &cluster_key, 1_700_000_000, 2_700_000_000).expect("ca"),
+    );
+    let (_, user_key) = agent::certificate::bootstrap::new_key().expect("user key");
+    let impostor = x509::client(
+        local::USER,
+        &[],
+        ring::signature::KeyPair::public_key(&user_key).as_ref(),
+        "cluster-ca",
+        &cluster_key,
+        1_700_000_000,
+        2_700_000_000,
+    )
+    .expect("client cert");
+
+    let a = Arc::new(auth(client, "").with_local_ca(local_ca.public_key()));
+    let tls = agent::server::tls::server_config(
+        agent::server::tls::current(&cert, &key).expect("current"),
+        Some(cluster_ca.as_bytes()),
+        Some(local_ca.cert_pem()),
+    )
+    .expect("tls");
+    let addr = api_port(a.clone(), tls).await;
+    let cfg = |data_dir: &std::path::Path| {
+        edge_config::config::Config::parse(
+            &format!(
+                "address: 127.0.0.1\nport: {}\npicolet: {{dataDir: {}}}\n",
+                addr.port(),
+                data_dir.display()
+            ),
+            std::path::Path::new("test.yaml"),
+        )
+        .expect("config")
+    };
+
+    let answer = local::get(&cfg(data.path()), "/pods").await.expect("get");
+    assert_eq!(
+        (answer.status, answer.body.as_ref()),
+        (200, local::USER.as_bytes())
+    );
+    assert_eq!(
+        seen.access_reviews.load(Ordering::SeqCst),
+        0,
+        "not reviewed"
+    );
+
+    // The same name from the cluster's CA: a reviewed user like any other.
+    let refused = a.admit(Some(&impostor), None, &Method::GET, "/pods").await;
+    assert!(matches!(refused, Err(Refusal::Forbidden(_))), "{refused:?}");
+    assert_eq!(seen.access_reviews.load(Ordering::SeqCst), 1);
+
+    // Another data dir: its own CA, and no serving certificate that is
+    // this server's: refused before anything is sent.
+    let elsewhere = tempfile::tempdir().expect("tmp");
+    LocalCa::ensure(&elsewhere.path().join("agent/pki")).expect("other CA");
+    let err = local::get(&cfg(elsewhere.path()), "/pods")
+        .await
+        .expect_err("not the agent's certificate");
+    assert!(matches!(err, local::Error::Handshake { .. }), "{err}");
+    assert!(
+        local::get(&cfg(data.path()), "pods").await.is_err(),
+        "a path starts with /"
+    );
 }

@@ -190,6 +190,15 @@ async fn ctl_inspects_stops_and_removes_an_orphaned_pod() {
         serde_json::from_str(&ok(&["inspectp", &pod_id[..12]])).expect("json");
     assert_eq!(json["status"]["state"], "SANDBOX_READY");
     assert_eq!(json["status"]["metadata"]["name"], "orphan");
+    // The verbose info: the config the sandbox was made from, its files.
+    let info = &json["info"]["info"];
+    assert_eq!(info["config"]["metadata"]["name"], "orphan", "{json}");
+    assert!(
+        info["runtimeDir"]
+            .as_str()
+            .is_some_and(|d| d.contains(pod_id.as_str())),
+        "{json}"
+    );
     let stats = ok(&["stats"]);
     for id in &ids {
         let row = stats

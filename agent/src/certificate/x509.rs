@@ -1,7 +1,9 @@
 //! The little X.509 picolet writes and reads, in DER, without an X.509
 //! library: the node's CSR (kube::bootstrap), the API port's self-signed
-//! serving certificate ([`self_signed`]), a certificate's validity and
-//! its subject's CN and O (a client certificate's user and groups).
+//! serving certificate ([`self_signed`]), the node's local client CA and
+//! its client certificates ([`ca`], [`client`], [`signed_by`]), a
+//! certificate's validity and its subject's CN and O (a client
+//! certificate's user and groups).
 //! Pure: ring signs, the caller stores.
 
 use base64::Engine as _;
@@ -113,13 +115,14 @@ pub fn validity(pem_text: &[u8]) -> Option<(i64, i64)> {
     Some((x509_time(t1, v1)?, x509_time(t2, v2)?))
 }
 
-// Extensions of the serving certificate.
+// Extensions of the certificates made here.
 const OID_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x0f];
 const OID_EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
 const OID_BASIC_CONSTRAINTS: &[u8] = &[0x55, 0x1d, 0x13];
 const OID_SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
 const OID_EXTENSION_REQUEST: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e];
 const OID_SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+const OID_CLIENT_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02];
 
 /// An X.509 time for `secs` since the epoch: UTCTime through 2049,
 /// GeneralizedTime after (RFC 5280 4.1.2.5).
@@ -175,6 +178,53 @@ pub fn san_request_attribute(alt_names: &[u8]) -> Vec<u8> {
     seq(&[&der(0x06, OID_EXTENSION_REQUEST), &der(0x31, &seq(&[&ext]))])
 }
 
+/// A random positive serial number.
+fn serial() -> Result<[u8; 16], super::Error> {
+    let mut serial = [0u8; 16];
+    ring::rand::SecureRandom::fill(&SystemRandom::new(), &mut serial)
+        .map_err(|_| super::Error::Random("a serial number"))?;
+    // A positive INTEGER that does not start with a zero byte.
+    serial[0] = (serial[0] & 0x7f) | 0x40;
+    Ok(serial)
+}
+
+/// A certificate of `subject` (a Name) for the P-256 `public_key`,
+/// issued by `issuer` (its Name, and its key that signs), from
+/// `not_before` to `not_after`.
+fn certificate(
+    subject: &[u8],
+    public_key: &[u8],
+    issuer: (&[u8], &EcdsaKeyPair),
+    extensions: &[u8],
+    not_before: i64,
+    not_after: i64,
+) -> Result<Vec<u8>, super::Error> {
+    let mut bits = vec![0u8];
+    bits.extend_from_slice(public_key);
+    let spki = seq(&[
+        &seq(&[&der(0x06, OID_EC_PUBLIC_KEY), &der(0x06, OID_PRIME256V1)]),
+        &der(0x03, &bits),
+    ]);
+    let algorithm = seq(&[&der(0x06, OID_ECDSA_SHA256)]);
+    let tbs = seq(&[
+        &der(0xa0, &der(0x02, &[2])),
+        &der(0x02, &serial()?),
+        &algorithm,
+        issuer.0,
+        &seq(&[&x509_time_der(not_before), &x509_time_der(not_after)]),
+        subject,
+        &spki,
+        &der(0xa3, extensions),
+    ]);
+    let sig = issuer
+        .1
+        .sign(&SystemRandom::new(), &tbs)
+        .map_err(|_| super::Error::Sign("certificate"))?;
+    let mut sig_bits = vec![0u8];
+    sig_bits.extend_from_slice(sig.as_ref());
+    Ok(seq(&[&tbs, &algorithm, &der(0x03, &sig_bits)]))
+}
+
 /// A self-signed TLS server certificate (X.509 v3, ECDSA P-256 with
 /// SHA-256) for `cn`, valid for the DNS `names` and `ips`, from
 /// `not_before` to `not_after` (seconds since the epoch): what kubelet
@@ -187,12 +237,6 @@ pub fn self_signed(
     not_before: i64,
     not_after: i64,
 ) -> Result<Vec<u8>, super::Error> {
-    let rng = SystemRandom::new();
-    let mut serial = [0u8; 16];
-    ring::rand::SecureRandom::fill(&rng, &mut serial)
-        .map_err(|_| super::Error::Random("a serial number"))?;
-    // A positive INTEGER that does not start with a zero byte.
-    serial[0] = (serial[0] & 0x7f) | 0x40;
     let alt = subject_alt_names(names, ips);
     let extensions = seq(&[
         // digitalSignature.
@@ -205,30 +249,114 @@ pub fn self_signed(
         &extension(OID_BASIC_CONSTRAINTS, true, &seq(&[])),
         &extension(OID_SUBJECT_ALT_NAME, false, &alt),
     ]);
-    let mut bits = vec![0u8];
-    bits.extend_from_slice(key.public_key().as_ref());
-    let spki = seq(&[
-        &seq(&[&der(0x06, OID_EC_PUBLIC_KEY), &der(0x06, OID_PRIME256V1)]),
-        &der(0x03, &bits),
-    ]);
-    let algorithm = seq(&[&der(0x06, OID_ECDSA_SHA256)]);
     let name = common_name(cn);
-    let tbs = seq(&[
-        &der(0xa0, &der(0x02, &[2])),
-        &der(0x02, &serial),
-        &algorithm,
+    certificate(
         &name,
-        &seq(&[&x509_time_der(not_before), &x509_time_der(not_after)]),
-        &name,
-        &spki,
-        &der(0xa3, &extensions),
+        key.public_key().as_ref(),
+        (&name, key),
+        &extensions,
+        not_before,
+        not_after,
+    )
+}
+
+/// A self-signed CA certificate for `cn` (keyCertSign, no intermediates
+/// below it), from `not_before` to `not_after`.
+pub fn ca(
+    cn: &str,
+    key: &EcdsaKeyPair,
+    not_before: i64,
+    not_after: i64,
+) -> Result<Vec<u8>, super::Error> {
+    let extensions = seq(&[
+        // digitalSignature, keyCertSign.
+        &extension(OID_KEY_USAGE, true, &der(0x03, &[0x02, 0x84])),
+        // cA, pathLenConstraint 0.
+        &extension(
+            OID_BASIC_CONSTRAINTS,
+            true,
+            &seq(&[&der(0x01, &[0xff]), &der(0x02, &[0])]),
+        ),
     ]);
-    let sig = key
-        .sign(&rng, &tbs)
-        .map_err(|_| super::Error::Sign("certificate"))?;
-    let mut sig_bits = vec![0u8];
-    sig_bits.extend_from_slice(sig.as_ref());
-    Ok(seq(&[&tbs, &algorithm, &der(0x03, &sig_bits)]))
+    let name = common_name(cn);
+    certificate(
+        &name,
+        key.public_key().as_ref(),
+        (&name, key),
+        &extensions,
+        not_before,
+        not_after,
+    )
+}
+
+/// A TLS client certificate for user `cn` in groups `orgs` (the API
+/// server's reading of a subject), for the P-256 `public_key`, issued by
+/// the CA certificate [`ca`] made for `issuer_cn` with `issuer_key`.
+pub fn client(
+    cn: &str,
+    orgs: &[String],
+    public_key: &[u8],
+    issuer_cn: &str,
+    issuer_key: &EcdsaKeyPair,
+    not_before: i64,
+    not_after: i64,
+) -> Result<Vec<u8>, super::Error> {
+    let extensions = seq(&[
+        // digitalSignature.
+        &extension(OID_KEY_USAGE, true, &der(0x03, &[0x07, 0x80])),
+        &extension(
+            OID_EXT_KEY_USAGE,
+            false,
+            &seq(&[&der(0x06, OID_CLIENT_AUTH)]),
+        ),
+        &extension(OID_BASIC_CONSTRAINTS, true, &seq(&[])),
+    ]);
+    let mut rdns: Vec<Vec<u8>> = orgs
+        .iter()
+        .map(|o| {
+            der(
+                0x31,
+                &seq(&[&der(0x06, OID_ORGANIZATION), &der(0x0c, o.as_bytes())]),
+            )
+        })
+        .collect();
+    rdns.push(der(
+        0x31,
+        &seq(&[&der(0x06, OID_COMMON_NAME), &der(0x0c, cn.as_bytes())]),
+    ));
+    let subject = der(0x30, &rdns.concat());
+    certificate(
+        &subject,
+        public_key,
+        (&common_name(issuer_cn), issuer_key),
+        &extensions,
+        not_before,
+        not_after,
+    )
+}
+
+/// Whether the certificate `cert` (DER) carries a signature of the P-256
+/// key `issuer_public_key` (uncompressed point) over its contents: which
+/// of several trusted CAs issued a certificate the handshake verified.
+pub fn signed_by(cert: &[u8], issuer_public_key: &[u8]) -> bool {
+    let check = || -> Option<bool> {
+        let (_, body, _) = read_der(cert)?;
+        let (_, _, after_tbs) = read_der(body)?;
+        let tbs = &body[..body.len() - after_tbs.len()];
+        let (_, algorithm, rest) = read_der(after_tbs)?;
+        let (_, oid, _) = read_der(algorithm)?;
+        let (tag, bits, _) = read_der(rest)?;
+        let (&unused, sig) = bits.split_first()?;
+        if oid != OID_ECDSA_SHA256 || tag != 0x03 || unused != 0 {
+            return Some(false);
+        }
+        let key = ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ECDSA_P256_SHA256_ASN1,
+            issuer_public_key,
+        );
+        Some(key.verify(tbs, sig).is_ok())
+    };
+    check().unwrap_or(false)
 }
 
 /// The elements of TBSCertificate up to and including the subject:

@@ -212,7 +212,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         read_only: (cfg.read_only_port != 0)
             .then(|| SocketAddr::new(cfg.api_address(), cfg.read_only_port)),
     };
-    let tls = api_tls(
+    let (tls, local_ca) = api_tls(
         cfg,
         kubeconfig.as_deref(),
         &node.host_ip,
@@ -248,7 +248,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             shown: std::sync::Mutex::new(Vec::new()),
             devices: devices.clone(),
         },
-        auth: server::auth::Auth::new(config.node_name.clone(), cfg, api_client.clone()),
+        auth: {
+            let auth = server::auth::Auth::new(config.node_name.clone(), cfg, api_client.clone());
+            match local_ca {
+                Some(key) => auth.with_local_ca(key),
+                None => auth,
+            }
+        },
         streams: Arc::new(tokio::sync::Semaphore::new(server::MAX_STREAMS)),
     };
     server::serve(Arc::new(srv), ports, tls)
@@ -491,17 +497,18 @@ async fn connect_runtime(
 }
 
 /// The API port's TLS: its serving certificate (configured, else
-/// self-signed in the data dir) and the CA client certificates are
+/// self-signed in the data dir) and the CAs client certificates are
 /// checked against (`authentication.x509.clientCAFile`, else in cluster
 /// mode the kubeconfig's CA: the one the API server's kubelet client
 /// certificate comes from in a kubeadm-made cluster; authorization still
-/// decides what such a certificate may do).
+/// decides what such a certificate may do), and the local CA of
+/// `picolet ctl api` ([`server::local`]), whose public key is returned.
 fn api_tls(
     cfg: &Config,
     kubeconfig: Option<&std::path::Path>,
     host_ip: &str,
     client: Option<&Arc<kube::client::Client>>,
-) -> Result<Arc<rustls::ServerConfig>, Error> {
+) -> Result<(Arc<rustls::ServerConfig>, Option<Vec<u8>>), Error> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|source| Error::ApiPortFile {
             path: path.to_path_buf(),
@@ -547,10 +554,24 @@ fn api_tls(
     if client_ca.is_none() && !cfg.cluster_mode() && !cfg.authentication.anonymous {
         tracing::info!(
             "API port: no authentication.x509.clientCAFile and anonymous access is off: \
-             only the read-only port (readOnlyPort) and /healthz answer without credentials"
+             root on this host gets in with `picolet ctl api PATH`; the read-only port \
+             (readOnlyPort) and /healthz answer without credentials"
         );
     }
-    server::tls::server_config(current, client_ca.as_deref()).map_err(|source| {
+    // The device's own way in: a convenience, so a data dir where it
+    // cannot be made costs only that, not the API port.
+    let pki = certificate::bootstrap::cert_dir(&cfg.data_dir);
+    let local_ca = server::local::LocalCa::ensure(&pki)
+        .inspect_err(|e| {
+            tracing::warn!(error = %e, "API port: no local client CA: `picolet ctl api` cannot get in");
+        })
+        .ok();
+    let config = server::tls::server_config(
+        current,
+        client_ca.as_deref(),
+        local_ca.as_ref().map(server::local::LocalCa::cert_pem),
+    )
+    .map_err(|source| {
         let file = cfg.tls.as_ref().map_or_else(
             || "the self-signed certificate".into(),
             |(c, _)| c.display().to_string(),
@@ -559,7 +580,8 @@ fn api_tls(
             file,
             source: Box::new(source),
         }
-    })
+    })?;
+    Ok((config, local_ca.map(|ca| ca.public_key())))
 }
 
 /// The node's address, as a list.

@@ -268,6 +268,9 @@ pub struct Auth {
     pub webhook_authz: bool,
     pub allowed_ttl: Duration,
     pub denied_ttl: Duration,
+    /// The local CA's public key ([`super::local`]): its certificates
+    /// are authorized on the node itself.
+    pub local_ca: Option<Vec<u8>>,
     token_cache: std::sync::Mutex<Cache<[u8; 32], Option<Identity>>>,
     access_cache: std::sync::Mutex<Cache<(Identity, Attributes), Result<(), Refused>>>,
 }
@@ -290,9 +293,47 @@ impl Auth {
             allowed_ttl: z.cache_authorized_ttl,
             denied_ttl: z.cache_unauthorized_ttl,
             client,
+            local_ca: None,
             token_cache: std::sync::Mutex::new(Cache::new()),
             access_cache: std::sync::Mutex::new(Cache::new()),
         }
+    }
+
+    /// Trusts the local CA whose public key is `public_key`.
+    #[must_use]
+    pub fn with_local_ca(mut self, public_key: Vec<u8>) -> Self {
+        self.local_ca = Some(public_key);
+        self
+    }
+
+    /// Who a request is and whether they may: the client certificate the
+    /// handshake verified (`cert`, DER), else `bearer`, else anonymous;
+    /// then authorization of `method` on `path`, except for the local
+    /// CA's certificates: root on the device, who made them, may do
+    /// anything on it, also offline and unknown to any API server.
+    pub async fn admit(
+        &self,
+        cert: Option<&[u8]>,
+        bearer: Option<&str>,
+        method: &Method,
+        path: &str,
+    ) -> Result<Identity, Refusal> {
+        let from_cert = cert.and_then(|der| {
+            let (cn, orgs) = crate::certificate::x509::subject(der)?;
+            let local = self
+                .local_ca
+                .as_deref()
+                .is_some_and(|key| crate::certificate::x509::signed_by(der, key));
+            Some((Identity::from_certificate(cn, orgs), local))
+        });
+        let who = match from_cert {
+            Some((who, true)) => return Ok(who),
+            Some((who, false)) => who,
+            None => self.authenticate(bearer).await?,
+        };
+        self.authorize(&who, &attributes(method, path, &self.node))
+            .await?;
+        Ok(who)
     }
 
     /// Who presents `bearer` (or nobody): certificate identities are

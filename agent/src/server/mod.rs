@@ -16,6 +16,7 @@
 
 pub mod auth;
 mod endpoints;
+pub mod local;
 pub mod stream;
 pub mod tls;
 
@@ -71,10 +72,10 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest request head.
 const MAX_HEAD: usize = 64 << 10;
 
-/// The client certificate's identity of a connection (none: no
-/// certificate).
+/// The client certificate (DER) a connection's handshake verified (none:
+/// no certificate).
 #[derive(Debug, Clone)]
-struct Peer(Option<auth::Identity>);
+struct Peer(Option<Arc<[u8]>>);
 
 /// What `/node` is made of: the facts, labels and taints the Node is
 /// registered with, the eviction manager's pressure, and the conditions
@@ -148,7 +149,14 @@ pub async fn serve(
     let healthz = tokio::net::TcpListener::bind(ports.healthz).await?;
     let api = tokio::net::TcpListener::bind(ports.api).await?;
     let read_only = match ports.read_only {
-        Some(a) => Some(tokio::net::TcpListener::bind(a).await?),
+        Some(a) => {
+            if !a.ip().is_loopback() {
+                // Anyone who reaches the address reads pods, events and
+                // metrics there: nothing asks who they are.
+                tracing::warn!(addr = %a, "the read-only port (readOnlyPort) serves without authentication on a non-loopback address");
+            }
+            Some(tokio::net::TcpListener::bind(a).await?)
+        }
         None => None,
     };
     spawn(healthz, healthz_router(server.clone()), None, "healthz");
@@ -206,14 +214,13 @@ fn spawn(
                         else {
                             return;
                         };
-                        let who = stream
+                        let cert = stream
                             .get_ref()
                             .1
                             .peer_certificates()
                             .and_then(|c| c.first())
-                            .and_then(|c| crate::certificate::x509::subject(c.as_ref()))
-                            .map(|(cn, orgs)| auth::Identity::from_certificate(cn, orgs));
-                        serve_conn(Box::new(stream), router, Peer(who)).await;
+                            .map(|c| Arc::from(c.as_ref()));
+                        serve_conn(Box::new(stream), router, Peer(cert)).await;
                     }
                     None => serve_conn(Box::new(tcp), router, Peer(None)).await,
                 }
@@ -325,24 +332,18 @@ fn api_router(server: Arc<Server>) -> Router {
 /// Authentication, then authorization, of every request on the API port.
 async fn authenticate(State(s): Shared, req: Request, next: Next) -> Response {
     let cert = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
-    let who = match cert {
-        Some(id) => id,
-        None => {
-            let bearer = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::trim)
-                .filter(|t| !t.is_empty());
-            match s.auth.authenticate(bearer).await {
-                Ok(id) => id,
-                Err(r) => return refusal(r),
-            }
-        }
-    };
-    let what = auth::attributes(req.method(), req.uri().path(), &s.auth.node);
-    if let Err(r) = s.auth.authorize(&who, &what).await {
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let admitted = s
+        .auth
+        .admit(cert.as_deref(), bearer, req.method(), req.uri().path())
+        .await;
+    if let Err(r) = admitted {
         return refusal(r);
     }
     next.run(req).await

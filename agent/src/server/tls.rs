@@ -28,6 +28,10 @@ pub enum TlsError {
     ClientCa(rustls::Error),
     #[error("the client CA file holds no certificate")]
     NoClientCa,
+    #[error("the local CA: {0}")]
+    LocalCaPem(rustls::pki_types::pem::Error),
+    #[error("the local CA: {0}")]
+    LocalCa(rustls::Error),
     #[error("the client CA: {0}")]
     Verifier(rustls::server::VerifierBuilderError),
     #[error("TLS: {0}")]
@@ -126,31 +130,41 @@ fn serving(cert: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, KeyErr
 }
 
 /// The rustls server config: the `current` certificate served; client
-/// certificates verified against `client_ca` (PEM bundle) when given.
+/// certificates verified against `client_ca` (PEM bundle, which must hold
+/// one) and the `local_ca` certificate (PEM, [`super::local`]) when given.
 pub fn server_config(
     current: Arc<Current>,
     client_ca: Option<&[u8]>,
+    local_ca: Option<&[u8]>,
 ) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = match client_ca {
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(pem) {
-                let c = c.map_err(TlsError::ClientCaPem)?;
-                roots.add(c).map_err(TlsError::ClientCa)?;
-            }
-            if roots.is_empty() {
-                return Err(TlsError::NoClientCa);
-            }
-            rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider.clone(),
-            )
-            .allow_unauthenticated()
-            .build()
-            .map_err(TlsError::Verifier)?
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(pem) = client_ca {
+        for c in CertificateDer::pem_slice_iter(pem) {
+            let c = c.map_err(TlsError::ClientCaPem)?;
+            roots.add(c).map_err(TlsError::ClientCa)?;
         }
-        None => rustls::server::WebPkiClientVerifier::no_client_auth(),
+        if roots.is_empty() {
+            return Err(TlsError::NoClientCa);
+        }
+    }
+    for c in local_ca
+        .map(CertificateDer::pem_slice_iter)
+        .into_iter()
+        .flatten()
+    {
+        let c = c.map_err(TlsError::LocalCaPem)?;
+        roots.add(c).map_err(TlsError::LocalCa)?;
+    }
+    let verifier = match roots.is_empty() {
+        false => rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(TlsError::Verifier)?,
+        true => rustls::server::WebPkiClientVerifier::no_client_auth(),
     };
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -27,7 +27,7 @@ pub async fn listener(
     let cert = agent::certificate::x509::pem("CERTIFICATE", &der).into_bytes();
     let key_pem = agent::certificate::x509::pem("PRIVATE KEY", pkcs8.as_ref()).into_bytes();
     let current = agent::server::tls::current(&cert, &key_pem).expect("current");
-    let mut tls = (*agent::server::tls::server_config(current, None).expect("tls")).clone();
+    let mut tls = (*agent::server::tls::server_config(current, None, None).expect("tls")).clone();
     tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

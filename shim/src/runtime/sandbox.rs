@@ -432,8 +432,17 @@ impl Runtime {
         }
     }
 
-    pub fn pod_sandbox_status(&self, id: &str) -> Result<PodSandboxStatus, Error> {
-        Ok(self.sandbox_status_of(&self.sandbox(id)?))
+    /// PodSandboxStatus; with `verbose`, also its info (`crictl inspectp`).
+    pub fn pod_sandbox_status(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> Result<(PodSandboxStatus, Option<serde_json::Value>), Error> {
+        let rec = self.sandbox(id)?;
+        Ok((
+            self.sandbox_status_of(&rec),
+            verbose.then(|| sandbox_info(&rec)),
+        ))
     }
 
     pub fn list_pod_sandbox(&self, filter: Option<PodSandboxFilter>) -> Vec<PodSandbox> {
@@ -467,10 +476,82 @@ impl Runtime {
     }
 }
 
+/// A sandbox's verbose info, in the shape of containerd's `info` where
+/// picolet has the same thing: the sandbox's process (`pid`: containerd's
+/// pause; here the pod's init, which only a shared pid namespace has, else
+/// 0), the config it was made from, its namespace files, its folders.
+fn sandbox_info(rec: &SandboxRecord) -> serde_json::Value {
+    let path = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    serde_json::json!({
+        "pid": rec.pod_init.map_or(0, |(pid, _)| pid),
+        "runtimeHandler": "",
+        "runtimeType": "picolet",
+        "config": rec.config,
+        // Empty: the host's namespace.
+        "netNamespacePath": path(&rec.netns),
+        "namespaces": {
+            "network": path(&rec.netns),
+            "ipc": path(&rec.ipcns),
+            "uts": path(&rec.utsns),
+            "user": path(&rec.userns),
+        },
+        "ips": rec.ips,
+        "shmPath": path(&rec.shm),
+        "sandboxDir": rec.dir,
+        "runtimeDir": rec.run_dir,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use cri_proto::v1::DnsConfig;
+
+    #[test]
+    fn verbose_info_names_the_sandboxs_process_config_and_files() {
+        let config = PodSandboxConfig {
+            hostname: "hello".into(),
+            ..Default::default()
+        };
+        let rec = SandboxRecord {
+            id: "abc".into(),
+            config,
+            created_at: 1,
+            ready: true,
+            netns: Some("/run/picolet/sandboxes/abc/netns".into()),
+            ipcns: Some("/run/picolet/sandboxes/abc/ipcns".into()),
+            utsns: None,
+            userns: None,
+            shm: Some("/run/picolet/sandboxes/abc/shm".into()),
+            dir: "/var/lib/picolet/shim/sandboxes/abc".into(),
+            run_dir: "/run/picolet/sandboxes/abc".into(),
+            pod_init: Some((4242, 7)),
+            ips: vec!["10.42.0.5".parse().expect("ip")],
+            complete: true,
+        };
+        let info = sandbox_info(&rec);
+        assert_eq!(info["pid"], 4242);
+        assert_eq!(info["netNamespacePath"], "/run/picolet/sandboxes/abc/netns");
+        assert_eq!(info["namespaces"]["uts"], "", "the host's");
+        assert_eq!(info["ips"][0], "10.42.0.5");
+        assert_eq!(info["runtimeDir"], "/run/picolet/sandboxes/abc");
+        assert_eq!(info["sandboxDir"], "/var/lib/picolet/shim/sandboxes/abc");
+        assert_eq!(
+            info["config"],
+            serde_json::to_value(&rec.config).expect("config")
+        );
+        assert_eq!(
+            sandbox_info(&SandboxRecord {
+                pod_init: None,
+                ..rec
+            })["pid"],
+            0
+        );
+    }
 
     #[test]
     fn resolv_conf_from_dns_config() {

@@ -174,10 +174,17 @@ impl RuntimeService for RuntimeSvc {
         &self,
         req: Request<PodSandboxStatusRequest>,
     ) -> Result<Response<PodSandboxStatusResponse>, Status> {
-        let id = req.into_inner().pod_sandbox_id;
-        id_of(&id, "pod_sandbox_id")?;
+        let req = req.into_inner();
+        id_of(&req.pod_sandbox_id, "pod_sandbox_id")?;
+        let (status, info) = self
+            .rt
+            .pod_sandbox_status(&req.pod_sandbox_id, req.verbose)?;
         Ok(Response::new(PodSandboxStatusResponse {
-            status: Some(self.rt.pod_sandbox_status(&id)?),
+            status: Some(status),
+            // CRI's verbose info: JSON documents by key, as containerd's.
+            info: info
+                .map(|i| [("info".to_string(), i.to_string())].into())
+                .unwrap_or_default(),
             ..Default::default()
         }))
     }
@@ -381,7 +388,7 @@ impl RuntimeService for RuntimeSvc {
     ) -> Result<Response<PortForwardResponse>, Status> {
         let r = req.into_inner();
         id_of(&r.pod_sandbox_id, "pod_sandbox_id")?;
-        self.rt.pod_sandbox_status(&r.pod_sandbox_id)?;
+        self.rt.pod_sandbox_status(&r.pod_sandbox_id, false)?;
         let url = self.streaming.port_forward_url(r.pod_sandbox_id)?;
         Ok(Response::new(PortForwardResponse { url }))
     }
