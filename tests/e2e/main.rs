@@ -33,5 +33,6 @@ mod registry;
 mod resize;
 mod resources;
 mod restarts;
+mod rollback;
 mod runtime;
 mod streaming;

@@ -59,6 +59,8 @@ pub struct Guarded {
 pub struct Guard {
     dir: PathBuf,
     entries: BTreeMap<String, Entry>,
+    /// The guarded pods handed on by the last scan, by namespace_name.
+    served: BTreeMap<String, Arc<Pod>>,
 }
 
 fn uid(p: &Pod) -> &str {
@@ -106,6 +108,7 @@ impl Guard {
         Self {
             dir: dir.to_path_buf(),
             entries,
+            served: BTreeMap::new(),
         }
     }
 
@@ -136,6 +139,24 @@ impl Guard {
         ready: impl Fn(&str) -> bool,
         now: Instant,
     ) -> Guarded {
+        // What ran until now and is Ready is the version to return to, also
+        // when this scan brings its successor (the change can come before
+        // any scan saw it Ready).
+        for (k, p) in std::mem::take(&mut self.served) {
+            let restored = p
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(ROLLED_BACK));
+            if restored || !ready(uid(&p)) {
+                continue;
+            }
+            let e = self.entries.entry(k.clone()).or_default();
+            if e.kept.last_ready.as_ref().map(uid) != Some(uid(&p)) {
+                e.kept.last_ready = Some((*p).clone());
+                self.save(&k);
+            }
+        }
         let mut out = Guarded::default();
         let mut seen = Vec::new();
         for (u, (path, pod)) in desired {
@@ -212,6 +233,12 @@ impl Guard {
             self.entries.remove(&k);
             self.save(&k);
         }
+        self.served = out
+            .pods
+            .values()
+            .filter(|p| seen.contains(&key(p)))
+            .map(|p| (key(p), p.clone()))
+            .collect();
         out
     }
 }
@@ -325,6 +352,21 @@ mod tests {
         .expect("parses");
         assert_eq!(kept.last_ready.as_ref().map(uid), Some("v3"));
         assert_eq!(kept.failed, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_version_ready_before_the_change_is_returned_to_though_no_scan_saw_it_ready() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let mut g = Guard::load(d.path());
+        let v1 = pod("web", "v1", Some("30s"));
+        let v2 = pod("web", "v2", Some("30s"));
+        let t0 = Instant::now();
+        // The only scan before the change saw v1 not yet Ready.
+        assert_eq!(uids(&g.apply(scan(&[&v1]), |_| false, t0)), ["v1"]);
+        // It is Ready when the change comes.
+        assert_eq!(uids(&g.apply(scan(&[&v2]), |u| u == "v1", t0)), ["v2"]);
+        let out = g.apply(scan(&[&v2]), |_| false, t0 + Duration::from_secs(30));
+        assert_eq!((uids(&out), out.rolled_back.len()), (vec!["v1"], 1));
     }
 
     #[tokio::test(start_paused = true)]
