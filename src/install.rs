@@ -50,6 +50,8 @@ pub(crate) enum InstallError {
     ShimRunning { socket: PathBuf },
     #[error("the shim for the reset: {0}")]
     Shim(String),
+    #[error("the pod volumes: {0}")]
+    Volumes(#[from] agent::volumes::Error),
     #[error("remove the pods: {0}")]
     Cri(#[from] crate::upgrade::CriCallError),
     #[error("{} is still mounted after the pods were removed; not removing {}", mount.display(), dir.display())]
@@ -463,6 +465,7 @@ fn reset(config: &edge_config::Config, common: &CommonArgs) -> Result<(), Instal
     }
     if config.data_dir.exists() {
         remove_pods(config, common)?;
+        remove_volumes(&config.data_dir)?;
     }
     remove_network(config);
     remove_cgroups(&config.cgroup_root);
@@ -508,6 +511,20 @@ fn remove_pods(config: &edge_config::Config, common: &CommonArgs) -> Result<(), 
         remove_tree(&logs)?;
     }
     drop(shim);
+    Ok(())
+}
+
+/// The agent's pod folders: their volumes (memory emptyDirs, secrets,
+/// projected files) unmounted as the agent does when a pod goes.
+fn remove_volumes(data_dir: &Path) -> Result<(), InstallError> {
+    let pods = data_dir.join("agent/pods");
+    for e in std::fs::read_dir(&pods).into_iter().flatten().flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let uid = e.file_name().to_string_lossy().into_owned();
+        agent::volumes::cleanup(data_dir, &uid)?;
+    }
     Ok(())
 }
 

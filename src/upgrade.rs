@@ -345,6 +345,25 @@ fn running_containers(socket: &Path) -> Result<BTreeSet<String>, CriCallError> {
 struct Before {
     up_pid: Option<u32>,
     containers: BTreeSet<String>,
+    /// systemd's count of the service's automatic restarts, where systemd
+    /// runs it: a new binary that keeps exiting fails early.
+    restarts: Option<u64>,
+}
+
+/// Exits of the new binary that make waiting longer pointless.
+const CRASHES: u64 = 2;
+
+/// systemd's `NRestarts` of the service (automatic restarts only).
+fn systemd_restarts(manager: Manager) -> Option<u64> {
+    if manager != Manager::Systemd {
+        return None;
+    }
+    let out = std::process::Command::new("systemctl")
+        .args(["show", "-p", "NRestarts", "--value", "picolet.service"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
 /// The reason health is not there yet, or None when it is.
@@ -385,14 +404,29 @@ fn wait_healthy(
     config: &edge_config::Config,
     before: &Before,
     limit: Duration,
+    manager: Manager,
 ) -> Result<(), Unhealthy> {
     let deadline = Instant::now() + limit;
     loop {
-        match unhealthy(bin, config, before) {
+        let why = match unhealthy(bin, config, before) {
             None => return Ok(()),
-            Some(why) if Instant::now() >= deadline => return Err(Unhealthy(why)),
-            Some(_) => std::thread::sleep(Duration::from_millis(250)),
+            Some(why) => why,
+        };
+        if Instant::now() >= deadline {
+            return Err(Unhealthy(format!(
+                "not healthy in {} s: {why}",
+                limit.as_secs()
+            )));
         }
+        if let (Some(n0), Some(n)) = (before.restarts, systemd_restarts(manager))
+            && n >= n0 + CRASHES
+        {
+            return Err(Unhealthy(format!(
+                "it exited {} times since the restart (systemd's NRestarts): {why}",
+                n - n0
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -482,6 +516,7 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
             socket: config.cri_socket.clone(),
             source,
         })?,
+        restarts: systemd_restarts(manager),
     };
     let pending = Pending {
         previous: prev_of(&bin),
@@ -511,7 +546,7 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
     let health = manager
         .restart(&service_file)
         .map_err(|e| Unhealthy(e.to_string()))
-        .and_then(|()| wait_healthy(&bin, config, &before, limit));
+        .and_then(|()| wait_healthy(&bin, config, &before, limit, manager));
     match health {
         Ok(()) => {
             remove_synced(&pending_path(&config.data_dir))?;
@@ -522,15 +557,16 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
             })
         }
         Err(why) => {
-            let reason = format!("not healthy in {} s: {why}", limit.as_secs());
+            let reason = why.to_string();
             tracing::warn!("{reason}; putting the previous binary back");
             roll_back(&pending, &config.data_dir, reason.clone())?;
             let restarted_before = Before {
                 up_pid: crate::notify::read_up_state(&config.run_dir).map(|s| s.pid),
                 containers: before.containers.clone(),
+                restarts: systemd_restarts(manager),
             };
             manager.restart(&service_file)?;
-            if let Err(e) = wait_healthy(&bin, config, &restarted_before, limit) {
+            if let Err(e) = wait_healthy(&bin, config, &restarted_before, limit, manager) {
                 tracing::warn!("the previous binary is back but not healthy yet: {e}");
             }
             Ok(Done::RolledBack(edge_config::upgrade::Rollback {
