@@ -40,18 +40,7 @@ case "$ARCH" in
   *) echo "arch: amd64 or arm64" >&2; exit 2 ;;
 esac
 [ -x "$BIN" ] || { echo "vm: $BIN missing: run scripts/dist.sh first" >&2; exit 1; }
-# The pinned kernel; when the archive has dropped it (a security update
-# replaces the ABI name, and the old package leaves debian-security), the
-# one the metapackage depends on now.
-if ! ls "$C/${PKG}"_*.deb >/dev/null 2>&1 && ! (cd "$C" && apt-get download "$PKG:$ARCH" >/dev/null 2>&1); then
-  META="linux-image-$([ "$ARCH" = amd64 ] && echo cloud-amd64 || echo arm64)"
-  PKG=$(apt-cache depends "$META:$ARCH" | sed -n 's/^ *Depends: \(linux-image-[0-9][^:]*\).*/\1/p' | head -1)
-  [ -n "$PKG" ] || { echo "vm: neither linux-image-$KVER nor $META in the archive" >&2; exit 1; }
-  echo "vm $ARCH: linux-image-$KVER is gone from the archive; using $PKG" >&2
-  (cd "$C" && { ls "${PKG}"_*.deb >/dev/null 2>&1 || apt-get download "$PKG:$ARCH" >/dev/null; })
-fi
-(cd "$C" && rm -rf "k-$ARCH" && dpkg-deb -x "${PKG}"_*.deb "k-$ARCH")
-KERNEL=$(ls "$C/k-$ARCH"/boot/vmlinuz-*)
+. tests/vm/kernel.sh
 
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
