@@ -257,6 +257,15 @@ pub fn api_pod(value: serde_json::Value) -> Result<Pod, ApiPodError> {
     Ok(pod)
 }
 
+/// A pod picolet wrote itself as JSON (what a static pod's last Ready
+/// version was), read back through the one decoder of the Pod type.
+pub fn kept_pod(value: &serde_json::Value) -> Result<Pod, ApiPodError> {
+    let value = serde_yaml::to_value(value)?;
+    decode(value).map_err(|(path, message)| ApiPodError::Field {
+        errors: vec![(path, message)],
+    })
+}
+
 /// An API server's pod picolet does not run: every field that is wrong,
 /// `<field>: <message>` joined by `; `.
 #[derive(Debug, thiserror::Error)]

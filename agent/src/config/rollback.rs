@@ -22,13 +22,44 @@ use super::PodSet;
 
 use super::manifest::{ROLLED_BACK, rollback_after};
 
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default)]
 struct Kept {
     /// The last version that was Ready.
     last_ready: Option<Pod>,
     /// The UID of the version that was not Ready in time.
     failed: Option<String>,
+}
+
+/// [`Kept`] on disk: the pod as a JSON value, so that the binary holds no
+/// second (de)serializer of the whole Pod type ([`super::manifest::kept_pod`]).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    last_ready: Option<serde_json::Value>,
+    failed: Option<String>,
+}
+
+/// Why a kept file does not read.
+#[derive(Debug, thiserror::Error)]
+enum KeptError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the pod: {0}")]
+    Pod(#[from] super::manifest::ApiPodError),
+}
+
+fn read_kept(path: &Path) -> Result<Kept, KeptError> {
+    let stored: Stored = serde_json::from_slice(&std::fs::read(path)?)?;
+    let last_ready = match &stored.last_ready {
+        Some(v) => Some(super::manifest::kept_pod(v)?),
+        None => None,
+    };
+    Ok(Kept {
+        last_ready,
+        failed: stored.failed,
+    })
 }
 
 #[derive(Debug, Default)]
@@ -89,10 +120,7 @@ impl Guard {
             else {
                 continue;
             };
-            match std::fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<Kept>(&b).map_err(|e| e.to_string()))
-            {
+            match read_kept(&path) {
                 Ok(kept) => {
                     entries.insert(k.to_string(), Entry { kept, trial: None });
                 }
@@ -115,12 +143,19 @@ impl Guard {
     fn save(&self, k: &str) {
         let path = self.dir.join(format!("{k}.json"));
         let written = match self.entries.get(k) {
-            Some(e) => serde_json::to_vec(&e.kept)
-                .map_err(std::io::Error::other)
-                .and_then(|b| {
-                    edge_config::private_dir(&self.dir)?;
-                    edge_config::write_atomic(&path, &b)
-                }),
+            Some(e) => serde_json::to_vec(&Stored {
+                last_ready: e
+                    .kept
+                    .last_ready
+                    .as_ref()
+                    .and_then(|p| serde_json::to_value(p).ok()),
+                failed: e.kept.failed.clone(),
+            })
+            .map_err(std::io::Error::other)
+            .and_then(|b| {
+                edge_config::private_dir(&self.dir)?;
+                edge_config::write_atomic(&path, &b)
+            }),
             None => match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
                 _ => Ok(()),
@@ -346,10 +381,7 @@ mod tests {
             uids(&g.apply(scan(&[&v3]), |u| u == "v3", t0 + Duration::from_secs(602))),
             ["v3"]
         );
-        let kept: Kept = serde_json::from_slice(
-            &std::fs::read(d.path().join("default_web.json")).expect("kept"),
-        )
-        .expect("parses");
+        let kept = read_kept(&d.path().join("default_web.json")).expect("kept");
         assert_eq!(kept.last_ready.as_ref().map(uid), Some("v3"));
         assert_eq!(kept.failed, None);
     }
