@@ -20,8 +20,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use edge_config::{Config, ShimPaths};
 
+mod check;
 mod install;
 mod notify;
+mod reset;
 mod service;
 mod up;
 mod upgrade;
@@ -60,7 +62,7 @@ enum Command {
     Ctl(ctl::CtlArgs),
     /// Validate the config file and static pod manifests without running
     /// anything; errors name the file and field (exit 2).
-    Check(CheckArgs),
+    Check(check::CheckArgs),
     /// Install picolet as a service: the binary, /etc/picolet skeletons
     /// (existing files kept), the systemd unit, OpenRC or init script;
     /// enabled and started.
@@ -74,7 +76,7 @@ enum Command {
     Uninstall(install::UninstallArgs),
     /// With picolet stopped: remove its pods, their logs, its data and
     /// runtime folders, CNI config, bridge, iptables chains and pod cgroups.
-    Reset(install::ResetArgs),
+    Reset(reset::ResetArgs),
     /// Print the version.
     Version,
     /// The built-in CNI plugin (type `picolet`), run by the shim with the
@@ -263,24 +265,6 @@ pub(crate) struct AgentArgs {
     address: Option<std::net::IpAddr>,
 }
 
-#[derive(clap::Args)]
-struct CheckArgs {
-    #[command(flatten)]
-    common: CommonArgs,
-    /// Node name the manifests' pod names get suffixed with.
-    #[arg(long)]
-    node_name: Option<String>,
-    /// Also verify the image store under the data root, read-only: every
-    /// blob re-hashed, every image complete, every unpacked layer compared
-    /// with its blob (exit 1 on damage). Waits for, then holds, the shim's
-    /// lock: run it while no shim runs on this root.
-    #[arg(long)]
-    store: bool,
-    /// Static pod manifests (files) to validate; none: every manifest in
-    /// the static pod folder (`staticPodPath`), as the agent reads it.
-    manifests: Vec<PathBuf>,
-}
-
 #[derive(clap::Args, Clone, Default)]
 pub(crate) struct UpArgs {
     #[command(flatten)]
@@ -396,11 +380,11 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::run(args),
         Command::Agent(args) => run_agent(args),
         Command::Up(args) => up::run(args),
-        Command::Check(args) => check(args),
+        Command::Check(args) => check::run(args),
         Command::Install(args) => install::run_install(args),
         Command::Upgrade(args) => upgrade::run(args),
         Command::Uninstall(args) => install::run_uninstall(args),
-        Command::Reset(args) => install::run_reset(args),
+        Command::Reset(args) => reset::run_reset(args),
         Command::Monitor(m) => run_monitor(m),
         Command::Cni => shim::cni_plugin::main(),
     }
@@ -528,129 +512,6 @@ fn init_tracing() {
         .init();
 }
 
-fn check(args: CheckArgs) -> ExitCode {
-    let config = match load_config(&args.common) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    // "(defaults)" only when there is no file: an existing default file
-    // was read and checked like any other.
-    let config_name = match args.common.config.as_ref() {
-        Some(p) => p.display().to_string(),
-        None if std::path::Path::new(DEFAULT_CONFIG).exists() => DEFAULT_CONFIG.to_string(),
-        None => format!("{DEFAULT_CONFIG} (not there: defaults)"),
-    };
-    println!("{config_name}: ok");
-    let node = args.node_name.unwrap_or(config.node_name);
-    let mut failed = false;
-    if args.manifests.is_empty() && !args.store {
-        // No files named: the static pod folder, read as the agent reads
-        // it (what it would report as InvalidManifest fails the check).
-        let scan = agent::config::file::FileSource::new(&config.static_pod_path, &node).scan();
-        for (path, pod) in scan.pods.values() {
-            println!(
-                "{}: ok: pod {}/{} uid {}",
-                path.display(),
-                pod.metadata.namespace.as_deref().unwrap_or(""),
-                pod.metadata.name.as_deref().unwrap_or(""),
-                pod.metadata.uid.as_deref().unwrap_or("")
-            );
-        }
-        for e in &scan.errors {
-            eprintln!("picolet: {e}");
-            failed = true;
-        }
-        if scan.pods.is_empty() && scan.errors.is_empty() {
-            println!("{}: no static pods", config.static_pod_path.display());
-        }
-    }
-    for m in &args.manifests {
-        let text = match std::fs::read_to_string(m) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("picolet: {}: cannot read: {e}", m.display());
-                failed = true;
-                continue;
-            }
-        };
-        match agent::config::manifest::parse(m, &text, &node, "1970-01-01T00:00:00Z") {
-            Ok(pods) => {
-                for p in pods {
-                    println!(
-                        "{}: ok: pod {}/{} uid {}",
-                        m.display(),
-                        p.metadata.namespace.unwrap_or_default(),
-                        p.metadata.name.unwrap_or_default(),
-                        p.metadata.uid.unwrap_or_default()
-                    );
-                }
-            }
-            Err(e) => {
-                eprintln!("picolet: {e}");
-                failed = true;
-            }
-        }
-    }
-    if failed {
-        return ExitCode::from(2);
-    }
-    if args.store {
-        return check_store(&config.data_dir);
-    }
-    ExitCode::SUCCESS
-}
-
-/// `check --store`: what [`images::verify`] finds, one line each.
-fn check_store(data_dir: &std::path::Path) -> ExitCode {
-    let lock = data_dir.join("shim.lock");
-    let _owner = match edge_config::owner::claim(&lock, "shim", edge_config::owner::WAIT) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("picolet: check --store: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let root = ShimPaths {
-        root: data_dir.to_path_buf(),
-        ..ShimPaths::default()
-    }
-    .image_store();
-    let v = match images::verify::verify(&root, true) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("picolet: check --store: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    for l in &v.leftovers {
-        println!(
-            "{}: leftover (removed when the shim starts): {l}",
-            root.display()
-        );
-    }
-    for p in &v.problems {
-        eprintln!("picolet: {}: {p}", root.display());
-    }
-    println!(
-        "{}: {} images, {} blobs ({} MiB hashed), {} snapshots: {}",
-        root.display(),
-        v.images,
-        v.blobs,
-        v.bytes >> 20,
-        v.snapshots,
-        if v.problems.is_empty() {
-            "ok".to_string()
-        } else {
-            format!("{} problems", v.problems.len())
-        }
-    );
-    if v.problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
 fn run_agent(args: AgentArgs) -> ExitCode {
     let mut config = match load_config(&args.common) {
         Ok(c) => c,
@@ -731,6 +592,17 @@ fn run_shim(args: ShimArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("picolet shim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command's outcome: its error on stderr, exit 1.
+pub(crate) fn report(what: &str, r: Result<(), impl std::fmt::Display>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("picolet {what}: {e}");
             ExitCode::FAILURE
         }
     }
