@@ -54,17 +54,7 @@ cp "$BIN" "$R/bin/picolet"
 # Modules, each after what it depends on (read from its .modinfo; busybox
 # insmod does not resolve them; built-in ones have no .ko): overlayfs, the
 # bridge and veth pairs of the built-in pod network, the virtio disk, ext4.
-LOAD=""
-addmod() {
-  local f d
-  f=$(find "$C/k-$ARCH/lib/modules" -name "$1.ko" | head -1)
-  [ -n "$f" ] || return 0
-  case " $LOAD " in *" $1 "*) return 0 ;; esac
-  for d in $(grep -a -o 'depends=[a-z0-9_,-]*' "$f" | head -1 | cut -d= -f2 | tr , ' '); do addmod "$d"; done
-  cp "$f" "$R/lib/$1.ko"
-  LOAD="$LOAD $1"
-}
-for m in overlay bridge veth virtio_pci virtio_blk crc32c_generic ext4; do addmod "$m"; done
+for m in overlay bridge veth virtio_pci virtio_blk crc32c_generic ext4; do addmod "$R/lib" "$m"; done
 echo "$LOAD" > "$R/etc/modules"
 BUSYBOX="$BUSYBOX" cargo xtask demo-image "$R/var/vmtest/busybox.tar" "$ARCH" >/dev/null
 # Two images of random data for the power cut: one imported before the cut,

@@ -10,7 +10,10 @@
 #      service keep its containers; `picolet upgrade` to a new build, to a
 #      broken one (rolled back), and once more to the broken one with the
 #      power cut right after the swap.
-#   3: after the cut the node serves again on the good binary.
+#   3: after the cut the node serves again on the good binary; `dpkg -P`
+#      leaves nothing; `picolet install --bundle` from the airgap bundle
+#      runs the demo pod from the bundle's image; `picolet uninstall`
+#      leaves nothing.
 # Every wait is bounded and fails its check with what was seen.
 set -uo pipefail
 V=/var/vmtest
@@ -59,6 +62,22 @@ diag() {
   journalctl -u picolet -b --no-pager -n 30 2>&1 | sed 's/^/VMTEST journal /'
   timeout 20 picolet ctl ps -a 2>&1 | sed 's/^/VMTEST ps /'
   { ip -br addr; iptables -t nat -S; } 2>&1 | sed 's/^/VMTEST net /'
+}
+# left_nothing CHECK LOG PATHS...: no container, process, state, network,
+# cgroup, mount or config of picolet is left, nor any of PATHS.
+left_nothing() {
+  local check=$1 log=$2 left="" p
+  shift 2
+  pgrep -x httpd >/dev/null && left="$left httpd"
+  pgrep -f 'picolet (up|shim|agent|monitor)' >/dev/null && left="$left picolet-processes"
+  for p in "$@" /etc/picolet /var/lib/picolet /run/picolet /etc/cni/net.d/10-picolet.conflist \
+    /sys/class/net/picolet0 /sys/fs/cgroup/kubepods; do
+    [ -e "$p" ] && left="$left $p"
+  done
+  ls /var/log/pods 2>/dev/null | grep -q . && left="$left /var/log/pods/$(ls /var/log/pods | head -1)"
+  iptables -t nat -S 2>/dev/null | grep -q PICOLET && left="$left PICOLET-chains"
+  grep -q ' /var/lib/picolet\| /run/picolet' /proc/self/mountinfo && left="$left mounts"
+  if [ -z "$left" ]; then ok "$check"; else fail "$check" "$left"; sed 's/^/VMTEST log /' "$log"; fi
 }
 check_serves() {
   if wait_for "$2" serves; then ok "$1 (at $(up) s)"; else fail "$1" "no page in $2 s: $page"; diag; fi
@@ -182,20 +201,23 @@ case "$stage" in
   if wait_for 60 no_marker; then ok upgrade-marker-gone; else fail upgrade-marker-gone "$(cat /var/lib/picolet/upgrade.json)"; fi
   journalctl -b -u picolet --no-pager 2>/dev/null | grep -i 'roll.*back\|rollback\|upgrade' | tail -5 | sed 's/^/VMTEST journal /'
 
-  # Purging the package leaves nothing of picolet: no container, no state,
-  # no network, no config.
+  # Purging the package leaves nothing of picolet.
   if dpkg -P picolet > /run/dpkg.txt 2>&1; then ok dpkg-purge; else fail dpkg-purge "$(cat /run/dpkg.txt)"; fi
-  left=""
-  pgrep -x httpd >/dev/null && left="$left httpd"
-  pgrep -f 'picolet (up|shim|agent|monitor)' >/dev/null && left="$left picolet-processes"
-  for p in /usr/bin/picolet /usr/bin/picolet.prev /etc/picolet /var/lib/picolet /run/picolet \
-    /etc/cni/net.d/10-picolet.conflist /sys/class/net/picolet0 /sys/fs/cgroup/kubepods; do
-    [ -e "$p" ] && left="$left $p"
-  done
-  ls /var/log/pods 2>/dev/null | grep -q . && left="$left /var/log/pods/$(ls /var/log/pods | head -1)"
-  iptables -t nat -S 2>/dev/null | grep -q PICOLET && left="$left PICOLET-chains"
-  grep -q ' /var/lib/picolet\| /run/picolet' /proc/self/mountinfo && left="$left mounts"
-  [ -z "$left" ] && ok purge-left-nothing || { fail purge-left-nothing "$left"; cat /run/dpkg.txt | sed 's/^/VMTEST dpkg /'; }
+  left_nothing purge-left-nothing /run/dpkg.txt /usr/bin/picolet /usr/bin/picolet.prev
+
+  # The airgap bundle, offline: the binary, the unit, the image preloaded.
+  rm -rf /run/bundle && mkdir /run/bundle && tar -C /run/bundle -xzf "$V/bundle.tar.gz"
+  if /run/bundle/picolet-*/picolet install --bundle "$V/bundle.tar.gz" > /run/install.txt 2>&1; then ok bundle-install
+  else fail bundle-install "$(cat /run/install.txt)"; fi
+  [ -x /usr/local/bin/picolet ] && [ -f /var/lib/picolet/images/busybox.tar ] \
+    && [ "$(systemctl is-enabled picolet 2>&1)" = enabled ] && ok bundle-installed-enabled \
+    || fail bundle-installed-enabled "$(ls -l /usr/local/bin/picolet /var/lib/picolet/images 2>&1; systemctl is-enabled picolet 2>&1)"
+  if wait_for 30 active; then ok bundle-service-active; else fail bundle-service-active "$(systemctl is-active picolet)"; diag; fi
+  cp /usr/local/share/picolet/examples/manifests/hello.yaml /etc/picolet/manifests/hello.yaml
+  check_serves served-from-bundle 120
+  if /usr/local/bin/picolet uninstall > /run/uninstall.txt 2>&1; then ok uninstall; else fail uninstall "$(cat /run/uninstall.txt)"; fi
+  left_nothing uninstall-left-nothing /run/uninstall.txt /usr/local/bin/picolet /usr/local/share/picolet \
+    /etc/systemd/system/picolet.service
   finish
   ;;
 *)

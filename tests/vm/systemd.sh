@@ -4,15 +4,18 @@
 # installs and enables picolet.service, the demo static pod comes up at
 # boot, survives `systemctl restart` and a kill -9 of the service, and
 # `picolet upgrade` swaps the binary, rolls back a broken one, and a power
-# cut in the middle of an upgrade leaves a working node. All of it in one
+# cut in the middle of an upgrade leaves a working node; `dpkg -P` leaves
+# nothing; then `picolet install --bundle` from the airgap bundle, the pod
+# from its preloaded image, and `picolet uninstall` leaves nothing. All of it in one
 # qemu run across guest reboots and a power cut (sysrq b): the guest script
 # (tests/vm/systemd-guest.sh, run by a oneshot unit after multi-user.target)
 # keeps its stage on the guest disk and prints `VMTEST ok|FAIL <check>`
 # lines on the serial console; this script fails when any check failed or
 # the run did not reach `VMTEST done`.
 #
-#   sudo tests/vm/systemd.sh [amd64]  # needs dist/picolet_*_amd64.deb and
-#                                     # dist/picolet-x86_64 (scripts/dist.sh)
+#   sudo tests/vm/systemd.sh [amd64]  # needs dist/picolet_*_amd64.deb,
+#                                     # dist/picolet-x86_64 and the bundle
+#                                     # dist/picolet-*-x86_64.tar.gz (scripts/dist.sh)
 #   VM_DIST=<dir>: take the .deb and the binary from there instead of dist/
 #   VM_DEMO_IMAGE=<tar>: the demo image, instead of `cargo xtask demo-image`
 #   VM_CONSOLE_OUT=<file>: keep the guest's whole console there
@@ -48,6 +51,8 @@ esac
 [ -x "$BIN" ] || { echo "vm: $BIN missing: run scripts/dist.sh first" >&2; exit 1; }
 DEB=$(ls "$DIST"/picolet_*_"$ARCH".deb 2>/dev/null | tail -1)
 [ -n "$DEB" ] || { echo "vm: $DIST/picolet_*_$ARCH.deb missing: run scripts/dist.sh first" >&2; exit 1; }
+BUNDLE=$(ls "$DIST"/picolet-*-"${BIN##*-}".tar.gz 2>/dev/null | tail -1)
+[ -n "$BUNDLE" ] || { echo "vm: $DIST/picolet-*-${BIN##*-}.tar.gz missing: run scripts/dist.sh first" >&2; exit 1; }
 . tests/vm/kernel.sh
 KREL=$(ls "$C/k-$ARCH/lib/modules")
 
@@ -109,6 +114,7 @@ tr -d - < /proc/sys/kernel/random/uuid > "$R/etc/machine-id"
 V="$R/var/vmtest"
 mkdir -p "$V"
 cp "$DEB" "$V/"
+cp "$BUNDLE" "$V/bundle.tar.gz"
 cp "$BIN" "$V/picolet-new"
 # The "new build" of an upgrade: the same program with another hash.
 printf 'x' >> "$V/picolet-new"
@@ -170,17 +176,7 @@ I="$W/initrd"
 mkdir -p "$I"/{bin,dev,proc,sys,lib,newroot}
 cp "$BUSYBOX" "$I/bin/busybox"
 for a in sh mount umount insmod switch_root sleep cat echo poweroff ls; do ln -s busybox "$I/bin/$a"; done
-LOAD=""
-addmod() {
-  local f d
-  f=$(find "$C/k-$ARCH/lib/modules" -name "$1.ko" | head -1)
-  [ -n "$f" ] || return 0
-  case " $LOAD " in *" $1 "*) return 0 ;; esac
-  for d in $(grep -a -o 'depends=[a-z0-9_,-]*' "$f" | head -1 | cut -d= -f2 | tr , ' '); do addmod "$d"; done
-  cp "$f" "$I/lib/$1.ko"
-  LOAD="$LOAD $1"
-}
-for m in virtio_pci virtio_blk; do addmod "$m"; done
+for m in virtio_pci virtio_blk; do addmod "$I/lib" "$m"; done
 echo "$LOAD" > "$I/modules"
 cat > "$I/init" <<'INIT'
 #!/bin/sh
