@@ -31,6 +31,8 @@ pub(crate) enum ResetError {
     Volumes(#[from] agent::volumes::Error),
     #[error("remove the pods: {0}")]
     Cri(#[from] crate::upgrade::CriCallError),
+    #[error("{}: not removed: not an absolute path at least two folders deep", dir.display())]
+    NotOurs { dir: PathBuf },
     #[error("{} is still mounted after the pods were removed; not removing {}", mount.display(), dir.display())]
     StillMounted { mount: PathBuf, dir: PathBuf },
 }
@@ -75,6 +77,17 @@ pub(crate) fn remove(path: &Path) -> Result<(), ResetError> {
 /// Removes a folder that holds no mount (checked first: a bind mount left
 /// under it would take the files of whatever it shows with it).
 pub(crate) fn remove_tree(dir: &Path) -> Result<(), ResetError> {
+    // A data or run dir configured as `/` or `/var` is a mistake to refuse,
+    // not a folder to empty: picolet's own are at least two levels deep.
+    let depth = dir
+        .components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .count();
+    if !dir.is_absolute() || depth < 2 || dir.components().any(|c| c.as_os_str() == "..") {
+        return Err(ResetError::NotOurs {
+            dir: dir.to_path_buf(),
+        });
+    }
     if !dir.exists() {
         return Ok(());
     }
@@ -423,6 +436,19 @@ mod tests {
                 ("POSTROUTING".into(), "-j PICOLET-MASQ".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_folder_near_the_root_is_never_removed() {
+        for dir in ["/", "/var", "var/lib/picolet", "/var/lib/../.."] {
+            let e = remove_tree(Path::new(dir)).expect_err(dir);
+            assert!(matches!(e, ResetError::NotOurs { .. }), "{dir}: {e}");
+        }
+        let d = tempfile::tempdir().expect("tempdir");
+        let inner = d.path().join("x");
+        std::fs::create_dir_all(inner.join("y")).expect("mkdir");
+        remove_tree(&inner).expect("removed");
+        assert!(!inner.exists());
     }
 
     #[test]
