@@ -105,6 +105,20 @@ async fn fake_api_server(seen: Arc<Seen>) -> (u16, Vec<u8>) {
     (port, cert)
 }
 
+/// The node's API client, with a token, on a fake API server that
+/// records into `seen`.
+async fn api_client(seen: Arc<Seen>) -> Arc<Client> {
+    let (port, ca) = fake_api_server(seen).await;
+    let kc = KubeConfig {
+        host: "127.0.0.1".into(),
+        port,
+        ca: Some(ca),
+        client_cert: None,
+        token: Some("node-token".into()),
+    };
+    Arc::new(Client::new(&kc, "picolet-test").expect("client"))
+}
+
 fn auth(client: Arc<Client>, config: &str) -> Auth {
     let cfg = edge_config::config::Config::parse(
         &format!("{config}\npicolet: {{kubeconfig: /unused}}\n"),
@@ -117,15 +131,7 @@ fn auth(client: Arc<Client>, config: &str) -> Auth {
 #[tokio::test]
 async fn tokens_and_access_are_reviewed_by_the_api_server_and_cached() {
     let seen = Arc::new(Seen::default());
-    let (port, ca) = fake_api_server(seen.clone()).await;
-    let kc = KubeConfig {
-        host: "127.0.0.1".into(),
-        port,
-        ca: Some(ca),
-        client_cert: None,
-        token: Some("node-token".into()),
-    };
-    let client = Arc::new(Client::new(&kc, "picolet-test").expect("client"));
+    let client = api_client(seen.clone()).await;
     let a = auth(client.clone(), "");
 
     // A service account's token: who it is, from the review.
@@ -262,15 +268,7 @@ async fn the_local_ca_lets_root_on_the_node_in_and_no_one_else() {
     use agent::server::local::{self, LocalCa};
 
     let seen = Arc::new(Seen::default());
-    let (port, ca) = fake_api_server(seen.clone()).await;
-    let kc = KubeConfig {
-        host: "127.0.0.1".into(),
-        port,
-        ca: Some(ca),
-        client_cert: None,
-        token: Some("node-token".into()),
-    };
-    let client = Arc::new(Client::new(&kc, "picolet-test").expect("client"));
+    let client = api_client(seen.clone()).await;
 
     let data = tempfile::tempdir().expect("tmp");
     let pki = data.path().join("agent/pki");
