@@ -146,6 +146,11 @@ fn answer(server: &Arc<Server>, req: &Request<hyper::body::Incoming>) -> Respons
             !query.contains("allowWatchBookmarks"),
             "one object is relisted, not kept current by bookmarks: {query}"
         );
+        // Subscribed before the request is counted: a test that saw it
+        // asked and then ends the watches ends this one too.
+        let mut events = agent_lock(&server.events)
+            .get_or_insert_with(|| broadcast::channel(16).0)
+            .subscribe();
         agent_lock(&server.asked).push(format!("WATCH {name}"));
         let from = query
             .split('&')
@@ -159,9 +164,6 @@ fn answer(server: &Arc<Server>, req: &Request<hyper::body::Incoming>) -> Respons
             );
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut events = agent_lock(&server.events)
-            .get_or_insert_with(|| broadcast::channel(16).0)
-            .subscribe();
         tokio::spawn(async move {
             while let Ok((n, line)) = events.recv().await {
                 if line.is_empty() {
