@@ -155,54 +155,123 @@ fn missing_ok(e: ServiceError) -> Result<(), ServiceError> {
     }
 }
 
-/// Runs a manager's command, 90 s at most, its stderr kept for the error.
+/// Runs a manager's command, 90 s at most, what it wrote kept for the error.
 pub(crate) fn run(argv: &[&str]) -> Result<(), ServiceError> {
-    const LIMIT: Duration = Duration::from_secs(90);
     let cmd = argv.join(" ");
-    let mut child = Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|source| ServiceError::Run {
+    let mut command = Command::new(argv[0]);
+    command.args(&argv[1..]);
+    let ran = run_bounded(&mut command, Duration::from_secs(90)).map_err(|e| match e {
+        RunError::Spawn(source) | RunError::Wait(source) => ServiceError::Run {
             cmd: cmd.clone(),
             source,
-        })?;
+        },
+        RunError::Timeout(secs) => ServiceError::Timeout {
+            cmd: cmd.clone(),
+            secs,
+        },
+    })?;
+    if ran.status.success() {
+        return Ok(());
+    }
+    Err(ServiceError::Failed {
+        cmd,
+        status: ran.status,
+        stderr: ran.output.trim().to_string(),
+    })
+}
+
+/// A command that did not finish.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RunError {
+    #[error("run: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("wait: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("no answer in {0} s")]
+    Timeout(u64),
+}
+
+/// How a command ended: its status and what it wrote (the first 64 KiB of
+/// its stdout, then of its stderr).
+pub(crate) struct Ran {
+    pub status: std::process::ExitStatus,
+    pub output: String,
+}
+
+/// Runs `cmd` (stdin empty) and kills it after `limit`. Both pipes are
+/// drained while it runs, so a chatty command never blocks on a full one.
+pub(crate) fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Ran, RunError> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(RunError::Spawn)?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.by_ref().take(64 << 10).read_to_end(&mut kept);
+                let _ = std::io::copy(&mut p, &mut std::io::sink());
+            }
+            kept
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let start = std::time::Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() < LIMIT => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(ServiceError::Timeout {
-                    cmd,
-                    secs: LIMIT.as_secs(),
-                });
+                return Err(RunError::Timeout(limit.as_secs()));
             }
-            Err(source) => return Err(ServiceError::Run { cmd, source }),
+            Err(e) => return Err(RunError::Wait(e)),
         }
     };
-    if status.success() {
-        return Ok(());
-    }
-    let mut stderr = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        use std::io::Read;
-        let _ = e.by_ref().take(4096).read_to_string(&mut stderr);
-    }
-    Err(ServiceError::Failed {
-        cmd,
+    let mut output = out.join().unwrap_or_default();
+    output.extend(err.join().unwrap_or_default());
+    Ok(Ran {
         status,
-        stderr: stderr.trim().to_string(),
+        output: String::from_utf8_lossy(&output).into_owned(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_run_keeps_what_a_chatty_command_wrote_and_ends_a_slow_one() {
+        let mut chatty = Command::new("sh");
+        chatty.args([
+            "-c",
+            "head -c 200000 /dev/zero | tr '\\0' o >&2; echo out; exit 3",
+        ]);
+        let r = run_bounded(&mut chatty, Duration::from_secs(30)).expect("ran");
+        assert_eq!(r.status.code(), Some(3));
+        assert!(r.output.starts_with("out\n"), "stdout first");
+        assert_eq!(r.output.len(), 4 + (64 << 10), "64 KiB of stderr kept");
+        let mut slow = Command::new("sleep");
+        slow.arg("30");
+        let e = run_bounded(&mut slow, Duration::from_millis(200)).err();
+        assert!(matches!(e, Some(RunError::Timeout(0))), "{e:?}");
+    }
 
     #[test]
     fn the_manager_is_the_one_that_booted() {

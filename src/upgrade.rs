@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::service::{Manager, ServiceError};
+use crate::service::{Manager, RunError, ServiceError};
 use crate::{CommonArgs, load_config};
 
 /// Starts a new binary gets after a power cut before the old one is put
@@ -94,17 +94,6 @@ pub(crate) enum CriCallError {
     Connect(#[from] cri_proto::SocketError),
     #[error("{what}: {message}")]
     Call { what: String, message: String },
-    #[error("no answer in {0} s")]
-    Timeout(u64),
-}
-
-/// A command `upgrade` runs that did not finish.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum RunError {
-    #[error("run: {0}")]
-    Spawn(#[source] std::io::Error),
-    #[error("wait: {0}")]
-    Wait(#[source] std::io::Error),
     #[error("no answer in {0} s")]
     Timeout(u64),
 }
@@ -230,41 +219,11 @@ fn prev_of(bin: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Runs `bin args…` with a deadline; (success, stdout + stderr).
+/// Runs `bin args…` with a deadline; (success, what it wrote).
 fn run_captured(bin: &Path, args: &[String], limit: Duration) -> Result<(bool, String), RunError> {
-    let mut child = std::process::Command::new(bin)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(RunError::Spawn)?;
-    let (mut out, mut err) = (child.stdout.take(), child.stderr.take());
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.take(64 << 10).read_to_string(&mut text);
-        }
-        if let Some(e) = err.as_mut() {
-            let _ = e.take(64 << 10).read_to_string(&mut text);
-        }
-        text
-    });
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(RunError::Timeout(limit.as_secs()));
-            }
-            Err(e) => return Err(RunError::Wait(e)),
-        }
-    };
-    let text = reader.join().unwrap_or_default();
-    Ok((status.success(), text))
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(args);
+    crate::service::run_bounded(&mut cmd, limit).map(|r| (r.status.success(), r.output))
 }
 
 /// Step 1: the new binary runs here and accepts what the old one runs.
