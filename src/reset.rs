@@ -192,9 +192,11 @@ fn remove_pods(config: &edge_config::Config, common: &CommonArgs) -> Result<(), 
     let removed = remove_sandboxes(&config.cri_socket)?;
     for (ns, name, uid) in &removed {
         println!("removed pod {ns}/{name}");
-        // kubelet's pod log folder name; only the pods removed here.
-        let logs = config.pod_logs_dir.join(format!("{ns}_{name}_{uid}"));
-        remove_tree(&logs)?;
+        // Only the pods removed here.
+        match log_folder(ns, name, uid) {
+            Some(folder) => remove_tree(&config.pod_logs_dir.join(folder))?,
+            None => eprintln!("picolet reset: pod {ns}/{name}: no log folder name; left"),
+        }
     }
     drop(shim);
     Ok(())
@@ -212,6 +214,14 @@ fn remove_volumes(data_dir: &Path) -> Result<(), ResetError> {
         agent::volumes::cleanup(data_dir, &uid)?;
     }
     Ok(())
+}
+
+/// kubelet's pod log folder name, `<namespace>_<name>_<uid>`, when it is
+/// one folder: the metadata came over CRI, from any client of the socket.
+fn log_folder(ns: &str, name: &str, uid: &str) -> Option<String> {
+    let folder = format!("{ns}_{name}_{uid}");
+    let p = Path::new(&folder);
+    (p.components().count() == 1 && p.file_name() == Some(folder.as_ref())).then_some(folder)
 }
 
 fn remove_sandboxes(
@@ -450,6 +460,16 @@ mod tests {
         umount2(&m, MntFlags::MNT_DETACH).expect("umount");
         remove_tree(&root).expect("removed once unmounted");
         assert!(!root.exists());
+    }
+
+    #[test]
+    fn a_pods_log_folder_is_one_folder_or_none() {
+        assert_eq!(
+            log_folder("default", "web-n", "u1").as_deref(),
+            Some("default_web-n_u1")
+        );
+        assert_eq!(log_folder("a", "../../etc", "u"), None);
+        assert_eq!(log_folder("", "/", ""), None);
     }
 
     #[test]
