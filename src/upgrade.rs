@@ -122,7 +122,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> UpgradeError + '_ {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Pending {
     bin: PathBuf,
-    previous: PathBuf,
     from_sha256: String,
     to_sha256: String,
     /// The `picolet upgrade` watching over it, in this boot.
@@ -391,7 +390,7 @@ fn wait_healthy(
 
 /// Puts `<bin>.prev` back over `<bin>` and leaves the rollback record.
 fn roll_back(p: &Pending, data_dir: &Path, reason: String) -> Result<(), UpgradeError> {
-    std::fs::rename(&p.previous, &p.bin).map_err(io(&p.bin))?;
+    std::fs::rename(prev_of(&p.bin), &p.bin).map_err(io(&p.bin))?;
     sync_dir(&p.bin)?;
     let record = edge_config::upgrade::Rollback {
         failed_sha256: p.to_sha256.clone(),
@@ -478,7 +477,6 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
         restarts: systemd_restarts(manager),
     };
     let pending = Pending {
-        previous: prev_of(&bin),
         from_sha256: sha256_file(&bin)?,
         to_sha256: sha256_file(&new)?,
         bin: bin.clone(),
@@ -492,8 +490,9 @@ fn upgrade(args: &UpgradeArgs, config: &edge_config::Config) -> Result<Done, Upg
     write_pending(&config.data_dir, &pending)?;
     // Keep the running binary as <bin>.prev (a second name for it), then
     // swap: rename is atomic, so <bin> is always one whole binary.
-    remove_synced(&pending.previous)?;
-    std::fs::hard_link(&bin, &pending.previous).map_err(io(&pending.previous))?;
+    let previous = prev_of(&bin);
+    remove_synced(&previous)?;
+    std::fs::hard_link(&bin, &previous).map_err(io(&previous))?;
     std::fs::rename(&staged, &bin).map_err(io(&bin))?;
     sync_dir(&bin)?;
     tracing::info!(
@@ -571,7 +570,7 @@ fn boot_check(data_dir: &Path, bin: Option<&Path>) -> Result<(), UpgradeError> {
         return Ok(());
     }
     // The swap never happened, or a rollback finished it: nothing pending.
-    if sha256_file(&p.bin)? != p.to_sha256 || !p.previous.exists() {
+    if sha256_file(&p.bin)? != p.to_sha256 || !prev_of(&p.bin).exists() {
         return remove_synced(&pending_path(data_dir));
     }
     if p.starts >= MAX_STARTS {
@@ -631,7 +630,6 @@ mod tests {
         std::fs::write(&bin, b"new").expect("write");
         std::fs::write(prev_of(&bin), b"old").expect("write");
         Pending {
-            previous: prev_of(&bin),
             from_sha256: sha256_file(&prev_of(&bin)).expect("sha"),
             to_sha256: sha256_file(&bin).expect("sha"),
             bin,
@@ -652,7 +650,7 @@ mod tests {
         }
         boot_check(d.path(), Some(&p.bin)).expect("check");
         assert_eq!(std::fs::read(&p.bin).expect("bin"), b"old");
-        assert!(!p.previous.exists());
+        assert!(!prev_of(&p.bin).exists());
         assert!(read_pending(d.path()).is_none());
         let r = edge_config::upgrade::read_rollback(d.path())
             .expect("record")
